@@ -1,0 +1,558 @@
+"""The frontier: Larbin's URL library, sites, gate and politeness, sans-I/O.
+
+The engine pushes URLs in, asks for the next request, and reports what
+happened; the frontier decides *what* may be fetched *when*.  It never touches
+a socket and never reads a clock: every method that depends on time takes
+``now`` (monotonic seconds) from the caller.
+
+The data path (Larbin's, with its one failure mode removed)::
+
+    push ──► priority store ─┐
+    push ──► main store ─────┼─► load(), gated by ``is_get`` ─► NamedSite FIFO
+                wait store ◄─┘         (site full: park in the wait store)
+                                                │ DNS ok, robots.txt known
+                                                ▼
+                        IPSite ready queue ─► heap by next-allowed time
+                                                │ < max_requests running
+                                                ▼
+                                     next_request(now) ─► Request
+
+* **Gate** (``is_get``): URLs are loaded from the stores only while the site
+  FIFOs together hold fewer than ``ram_urls``.  A URL whose site FIFO is full
+  (``max_urls_by_site``, in-flight URLs included) is appended to the *wait
+  store* (Larbin's ``URLsDiskWait``) and comes back when that site has room.
+  Nothing is ever dropped for lack of room.
+* **Robots first**: the first request to a site whose rules are unknown is its
+  robots.txt; no page request starts until the rules are known.
+* **Politeness**: two request starts to one host name are at least
+  ``max(wait_duration, crawl-delay)`` apart, two to one IP at least
+  ``wait_duration`` apart (each stretched by a random jitter of up to 10 %), and
+  at most ``conn_per_ip`` requests run to one IP.
+* **Retries**: a URL whose DNS, connection or server failed goes back to the
+  tail of its site's FIFO with one retry fewer, and is forgotten with its
+  reason when none are left.
+* **Conservation**: ``taken == fetched + sum(forgotten) + queued + in_flight``
+  at every moment (see :meth:`Frontier.conservation`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+import random
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from .. import robots as robots_mod
+from .sites import DnsState, IPSite, NamedSite, RobotsState
+from .store import UrlRecord, UrlStore
+
+__all__ = ["Frontier", "Request", "site_key", "PAGE", "ROBOTS"]
+
+PAGE = "page"
+ROBOTS = "robots"
+
+#: Largest robots.txt crawl-delay honoured, seconds (a larger one is clamped).
+MAX_CRAWL_DELAY = 120.0
+
+
+def site_key(url: str) -> tuple[str, str, str, int] | None:
+    """``(key, scheme, host, port)`` of an absolute http(s) URL, or None.
+
+    ``key`` is ``scheme://host:port`` with the port always written, so the
+    key of ``http://a/`` and ``http://a:80/x`` is the same.  User info is not
+    part of the site.
+    """
+    i = url.find("://")
+    if i <= 0:
+        return None
+    scheme = url[:i]
+    if scheme == "http":
+        default = 80
+    elif scheme == "https":
+        default = 443
+    else:
+        return None
+    start = i + 3
+    end = len(url)
+    for ch in "/?#":
+        j = url.find(ch, start)
+        if j != -1 and j < end:
+            end = j
+    authority = url[start:end]
+    at = authority.rfind("@")
+    if at != -1:
+        authority = authority[at + 1:]
+    if authority.startswith("["):
+        close = authority.find("]")
+        if close == -1:
+            return None
+        host = authority[: close + 1]
+        rest = authority[close + 1:]
+        port_s = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, _, port_s = authority.partition(":")
+    if not host:
+        return None
+    try:
+        port = int(port_s) if port_s else default
+    except ValueError:
+        return None
+    return f"{scheme}://{host}:{port}", scheme, host, port
+
+
+@dataclass(slots=True)
+class Request:
+    """One request the engine should make now."""
+
+    kind: str  # PAGE or ROBOTS
+    site: NamedSite
+    record: UrlRecord | None  # None for robots.txt
+    url: str
+    ip: str
+    port: int
+    started: float
+
+
+class Frontier:
+    """URL library, sites and scheduling; see the module docstring.
+
+    ``on_forget(record, reason)`` is called for every URL that ends without
+    being fetched (the engine logs and counts it; the frontier counts too).
+    """
+
+    def __init__(
+        self,
+        state_dir: str,
+        *,
+        ram_urls: int,
+        max_urls_by_site: int,
+        max_requests: int,
+        wait_duration: float,
+        conn_per_ip: int = 1,
+        agent: str = "*",
+        obey_robots: bool = True,
+        dns_retry_base: float = 2.0,
+        robots_retry_base: float = 1.0,
+        jitter: float = 0.1,
+        rng: random.Random | None = None,
+        on_forget: Callable[[UrlRecord, str], None] | None = None,
+        segment_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
+        self.ram_urls = ram_urls
+        self.max_urls_by_site = max_urls_by_site
+        self.max_requests = max_requests
+        self.wait_duration = wait_duration
+        self.conn_per_ip = conn_per_ip
+        self.agent = agent
+        self.obey_robots = obey_robots
+        self.dns_retry_base = dns_retry_base
+        self.robots_retry_base = robots_retry_base
+        self.jitter = jitter
+        self.rng = rng or random.Random()
+        self.on_forget = on_forget
+        # The three stores share the RAM budget: the main lane gets most of it.
+        lane = max(1, ram_urls // 10)
+        self.main = UrlStore(os.path.join(state_dir, "main"), ram_urls=max(1, ram_urls - 2 * lane), segment_bytes=segment_bytes)
+        self.prio = UrlStore(os.path.join(state_dir, "priority"), ram_urls=lane, segment_bytes=segment_bytes)
+        self.wait = UrlStore(os.path.join(state_dir, "wait"), ram_urls=lane, segment_bytes=segment_bytes)
+        self.sites: dict[str, NamedSite] = {}
+        self.ips: dict[str, IPSite] = {}
+        self._heap: list[tuple[float, int, IPSite]] = []
+        self._timers: list[tuple[float, int, NamedSite, str]] = []
+        self._seq = 0
+        self.dns_wanted: list[NamedSite] = []
+        self.dns_pending = 0
+        self.in_sites = 0  # records in site FIFOs
+        self.in_flight = 0  # page records taken and not finished
+        self.requests = 0  # requests running (robots.txt included)
+        self._wait_credit = 0
+        self._wait_misses = 0
+        # Counters for conservation and stats.
+        self.taken = 0
+        self.fetched = 0
+        self.forgotten: Counter[str] = Counter()
+        self.retried: Counter[str] = Counter()
+
+    # ------------------------------------------------------------------
+    # Input
+    # ------------------------------------------------------------------
+    def push(self, url: str, depth: int, retries: int, *, priority: bool = False) -> None:
+        """Queue a URL that passed the rules and the seen test."""
+        rec = UrlRecord(url, depth, retries)
+        (self.prio if priority else self.main).push(rec)
+        self.taken += 1
+
+    @property
+    def is_get(self) -> bool:
+        """Larbin's gate: True while the site FIFOs have room to load more."""
+        return self.in_sites < self.ram_urls
+
+    def load(self, now: float, max_reads: int = 2000) -> int:
+        """Move URLs from the stores into their sites while the gate is open.
+
+        Order: the priority lane, then the wait store (only while some site
+        whose URLs are parked there has freed room), then the main store.
+        Returns the number of records placed in a site.
+        """
+        placed = 0
+        reads = 0
+        while reads < max_reads and self.in_sites < self.ram_urls:
+            if len(self.prio):
+                rec, from_wait = self.prio.pop(), False
+            elif self._wait_credit > 0 and len(self.wait):
+                rec, from_wait = self.wait.pop(), True
+            elif len(self.main):
+                rec, from_wait = self.main.pop(), False
+            else:
+                break
+            reads += 1
+            if rec is None:  # the store lost records to corruption
+                continue
+            if self._place(rec, now, from_wait):
+                placed += 1
+                if from_wait:
+                    self._wait_credit -= 1
+                    self._wait_misses = 0
+            elif from_wait:
+                self._wait_misses += 1
+                if self._wait_misses >= len(self.wait):
+                    # A whole cycle found nothing that fits: stop until more room.
+                    self._wait_credit = 0
+                    self._wait_misses = 0
+        return placed
+
+    def _site_for(self, url: str) -> NamedSite | None:
+        parsed = site_key(url)
+        if parsed is None:
+            return None
+        key, scheme, host, port = parsed
+        site = self.sites.get(key)
+        if site is None:
+            site = self.sites[key] = NamedSite(key, scheme, host, port)
+        return site
+
+    def _place(self, rec: UrlRecord, now: float, from_wait: bool) -> bool:
+        site = self._site_for(rec.url)
+        if site is None:
+            self._forget(rec, "badUrl")
+            return True
+        if site.room(self.max_urls_by_site):
+            site.fifo.append(rec)
+            self.in_sites += 1
+            if from_wait:
+                site.overflow -= 1
+            self._on_work(site, now)
+            return True
+        if not from_wait:
+            site.overflow += 1
+        self.wait.push(rec)
+        return False
+
+    def _on_work(self, site: NamedSite, now: float) -> None:
+        if site.dns is DnsState.NEW:
+            site.dns = DnsState.RESOLVING
+            self.dns_pending += 1
+            self.dns_wanted.append(site)
+        elif site.dns is DnsState.OK:
+            self._make_ready(site, now)
+
+    def _freed(self, site: NamedSite) -> None:
+        """A slot of ``site`` became free: parked URLs of it may come back."""
+        if site.overflow > 0:
+            self._wait_credit += 1
+
+    # ------------------------------------------------------------------
+    # DNS
+    # ------------------------------------------------------------------
+    def take_dns_requests(self) -> list[NamedSite]:
+        """Sites whose host name the engine must resolve now."""
+        wanted, self.dns_wanted = self.dns_wanted, []
+        return wanted
+
+    def dns_resolved(self, site: NamedSite, ips: tuple[str, ...], ttl: float, now: float) -> None:
+        self.dns_pending -= 1
+        site.dns = DnsState.OK
+        site.ips = ips
+        site.dns_expiry = now + ttl
+        site.dns_failures = 0
+        ip = ips[0]
+        ip_site = self.ips.get(ip)
+        if ip_site is None:
+            ip_site = self.ips[ip] = IPSite(ip)
+        site.ip_site = ip_site
+        self._make_ready(site, now)
+
+    def dns_failed(self, site: NamedSite, error: str, now: float) -> None:
+        """The name did not resolve: every waiting URL loses a retry."""
+        self.dns_pending -= 1
+        site.dns = DnsState.FAILED
+        site.dns_failures += 1
+        kept = []
+        for rec in site.fifo:
+            if rec.retries > 0:
+                rec.retries -= 1
+                self.retried["noDNS"] += 1
+                kept.append(rec)
+            else:
+                self.in_sites -= 1
+                self._forget(rec, "noDNS")
+                self._freed(site)
+        site.fifo.clear()
+        site.fifo.extend(kept)
+        delay = self.dns_retry_base * (2 ** min(site.dns_failures - 1, 6))
+        site.retry_at = now + delay
+        self._add_timer(site.retry_at, site, "dns")
+
+    # ------------------------------------------------------------------
+    # Scheduling
+    # ------------------------------------------------------------------
+    def _make_ready(self, site: NamedSite, now: float) -> None:
+        if site.queued or site.active or not site.fifo or site.ip_site is None:
+            return
+        if site.dns is not DnsState.OK:
+            return
+        if site.robots_state in (RobotsState.FETCHING, RobotsState.ERROR):
+            return
+        ip = site.ip_site
+        ip.ready.append(site)
+        site.queued = True
+        self._schedule_ip(ip, now)
+
+    def _schedule_ip(self, ip: IPSite, at: float) -> None:
+        if ip.busy >= self.conn_per_ip or not ip.ready:
+            return
+        t = max(at, ip.next_allowed)
+        if ip.heap_time is not None and ip.heap_time <= t:
+            return
+        ip.heap_time = t
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, ip))
+
+    def _add_timer(self, when: float, site: NamedSite, kind: str) -> None:
+        self._seq += 1
+        heapq.heappush(self._timers, (when, self._seq, site, kind))
+
+    def tick(self, now: float) -> None:
+        """Run the DNS and robots.txt retry timers that are due."""
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            _, _, site, kind = heapq.heappop(timers)
+            if kind == "dns" and site.dns is DnsState.FAILED:
+                if site.fifo:
+                    site.dns = DnsState.RESOLVING
+                    self.dns_pending += 1
+                    self.dns_wanted.append(site)
+                else:
+                    site.dns = DnsState.NEW
+            elif kind == "robots" and site.robots_state is RobotsState.ERROR:
+                site.robots_state = RobotsState.NONE
+                self._make_ready(site, now)
+
+    def next_wakeup(self) -> float | None:
+        """The earliest time at which :meth:`next_request` or :meth:`tick` has work."""
+        t = math.inf
+        if self._heap and self.requests < self.max_requests:
+            t = self._heap[0][0]
+        if self._timers:
+            t = min(t, self._timers[0][0])
+        return None if t == math.inf else t
+
+    def next_request(self, now: float) -> Request | None:
+        """The next request allowed to start at ``now``, or None."""
+        heap = self._heap
+        while heap and self.requests < self.max_requests:
+            t, _, ip = heap[0]
+            if t > now:
+                return None
+            heapq.heappop(heap)
+            if ip.heap_time != t:
+                continue  # superseded by an earlier entry
+            ip.heap_time = None
+            if ip.busy >= self.conn_per_ip:
+                continue  # rescheduled when a request to it ends
+            if ip.next_allowed > now:
+                self._schedule_ip(ip, ip.next_allowed)
+                continue
+            req = self._take_from_ip(ip, now)
+            if req is not None:
+                return req
+        return None
+
+    def _take_from_ip(self, ip: IPSite, now: float) -> Request | None:
+        earliest = math.inf
+        for _ in range(len(ip.ready)):
+            site = ip.ready.popleft()
+            site.queued = False
+            if site.active or not site.fifo or site.ip_site is not ip:
+                continue
+            if site.dns_expiry <= now:
+                # The address is stale: ask DNS again before the next request.
+                site.dns = DnsState.RESOLVING
+                self.dns_pending += 1
+                self.dns_wanted.append(site)
+                continue
+            if site.next_allowed > now:
+                ip.ready.append(site)
+                site.queued = True
+                earliest = min(earliest, site.next_allowed)
+                continue
+            req = self._take_from_site(site, ip, now)
+            if req is not None:
+                self._schedule_ip(ip, earliest if earliest != math.inf else now)
+                return req
+        if ip.ready:
+            self._schedule_ip(ip, earliest)
+        return None
+
+    def _take_from_site(self, site: NamedSite, ip: IPSite, now: float) -> Request | None:
+        if self.obey_robots:
+            if site.robots_state is RobotsState.OK and site.robots_expiry <= now:
+                site.robots_state = RobotsState.NONE
+            if site.robots_state is RobotsState.NONE:
+                site.robots_state = RobotsState.FETCHING
+                return self._start(site, ip, None, site.robots_url, ROBOTS, now)
+        while site.fifo:
+            rec = site.fifo.popleft()
+            self.in_sites -= 1
+            if self.obey_robots and site.robots is not None and not site.robots.allowed(self.agent, rec.url):
+                self._forget(rec, "forbiddenRobots")
+                self._freed(site)
+                continue
+            site.in_flight += 1
+            self.in_flight += 1
+            return self._start(site, ip, rec, rec.url, PAGE, now)
+        return None
+
+    def _start(self, site: NamedSite, ip: IPSite, rec: UrlRecord | None, url: str, kind: str, now: float) -> Request:
+        site.active += 1
+        ip.busy += 1
+        self.requests += 1
+        jitter = 1.0 + self.jitter * self.rng.random()
+        ip_delay = self.wait_duration * ip.penalty
+        site_delay = max(self.wait_duration, site.crawl_delay) * ip.penalty
+        ip.next_allowed = now + ip_delay * jitter
+        site.next_allowed = now + site_delay * jitter
+        return Request(kind, site, rec, url, ip.ip, site.port, now)
+
+    def _release(self, req: Request, now: float) -> None:
+        site = req.site
+        site.active -= 1
+        self.requests -= 1
+        ip = site.ip_site
+        if ip is not None and ip.ip == req.ip:
+            ip.busy -= 1
+        else:  # the site moved to another address meanwhile
+            old = self.ips.get(req.ip)
+            if old is not None:
+                old.busy -= 1
+                self._schedule_ip(old, now)
+        if req.record is not None:
+            site.in_flight -= 1
+            self.in_flight -= 1
+            self._freed(site)
+        if ip is not None:
+            self._make_ready(site, now)
+            self._schedule_ip(ip, now)
+
+    # ------------------------------------------------------------------
+    # Outcomes
+    # ------------------------------------------------------------------
+    def fetched_ok(self, req: Request, now: float) -> None:
+        """The page was fetched (whatever its status counted as: see forget)."""
+        self.fetched += 1
+        req.site.pages += 1
+        self._release(req, now)
+
+    def forget(self, req: Request, reason: str, now: float) -> None:
+        """The page request ended for good without a fetched page."""
+        req.site.errors += 1
+        self._forget(req.record, reason)
+        self._release(req, now)
+
+    def retry(self, req: Request, reason: str, now: float, delay: float = 0.0) -> bool:
+        """Put the URL back at the tail of its site with one retry fewer.
+
+        ``delay`` postpones the next request to the site (Retry-After, backoff).
+        Returns False when no retry was left and the URL was forgotten.
+        """
+        rec = req.record
+        site = req.site
+        site.errors += 1
+        if delay > 0:
+            site.next_allowed = max(site.next_allowed, now + delay)
+        if rec.retries <= 0:
+            self._forget(rec, reason)
+            self._release(req, now)
+            return False
+        rec.retries -= 1
+        self.retried[reason] += 1
+        site.fifo.append(rec)
+        self.in_sites += 1
+        site.in_flight -= 1
+        self.in_flight -= 1
+        req.record = None  # already accounted for: release only the request
+        self._release(req, now)
+        return True
+
+    def robots_known(self, req: Request, rules, ttl: float, now: float) -> None:
+        """robots.txt was read (or is known to be absent): apply ``rules``."""
+        site = req.site
+        site.robots = rules
+        site.robots_state = RobotsState.OK
+        site.robots_expiry = now + ttl
+        site.robots_failures = 0
+        delay = rules.crawl_delay(self.agent) if rules is not None else None
+        site.crawl_delay = min(float(delay), MAX_CRAWL_DELAY) if delay else 0.0
+        if site.crawl_delay > self.wait_duration:
+            # The first page request waits out the crawl-delay after robots.txt.
+            site.next_allowed = max(site.next_allowed, req.started + site.crawl_delay)
+        self._release(req, now)
+
+    def robots_unavailable(self, req: Request, now: float) -> None:
+        """robots.txt answered 5xx or could not be reached: disallow, retry later."""
+        site = req.site
+        site.robots_failures += 1
+        if site.robots_failures >= robots_mod.MAX_ERROR_ATTEMPTS:
+            site.robots = robots_mod.RobotsTxt.disallow_all()
+            site.robots_state = RobotsState.OK
+            site.robots_expiry = now + robots_mod.CACHE_TTL
+        else:
+            site.robots_state = RobotsState.ERROR
+            site.retry_at = now + robots_mod.robots_retry_delay(site.robots_failures, self.robots_retry_base)
+            self._add_timer(site.retry_at, site, "robots")
+        self._release(req, now)
+
+    def _forget(self, rec: UrlRecord, reason: str) -> None:
+        self.forgotten[reason] += 1
+        if self.on_forget is not None:
+            self.on_forget(rec, reason)
+
+    # ------------------------------------------------------------------
+    # Accounting
+    # ------------------------------------------------------------------
+    @property
+    def queued(self) -> int:
+        return len(self.prio) + len(self.main) + len(self.wait) + self.in_sites
+
+    def conservation(self) -> tuple[int, int]:
+        """``(taken, fetched + forgotten + queued + in_flight)``: always equal."""
+        return self.taken, self.fetched + sum(self.forgotten.values()) + self.queued + self.in_flight
+
+    def urls_in_memory(self) -> int:
+        """URL records held in RAM: store windows, site FIFOs, in flight."""
+        return self.prio.in_memory + self.main.in_memory + self.wait.in_memory + self.in_sites + self.in_flight
+
+    def idle(self) -> bool:
+        """Nothing queued, nothing running, nothing waiting on DNS: the crawl is over."""
+        return self.queued == 0 and self.requests == 0 and self.dns_pending == 0
+
+    def flush(self, sync: bool = False) -> None:
+        for store in (self.prio, self.main, self.wait):
+            store.flush(sync)
+
+    def close(self) -> None:
+        for store in (self.prio, self.main, self.wait):
+            store.close()

@@ -1,0 +1,96 @@
+"""Per-site and per-IP state: Larbin's ``NamedSite`` and ``IPSite``.
+
+A :class:`NamedSite` is one origin (scheme, host, port): its bounded FIFO of
+URLs waiting in memory, its DNS state, its robots.txt rules, and the earliest
+time the next request to that host name may start.  An :class:`IPSite` is one
+server address: the named sites on it that are ready to send, the earliest
+time the next request to that IP may start, and how many requests to it are
+running.  Both are plain data; :mod:`larbin_py.frontier.scheduler` drives them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from enum import Enum
+
+from .store import UrlRecord
+
+__all__ = ["DnsState", "RobotsState", "NamedSite", "IPSite"]
+
+
+class DnsState(Enum):
+    NEW = "new"  # never asked
+    RESOLVING = "resolving"  # a query is running
+    OK = "ok"  # ips known until dns_expiry
+    FAILED = "failed"  # last query failed; ask again at retry_at
+
+
+class RobotsState(Enum):
+    NONE = "none"  # rules unknown: the next request to the site fetches robots.txt
+    FETCHING = "fetching"
+    OK = "ok"  # rules known until robots_expiry
+    ERROR = "error"  # unreachable or 5xx: everything disallowed until retry_at
+
+
+class NamedSite:
+    """One origin: ``key`` is ``scheme://host:port``."""
+
+    __slots__ = (
+        "key", "scheme", "host", "port", "fifo", "in_flight", "active", "overflow",
+        "dns", "ips", "dns_expiry", "dns_failures", "ip_site",
+        "robots_state", "robots", "robots_expiry", "robots_failures", "crawl_delay",
+        "retry_at", "next_allowed", "queued", "pages", "errors",
+    )
+
+    def __init__(self, key: str, scheme: str, host: str, port: int) -> None:
+        self.key = key
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self.fifo: deque[UrlRecord] = deque()
+        self.in_flight = 0  # records taken from the FIFO and not finished
+        self.active = 0  # requests (robots.txt included) running to this site
+        self.overflow = 0  # records of this site parked in the wait store
+        self.dns = DnsState.NEW
+        self.ips: tuple[str, ...] = ()
+        self.dns_expiry = 0.0
+        self.dns_failures = 0
+        self.ip_site: IPSite | None = None
+        self.robots_state = RobotsState.NONE
+        self.robots = None  # larbin_py.robots.RobotsTxt once known
+        self.robots_expiry = 0.0
+        self.robots_failures = 0
+        self.crawl_delay = 0.0
+        self.retry_at = 0.0  # DNS or robots retry time, when failed
+        self.next_allowed = 0.0  # earliest start of the next request here
+        self.queued = False  # listed in its IPSite's ready queue
+        self.pages = 0
+        self.errors = 0
+
+    @property
+    def robots_url(self) -> str:
+        default = 443 if self.scheme == "https" else 80
+        port = "" if self.port == default else f":{self.port}"
+        return f"{self.scheme}://{self.host}{port}/robots.txt"
+
+    def room(self, bound: int) -> bool:
+        """True when one more URL fits under ``bound`` (in-flight ones count)."""
+        return len(self.fifo) + self.in_flight < bound
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"<NamedSite {self.key} fifo={len(self.fifo)} dns={self.dns.value} robots={self.robots_state.value}>"
+
+
+class IPSite:
+    """One server IP: the ready named sites on it and its politeness clock."""
+
+    __slots__ = ("ip", "ready", "next_allowed", "busy", "heap_time", "srtt", "penalty")
+
+    def __init__(self, ip: str) -> None:
+        self.ip = ip
+        self.ready: deque[NamedSite] = deque()
+        self.next_allowed = 0.0
+        self.busy = 0  # requests running to this IP
+        self.heap_time: float | None = None  # time of its live heap entry
+        self.srtt: float | None = None  # smoothed round-trip time, seconds
+        self.penalty = 1.0  # multiplier after 429/503, decays on success

@@ -1,0 +1,272 @@
+"""The URL library: a FIFO of URL records on disk, with a bounded window in RAM.
+
+Larbin kept the URLs it had not yet loaded into a site in ``URLsDisk``, a
+file-backed FIFO, so that a crawl can hold far more URLs than memory.  This is
+the same idea, shaped for crash safety:
+
+* Every record pushed is appended to the current *segment* file (a buffered,
+  append-only log).  Nothing is ever rewritten in place.
+* While the log has no unread backlog, pushed records are also kept in RAM (up
+  to ``ram_urls`` of them), so the common case pops without touching the disk.
+  Once RAM is full, further records live on disk only; pops refill RAM by
+  reading the log sequentially from where the RAM window ends.
+* A segment is closed when it reaches ``segment_bytes`` and deleted once every
+  record in it has been popped *and* the owner says the pop is durable
+  (:meth:`release_through`), which the checkpoint logic of the engine does.
+
+Record format, one per line, ASCII::
+
+    <crc32 of the rest, 8 hex digits> <depth> <retries> <url>\\n
+
+Normalized URLs contain no whitespace, so the line is unambiguous.  A line
+whose checksum does not match (the torn tail of a segment after a crash) ends
+that segment's readable part; the damage is counted in ``corrupt_records``.
+
+The store is synchronous and small-write buffered: it is driven from the
+event loop, and a push costs a formatted line appended to a Python buffer.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections import deque
+from dataclasses import dataclass
+from typing import Iterator
+
+__all__ = ["UrlRecord", "UrlStore", "encode_record", "decode_record"]
+
+
+@dataclass(slots=True)
+class UrlRecord:
+    """One queued URL: where it points, how deep it may still go, retries left."""
+
+    url: str
+    depth: int
+    retries: int
+
+
+def encode_record(rec: UrlRecord) -> bytes:
+    body = f"{rec.depth} {rec.retries} {rec.url}".encode("utf-8", "surrogateescape")
+    return b"%08x %s\n" % (zlib.crc32(body), body)
+
+
+def decode_record(line: bytes) -> UrlRecord | None:
+    """Parse one log line (without or with its newline); None when damaged."""
+    line = line.rstrip(b"\n")
+    if len(line) < 10 or line[8:9] != b" ":
+        return None
+    body = line[9:]
+    try:
+        if int(line[:8], 16) != zlib.crc32(body):
+            return None
+        depth, retries, url = body.split(b" ", 2)
+        return UrlRecord(url.decode("utf-8", "surrogateescape"), int(depth), int(retries))
+    except ValueError:
+        return None
+
+
+class UrlStore:
+    """A disk-backed FIFO of :class:`UrlRecord` with at most ``ram_urls`` in RAM.
+
+    ``directory`` holds the segment files ``seg-NNNNNNNN.log``.  A new store
+    starts empty; :meth:`open_existing` (used by ``--reload``) reopens the
+    segments left by a previous run from a saved read position.
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        *,
+        ram_urls: int,
+        segment_bytes: int = 64 * 1024 * 1024,
+        read_chunk: int = 1 << 16,
+    ) -> None:
+        if ram_urls < 1:
+            raise ValueError("ram_urls must be >= 1")
+        self.directory = directory
+        self.ram_urls = ram_urls
+        self.segment_bytes = segment_bytes
+        self.read_chunk = read_chunk
+        os.makedirs(directory, exist_ok=True)
+        self._ram: deque[UrlRecord] = deque()
+        # Log positions are (segment number, byte offset).
+        self._write_seg = 0
+        self._write_off = 0
+        self._writer = None
+        self._wbuf: list[bytes] = []
+        self._wbuf_bytes = 0
+        # Records written but not yet in RAM: [backlog start position, write end).
+        self._backlog = 0
+        self._read_seg = 0
+        self._read_off = 0
+        self._released_seg = 0  # segments below this number are deleted
+        self.pushed = 0
+        self.popped = 0
+        self.corrupt_records = 0
+        self._open_writer()
+
+    # -- sizes ------------------------------------------------------------
+    def __len__(self) -> int:
+        """All records queued: in RAM plus on disk only."""
+        return len(self._ram) + self._backlog
+
+    @property
+    def in_memory(self) -> int:
+        return len(self._ram)
+
+    @property
+    def on_disk_only(self) -> int:
+        return self._backlog
+
+    # -- writing ----------------------------------------------------------
+    def _seg_path(self, n: int) -> str:
+        return os.path.join(self.directory, f"seg-{n:08d}.log")
+
+    def _open_writer(self) -> None:
+        self._writer = open(self._seg_path(self._write_seg), "ab", buffering=0)
+        self._write_off = self._writer.seek(0, os.SEEK_END)
+
+    def push(self, rec: UrlRecord) -> None:
+        """Append ``rec`` to the log; keep it in RAM too when there is room."""
+        line = encode_record(rec)
+        if self._backlog == 0 and len(self._ram) < self.ram_urls:
+            self._ram.append(rec)
+            # The reader is caught up: it skips over this record's bytes.
+            skip = True
+        else:
+            self._backlog += 1
+            skip = False
+        self._wbuf.append(line)
+        self._wbuf_bytes += len(line)
+        self._write_off += len(line)
+        if skip:
+            self._read_seg, self._read_off = self._write_seg, self._write_off
+        self.pushed += 1
+        if self._write_off >= self.segment_bytes:
+            self._roll()
+        elif self._wbuf_bytes >= 1 << 16:
+            self.flush()
+
+    def _roll(self) -> None:
+        self.flush()
+        self._writer.close()
+        caught_up = (self._read_seg, self._read_off) == (self._write_seg, self._write_off)
+        self._write_seg += 1
+        self._write_off = 0
+        self._open_writer()
+        if caught_up:
+            self._read_seg, self._read_off = self._write_seg, 0
+
+    def flush(self, sync: bool = False) -> None:
+        """Write buffered records to the segment file (fsync when ``sync``)."""
+        if self._wbuf:
+            data = b"".join(self._wbuf)
+            self._wbuf.clear()
+            self._wbuf_bytes = 0
+            view = memoryview(data)
+            while view:
+                n = self._writer.write(view)
+                view = view[n:]
+        if sync:
+            os.fsync(self._writer.fileno())
+
+    # -- reading ----------------------------------------------------------
+    def pop(self) -> UrlRecord | None:
+        """The oldest record, or None when the store is empty."""
+        if not self._ram:
+            if not self._backlog:
+                return None
+            self._refill()
+            if not self._ram:
+                return None
+        self.popped += 1
+        return self._ram.popleft()
+
+    def _refill(self) -> None:
+        """Read up to ``ram_urls`` backlog records from the log into RAM."""
+        self.flush()
+        want = min(self._backlog, max(1, self.ram_urls - len(self._ram)))
+        got = 0
+        while got < want and self._backlog:
+            if (self._read_seg, self._read_off) == (self._write_seg, self._write_off):
+                # The log says there is a backlog but nothing is left to read:
+                # records were lost to corruption.  Resynchronise the count.
+                self.corrupt_records += self._backlog
+                self._backlog = 0
+                break
+            path = self._seg_path(self._read_seg)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self._read_off)
+                    data = f.read(self.read_chunk)
+            except FileNotFoundError:
+                data = b""
+            if not data:
+                self._next_read_segment()
+                continue
+            end = data.rfind(b"\n") + 1
+            if end == 0:
+                if len(data) < self.read_chunk:
+                    # A torn last line without a newline: damage at the tail.
+                    self.corrupt_records += 1
+                    self._backlog = max(0, self._backlog - 1)
+                    self._next_read_segment()
+                    continue
+                # One enormous line (bigger than a chunk): skip it as damage.
+                self.corrupt_records += 1
+                self._backlog = max(0, self._backlog - 1)
+                self._read_off += len(data)
+                continue
+            pos = 0
+            while pos < end and got < want:
+                nl = data.index(b"\n", pos)
+                rec = decode_record(data[pos:nl])
+                pos = nl + 1
+                self._backlog -= 1
+                if rec is None:
+                    self.corrupt_records += 1
+                    continue
+                self._ram.append(rec)
+                got += 1
+                if not self._backlog:
+                    break
+            self._read_off += pos
+
+    def _next_read_segment(self) -> None:
+        if self._read_seg < self._write_seg:
+            self._read_seg += 1
+            self._read_off = 0
+        else:
+            self._read_off = self._write_off
+
+    # -- durability -------------------------------------------------------
+    def read_position(self) -> tuple[int, int]:
+        """Where the first record not yet in RAM starts in the log."""
+        return (self._read_seg, self._read_off)
+
+    def release_through(self, segment: int) -> int:
+        """Delete fully consumed segments numbered below ``segment``.
+
+        Returns how many files were removed.  The engine calls this after a
+        checkpoint has made the pops from those segments durable.
+        """
+        segment = min(segment, self._read_seg)
+        removed = 0
+        for n in range(self._released_seg, segment):
+            try:
+                os.unlink(self._seg_path(n))
+                removed += 1
+            except FileNotFoundError:
+                pass
+        self._released_seg = max(self._released_seg, segment)
+        return removed
+
+    def ram_records(self) -> Iterator[UrlRecord]:
+        return iter(self._ram)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self.flush()
+            self._writer.close()
+            self._writer = None

@@ -1,0 +1,282 @@
+"""The frontier driven by a discrete-event simulation with a fake clock.
+
+No sockets and no sleeping: a tiny event queue plays DNS answers and server
+responses at chosen virtual times, so politeness, the gate, retries and
+conservation are checked exactly.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import defaultdict
+
+import pytest
+
+from larbin_py import robots
+from larbin_py.frontier.scheduler import PAGE, ROBOTS, Frontier, site_key
+
+
+class Sim:
+    """Drives a Frontier: resolves names, answers requests after ``latency``."""
+
+    def __init__(self, frontier: Frontier, *, ips: dict[str, str], latency: float = 0.05,
+                 robots_body: dict[str, str] | None = None, page_outcome=None, dns_fail=None):
+        self.f = frontier
+        self.ips = ips
+        self.latency = latency
+        self.robots_body = robots_body or {}
+        self.page_outcome = page_outcome or (lambda req, n: "ok")
+        self.dns_fail = dns_fail or (lambda host, n: False)
+        self.now = 0.0
+        self.events: list = []
+        self.seq = 0
+        self.starts: list[tuple[float, str, str, str]] = []  # time, kind, host, ip
+        self.active_per_ip: dict[str, int] = defaultdict(int)
+        self.max_active_per_ip = 0
+        self.max_requests_seen = 0
+        self.fetched: list[str] = []
+        self.attempts: dict[str, int] = defaultdict(int)
+        self.dns_queries: dict[str, int] = defaultdict(int)
+        self.max_mem = 0
+
+    def at(self, t, fn, *args):
+        self.seq += 1
+        heapq.heappush(self.events, (t, self.seq, fn, args))
+
+    def pump(self):
+        f = self.f
+        f.tick(self.now)
+        f.load(self.now)
+        for site in f.take_dns_requests():
+            self.dns_queries[site.host] += 1
+            self.at(self.now + 0.01, self.dns_answer, site)
+        while (req := f.next_request(self.now)) is not None:
+            self.starts.append((self.now, req.kind, req.site.host, req.ip))
+            self.active_per_ip[req.ip] += 1
+            self.max_active_per_ip = max(self.max_active_per_ip, self.active_per_ip[req.ip])
+            self.max_requests_seen = max(self.max_requests_seen, f.requests)
+            self.at(self.now + self.latency, self.answer, req)
+        self.max_mem = max(self.max_mem, f.urls_in_memory())
+        taken, accounted = f.conservation()
+        assert taken == accounted
+
+    def dns_answer(self, site):
+        if self.dns_fail(site.host, self.dns_queries[site.host]):
+            self.f.dns_failed(site, "servfail", self.now)
+        else:
+            self.f.dns_resolved(site, (self.ips[site.host],), 300.0, self.now)
+
+    def answer(self, req):
+        self.active_per_ip[req.ip] -= 1
+        if req.kind == ROBOTS:
+            body = self.robots_body.get(req.site.host)
+            if body == "5xx":
+                self.f.robots_unavailable(req, self.now)
+            else:
+                rules = robots.RobotsTxt.parse(body) if body else robots.RobotsTxt.allow_all()
+                self.f.robots_known(req, rules, robots.CACHE_TTL, self.now)
+            return
+        self.attempts[req.url] += 1
+        outcome = self.page_outcome(req, self.attempts[req.url])
+        if outcome == "ok":
+            self.fetched.append(req.url)
+            self.f.fetched_ok(req, self.now)
+        elif outcome == "err40X":
+            self.f.forget(req, "err40X", self.now)
+        else:
+            self.f.retry(req, outcome, self.now)
+
+    def run(self, until: float = 10_000.0):
+        self.pump()
+        while self.now < until:
+            nxt = self.f.next_wakeup()
+            t_ev = self.events[0][0] if self.events else None
+            cands = [t for t in (nxt, t_ev) if t is not None]
+            if not cands:
+                break
+            self.now = max(self.now, min(cands))
+            while self.events and self.events[0][0] <= self.now:
+                _, _, fn, args = heapq.heappop(self.events)
+                fn(*args)
+            self.pump()
+            if self.f.idle() and not self.events:
+                break
+
+
+def make(tmp_path, **kw):
+    args = dict(ram_urls=1000, max_urls_by_site=40, max_requests=50, wait_duration=1.0,
+                rng=random.Random(1), agent="larbin")
+    args.update(kw)
+    return Frontier(str(tmp_path / "frontier"), **args)
+
+
+def test_site_key_forms():
+    assert site_key("http://a.test/x") == ("http://a.test:80", "http", "a.test", 80)
+    assert site_key("https://a.test:8443/") == ("https://a.test:8443", "https", "a.test", 8443)
+    assert site_key("http://u:p@a.test/") [0] == "http://a.test:80"
+    assert site_key("http://[::1]:81/x")[2:] == ("[::1]", 81)
+    assert site_key("ftp://a/") is None
+    assert site_key("http:///x") is None
+
+
+def test_robots_first_then_pages_and_politeness_per_host(tmp_path):
+    f = make(tmp_path, wait_duration=1.0)
+    for i in range(5):
+        f.push(f"http://a.test/{i}", 3, 2)
+    sim = Sim(f, ips={"a.test": "10.0.0.1"})
+    sim.run()
+    kinds = [k for _, k, _, _ in sim.starts]
+    assert kinds[0] == ROBOTS and kinds.count(ROBOTS) == 1
+    assert sorted(sim.fetched) == sorted(f"http://a.test/{i}" for i in range(5))
+    times = [t for t, _, _, _ in sim.starts]
+    assert all(b - a >= 1.0 - 1e-9 for a, b in zip(times, times[1:]))
+    # jitter is at most 10 % of the delay
+    assert all(b - a <= 1.1 + sim.latency + 1e-9 for a, b in zip(times, times[1:]))
+    assert f.idle() and f.conservation()[0] == f.conservation()[1] == 5
+
+
+def test_per_ip_politeness_and_one_connection_per_ip(tmp_path):
+    f = make(tmp_path, wait_duration=0.5)
+    hosts = [f"h{i}.test" for i in range(6)]
+    ips = {h: ("10.0.0.1" if i % 2 else "10.0.0.2") for i, h in enumerate(hosts)}
+    for h in hosts:
+        for j in range(4):
+            f.push(f"http://{h}/{j}", 3, 2)
+    sim = Sim(f, ips=ips, latency=0.3)
+    sim.run()
+    assert len(sim.fetched) == 24
+    assert sim.max_active_per_ip == 1
+    by_ip = defaultdict(list)
+    by_host = defaultdict(list)
+    for t, _, host, ip in sim.starts:
+        by_ip[ip].append(t)
+        by_host[host].append(t)
+    for seq in list(by_ip.values()) + list(by_host.values()):
+        assert all(b - a >= 0.5 - 1e-9 for a, b in zip(seq, seq[1:]))
+    # two IPs really work in parallel: the crawl takes about half the serial time
+    assert sim.now < 0.5 * 30 * 0.75
+
+
+def test_crawl_delay_from_robots_spaces_a_host(tmp_path):
+    f = make(tmp_path, wait_duration=0.2)
+    for j in range(4):
+        f.push(f"http://slow.test/{j}", 3, 2)
+    sim = Sim(f, ips={"slow.test": "10.0.0.3"}, robots_body={"slow.test": "User-agent: *\nCrawl-delay: 2\n"})
+    sim.run()
+    times = [t for t, k, _, _ in sim.starts if k == PAGE]
+    assert len(times) == 4
+    assert all(b - a >= 2.0 - 1e-9 for a, b in zip(times, times[1:]))
+
+
+def test_robots_forbidden_urls_are_forgotten_without_request(tmp_path):
+    f = make(tmp_path, wait_duration=0.1)
+    f.push("http://r.test/ok", 3, 2)
+    f.push("http://r.test/private/x", 3, 2)
+    sim = Sim(f, ips={"r.test": "10.0.0.4"}, robots_body={"r.test": "User-agent: *\nDisallow: /private\n"})
+    sim.run()
+    assert sim.fetched == ["http://r.test/ok"]
+    assert f.forgotten["forbiddenRobots"] == 1
+    assert all(h != "r.test" or k != PAGE or True for _, k, h, _ in sim.starts)
+    assert len([1 for _, k, _, _ in sim.starts if k == PAGE]) == 1
+
+
+def test_full_site_fifo_parks_urls_and_loses_none(tmp_path):
+    f = make(tmp_path, ram_urls=50, max_urls_by_site=5, wait_duration=0.01)
+    urls = [f"http://big.test/{i}" for i in range(500)] + [f"http://small{i}.test/" for i in range(20)]
+    for u in urls:
+        f.push(u, 3, 2)
+    ips = {"big.test": "10.0.1.1", **{f"small{i}.test": f"10.0.2.{i}" for i in range(20)}}
+    sim = Sim(f, ips=ips, latency=0.005)
+    sim.run()
+    assert sorted(sim.fetched) == sorted(urls)
+    assert len(sim.fetched) == len(set(sim.fetched))
+    # RAM: store windows (<= ram_urls) + site FIFOs (<= ram_urls) + in flight
+    assert sim.max_mem <= 2 * 50 + 50
+    assert f.wait.pushed > 0  # the wait store really was used
+
+
+def test_retries_then_forgotten_with_reason(tmp_path):
+    f = make(tmp_path, wait_duration=0.01)
+    f.push("http://flaky.test/a", 3, 3)  # fails twice then works
+    f.push("http://flaky.test/b", 3, 3)  # always fails
+    outcome = lambda req, n: ("ok" if n >= 3 else "noConnection") if req.url.endswith("/a") else "timeout"
+    sim = Sim(f, ips={"flaky.test": "10.0.0.5"}, page_outcome=outcome)
+    sim.run()
+    assert sim.fetched == ["http://flaky.test/a"]
+    assert sim.attempts["http://flaky.test/b"] == 4  # the first try and 3 retries
+    assert f.forgotten["timeout"] == 1
+    assert f.retried["noConnection"] == 2 and f.retried["timeout"] == 3
+
+
+def test_dns_failure_costs_a_retry_and_is_asked_again(tmp_path):
+    f = make(tmp_path, wait_duration=0.01, dns_retry_base=1.0)
+    f.push("http://dns.test/x", 3, 3)
+    f.push("http://dead.test/x", 3, 2)
+    sim = Sim(f, ips={"dns.test": "10.0.0.6", "dead.test": "10.0.0.7"},
+              dns_fail=lambda host, n: host == "dead.test" or n < 2)
+    sim.run()
+    assert sim.fetched == ["http://dns.test/x"]
+    assert sim.dns_queries["dns.test"] == 2
+    assert sim.dns_queries["dead.test"] == 3  # the first try and two retries
+    assert f.forgotten["noDNS"] == 1
+    assert f.idle()
+
+
+def test_robots_unavailable_retries_then_disallows(tmp_path):
+    f = make(tmp_path, wait_duration=0.01)
+    f.push("http://down.test/1", 3, 2)
+    f.push("http://down.test/2", 3, 2)
+    sim = Sim(f, ips={"down.test": "10.0.0.8"}, robots_body={"down.test": "5xx"})
+    sim.run()
+    robots_starts = [k for _, k, _, _ in sim.starts if k == ROBOTS]
+    assert len(robots_starts) == robots.MAX_ERROR_ATTEMPTS
+    assert sim.fetched == []
+    assert f.forgotten["forbiddenRobots"] == 2
+
+
+def test_max_requests_caps_concurrency(tmp_path):
+    f = make(tmp_path, wait_duration=0.0, max_requests=3)
+    hosts = {f"c{i}.test": f"10.0.3.{i}" for i in range(10)}
+    for h in hosts:
+        f.push(f"http://{h}/", 3, 2)
+    sim = Sim(f, ips=hosts, latency=1.0)
+    sim.run()
+    assert len(sim.fetched) == 10
+    assert sim.max_requests_seen <= 3
+
+
+def test_priority_lane_is_loaded_first(tmp_path):
+    f = make(tmp_path, ram_urls=1000, wait_duration=0.0, max_requests=1)
+    for i in range(5):
+        f.push(f"http://q.test/n{i}", 3, 2)
+    f.push("http://q.test/urgent", 3, 2, priority=True)
+    sim = Sim(f, ips={"q.test": "10.0.0.9"})
+    sim.run()
+    assert sim.fetched[0] == "http://q.test/urgent"
+
+
+def test_gate_closes_when_sites_hold_ram_urls(tmp_path):
+    f = make(tmp_path, ram_urls=10, max_urls_by_site=100)
+    for i in range(100):
+        f.push(f"http://g{i}.test/", 3, 2)
+    f.load(0.0)
+    assert f.in_sites == 10 and not f.is_get
+    assert len(f.main) == 90
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_conservation_under_random_outcomes(tmp_path, seed):
+    rng = random.Random(seed)
+    f = make(tmp_path, ram_urls=30, max_urls_by_site=3, wait_duration=0.01, rng=rng)
+    hosts = {f"x{i}.test": f"10.0.4.{i % 4}" for i in range(12)}
+    urls = [f"http://x{i % 12}.test/{i}" for i in range(300)]
+    for u in urls:
+        f.push(u, 3, 2)
+    choices = ["ok", "ok", "ok", "err40X", "noConnection", "timeout"]
+    sim = Sim(f, ips=hosts, latency=0.002, page_outcome=lambda req, n: rng.choice(choices))
+    sim.run()
+    assert f.idle()
+    taken, accounted = f.conservation()
+    assert taken == accounted == 300
+    assert f.fetched + sum(f.forgotten.values()) == 300
