@@ -1,0 +1,143 @@
+"""The command line: ``larbin`` / ``python -m larbin_py``.
+
+``main(argv)`` reads the configuration, then hands it to
+``larbin_py.engine.crawl_main(config, reload=..., demo=...)`` (imported only
+then, so a configuration can be checked without the engine).  Exit codes:
+
+* 0: the crawl finished (or ``--help``, ``--version``, ``--print-config``);
+* 1: the crawl failed, or the engine is missing;
+* 2: a usage or configuration error, reported as ONE line on stderr;
+* 130: interrupted (SIGINT / Ctrl-C).
+
+``--demo`` without ``-c``, when ``./larbin.conf`` does not exist, uses the
+built-in demo configuration (``larbin_py.config.DEMO_CONFIG_TEXT``).  An
+explicit ``-c FILE`` must exist, with ``--demo`` too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import traceback
+from typing import NoReturn, Sequence
+
+from . import __version__
+from .config import Config, ConfigError, demo_config, format_config, load_config
+
+__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+PROG = "larbin"
+DEFAULT_CONFIG = "larbin.conf"
+
+
+class _UsageError(Exception):
+    """A command-line problem: the message is printed as one line (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(f"{message} (try --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``larbin``."""
+    parser = _Parser(
+        prog=PROG,
+        description="larbin_py: a fast, polite, single-process web crawler (Larbin's design).",
+        epilog="Exit codes: 0 finished, 1 crawl failed, 2 usage or configuration error, "
+               "130 interrupted.  Every key is documented in the shipped larbin.conf.",
+    )
+    parser.add_argument("-c", "--config", metavar="FILE", default=None,
+                        help=f"the configuration file (default: ./{DEFAULT_CONFIG})")
+    parser.add_argument("--reload", action="store_true",
+                        help="continue the crawl saved in stateDir instead of starting anew")
+    parser.add_argument("--demo", action="store_true",
+                        help="crawl the built-in synthetic web on loopback (no startUrl needed)")
+    parser.add_argument("--seed", metavar="URL", action="append", default=[],
+                        help="a start URL, added to the file's startUrl (repeatable)")
+    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
+                        type=_key_value, help="override a larbin.conf key (repeatable)")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the effective configuration in larbin.conf format and exit")
+    parser.add_argument("--version", action="version", version=f"larbin_py {__version__}")
+    return parser
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
+def _load(args: argparse.Namespace) -> Config:
+    """The configuration the arguments ask for; raises ConfigError."""
+    lenient = args.demo or args.reload or bool(args.seed) or args.print_config
+    path = args.config
+    if path is None:
+        path = DEFAULT_CONFIG
+        if args.demo and not os.path.exists(path):
+            return demo_config(args.overrides, args.seed)
+    return load_config(path, args.overrides, require_start_urls=not lenient,
+                       extra_start_urls=args.seed)
+
+
+def _say(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as exc:
+        _say(str(exc))
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help, --version
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+
+    try:
+        config = _load(args)
+    except ConfigError as exc:
+        _say(str(exc))
+        return EXIT_USAGE
+
+    if args.print_config:
+        sys.stdout.write(format_config(config))
+        return EXIT_OK
+
+    try:
+        from .engine import crawl_main
+    except ImportError as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name == f"{__package__}.engine" \
+                or "crawl_main" in str(exc):
+            _say(f"configuration {config.source} is valid, but the crawl engine is not built yet")
+        else:
+            _say(f"cannot load the crawl engine: {exc}")
+        return EXIT_FAILED
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_DFL:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        code = crawl_main(config, reload=args.reload, demo=args.demo)
+    except KeyboardInterrupt:
+        _say("interrupted")
+        return EXIT_INTERRUPTED
+    except ConfigError as exc:
+        _say(str(exc))
+        return EXIT_USAGE
+    except Exception:
+        traceback.print_exc()
+        _say("the crawl failed with an internal error (traceback above)")
+        return EXIT_FAILED
+    if code is None:
+        return EXIT_OK
+    return code if isinstance(code, int) and not isinstance(code, bool) else EXIT_FAILED

@@ -1,0 +1,830 @@
+"""The larbin.conf reader: text in, one frozen, typed :class:`Config` out.
+
+The format is Larbin 2.6's, read line by line:
+
+* ``key value...``: a key, then its value words, separated by whitespace.
+* ``key`` alone: a switch, which turns the option on.  A switch also takes an
+  explicit ``true``/``false`` (``yes``/``no``, ``on``/``off``, ``1``/``0``),
+  which is how an option that defaults to on is turned off.
+* ``#``: a word that begins with ``#`` starts a comment, on a line of its own
+  or after a value (``waitDuration 2  # seconds``).  A ``#`` inside a word is
+  kept, so ``http://a.example/#top`` stays a URL.
+* Blocks: ``forbiddenExtensions``, ``limitToDomain`` and ``specificSet`` take
+  every following word, over as many lines as needed, up to the word ``end``.
+* Repetition: ``startUrl``, ``dnsServers`` and the blocks may appear several
+  times and accumulate (``startUrl`` may also carry several URLs on a line;
+  a ``startUrl`` or ``dnsServers`` line without a value is an error).
+  Any other key given twice is an error naming both lines: a configuration
+  in which a later line silently wins is a configuration nobody reads.
+* Key names: matched case-sensitively, as Larbin did; a key whose spelling
+  differs only by case (``useragent``) is accepted as the same key, and so is
+  the Config attribute name (``wait_duration``), which reads naturally after
+  ``--set``.  Anything else is an unknown key, reported with the closest real
+  key (difflib) as a suggestion.
+
+Overrides (``--set KEY=VALUE`` on the command line) come as ``(key, value)``
+pairs and replace the file's value, list keys included (``--set
+startUrl="http://a/ http://b/"``); for a list key the value's words are the
+items, no ``end`` needed.  Extra start URLs (``--seed URL``) are added to the
+file's ``startUrl`` instead.  Both are checked exactly as file lines are, and
+their errors are located as ``--set:N`` / ``--seed:N`` (the N-th one given).
+
+Every problem raises :class:`ConfigError`, whose ``str()`` is one line naming
+the file, the line and the key::
+
+    larbin.conf:12: waitDuraton: unknown key (did you mean waitDuration?)
+    larbin.conf:7: pagesConnexions: expected an integer >= 1, got 'abc'
+    --set:1: outputMode: expected one of none, save, mirror, stats, warc or 0..4, got 'html'
+    larbin.conf: cannot read: No such file or directory
+
+``outputMode`` takes a name or Larbin-style number: 0 ``none``, 1 ``save``,
+2 ``mirror``, 3 ``stats``, 4 ``warc``.  Times are seconds and take fractions
+(``waitDuration 0.2``).  ``startUrl`` values are kept as written (the engine
+normalizes them) but must look like ``http://`` or ``https://`` URLs.
+
+:class:`Config` validates itself on construction, so :meth:`Config.replace`
+and direct construction get the same range checks as the file (without a
+line number to report).  :func:`format_config` renders a Config back to
+larbin.conf text that :func:`parse_config_text` reads to an equal Config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import ipaddress
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from . import __version__
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "DEFAULT_FORBIDDEN_EXTENSIONS",
+    "DEFAULT_USER_AGENT",
+    "DEMO_CONFIG_TEXT",
+    "KEYS",
+    "OUTPUT_MODES",
+    "demo_config",
+    "format_config",
+    "load_config",
+    "parse_config_text",
+    "read_resolv_conf",
+    "system_dns_servers",
+]
+
+#: ``outputMode`` names, in the order of their numbers (0 none ... 4 warc).
+OUTPUT_MODES: tuple[str, ...] = ("none", "save", "mirror", "stats", "warc")
+
+DEFAULT_USER_AGENT = f"larbin_py/{__version__}"
+
+#: Extensions that are almost never HTML: not worth a request by default.
+DEFAULT_FORBIDDEN_EXTENSIONS: tuple[str, ...] = (
+    ".7z", ".apk", ".avi", ".bin", ".bmp", ".bz2", ".class", ".deb", ".dmg",
+    ".doc", ".docx", ".dvi", ".exe", ".flac", ".flv", ".gif", ".gz", ".ico",
+    ".iso", ".jar", ".jpeg", ".jpg", ".m4a", ".m4v", ".mkv", ".mov", ".mp3",
+    ".mp4", ".mpeg", ".mpg", ".msi", ".ogg", ".pdf", ".png", ".ppt", ".pptx",
+    ".ps", ".psd", ".rar", ".rpm", ".svg", ".tar", ".tgz", ".tif", ".tiff",
+    ".wav", ".webm", ".webp", ".wmv", ".woff", ".woff2", ".xls", ".xlsx",
+    ".xz", ".zip",
+)
+
+RESOLV_CONF = "/etc/resolv.conf"
+_FALLBACK_DNS: tuple[tuple[str, int], ...] = (("127.0.0.1", 53),)
+
+_TRUE = frozenset({"true", "yes", "on", "1"})
+_FALSE = frozenset({"false", "no", "off", "0"})
+_URL_RE = re.compile(r"https?://[^\s/?#@]*[^\s/?#@:][^\s]*\Z", re.IGNORECASE)
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class ConfigError(Exception):
+    """A configuration problem, located: ``str()`` is ``FILE:LINE: key: message``.
+
+    ``filename`` is the file (``--set``/``--seed`` for command-line values,
+    None for a Config built in code), ``line`` the 1-based line or None when
+    the problem is not on one line (a missing file, a missing key), ``key``
+    the larbin.conf key or None.
+    """
+
+    def __init__(self, filename: str | None, line: int | None, key: str | None, message: str):
+        self.filename = filename
+        self.line = line
+        self.key = key
+        self.message = message
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        parts = []
+        if self.filename is not None:
+            parts.append(f"{self.filename}:{self.line}" if self.line else self.filename)
+        if self.key:
+            parts.append(self.key)
+        parts.append(self.message)
+        return ": ".join(parts).replace("\n", " ")
+
+
+class _Bad(Exception):
+    """A value problem, before it is located (internal)."""
+
+
+# --------------------------------------------------------------------------
+# DNS servers: the resolv.conf default and the host[:port] syntax
+
+
+def _parse_server(word: str) -> tuple[str, int]:
+    """``1.2.3.4``, ``1.2.3.4:5353``, ``::1``, ``[::1]:5353`` -> (address, port)."""
+    host, port = word, 53
+    if word.startswith("["):
+        close = word.find("]")
+        rest = word[close + 1:] if close > 0 else "x"
+        if close < 0 or (rest and not rest.startswith(":")):
+            raise _Bad(f"expected an IP address or [IPv6]:port, got {word!r}")
+        host = word[1:close]
+        if rest:
+            port = _port(rest[1:], word, low=1)
+    elif word.count(":") == 1:
+        host, _, text = word.partition(":")
+        port = _port(text, word, low=1)
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        raise _Bad(f"expected an IP address[:port] (IPv6 as [addr]:port), got {word!r}") from None
+    return str(address), port
+
+
+def _port(text: str, word: str, low: int) -> int:
+    if not text.isdigit() or not low <= int(text) <= 65535:
+        raise _Bad(f"expected a port in {low}..65535, got {word!r}")
+    return int(text)
+
+
+def _format_server(server: tuple[str, int]) -> str:
+    host, port = server
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def read_resolv_conf(path: str | os.PathLike[str] = RESOLV_CONF) -> tuple[tuple[str, int], ...]:
+    """The ``nameserver`` addresses of a resolv.conf, port 53, in order.
+
+    Unreadable files, comments and malformed lines are skipped; duplicates
+    are kept once.  Falls back to ``(("127.0.0.1", 53),)`` when none is found.
+    """
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        return _FALLBACK_DNS
+    servers: list[tuple[str, int]] = []
+    for line in lines:
+        words = line.split()
+        if len(words) >= 2 and words[0] == "nameserver":
+            try:
+                server = (str(ipaddress.ip_address(words[1])), 53)
+            except ValueError:
+                continue
+            if server not in servers:
+                servers.append(server)
+    return tuple(servers) or _FALLBACK_DNS
+
+
+@functools.cache
+def system_dns_servers() -> tuple[tuple[str, int], ...]:
+    """``read_resolv_conf()`` of this machine, read once (Config's default)."""
+    return read_resolv_conf(RESOLV_CONF)
+
+
+# --------------------------------------------------------------------------
+# The Config
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Every crawl setting; attribute names are larbin.conf keys in snake_case.
+
+    Times are seconds (float), sizes bytes, 0 means "off" or "no limit" where
+    the key's documentation (the shipped larbin.conf) says so.  Construction
+    validates every value (raising :class:`ConfigError`); lists may be given
+    as any sequence and are stored as tuples.
+    """
+
+    from_addr: str = ""
+    user_agent: str = DEFAULT_USER_AGENT
+    output_mode: str = "mirror"
+    http_port: int = 8081
+    http_bind: str = "127.0.0.1"
+    input_port: int = 0
+    print_stats: bool = False
+    fetch_info: bool = False
+    histograms: bool = True
+    can_reload: bool = True
+    lock_site: bool = False
+    pages_connexions: int = 100
+    dns_connexions: int = 10
+    depth_in_site: int = 5
+    depth_by_site: bool = False
+    no_external_links: bool = False
+    wait_duration: float = 2.0
+    proxy: tuple[str, int] | None = None
+    bond_width: int = 0
+    limit_time: float = 0.0
+    limit_page: int = 0
+    use_cookies: bool = False
+    get_cgi: bool = False
+    start_urls: tuple[str, ...] = ()
+    punycode: bool = True
+    ignore_robots: bool = False
+    page_no_duplicate: bool = False
+    get_image: bool = False
+    any_type: bool = False
+    specific_search: bool = False
+    specific_set: tuple[str, ...] = ()
+    limit_to_domain: tuple[str, ...] = ()
+    forbidden_extensions: tuple[str, ...] = DEFAULT_FORBIDDEN_EXTENSIONS
+    max_urls_by_site: int = 40
+    ram_urls: int = 100_000
+    timeout_page: float = 30.0
+    timeout_incr: int = 2000
+    connect_timeout: float = 10.0
+    max_page_size: int = 5_000_000
+    max_url_size: int = 512
+    dns_valid_time: float = 172_800.0
+    dns_timeout: float = 5.0
+    dns_servers: tuple[tuple[str, int], ...] = field(default_factory=system_dns_servers)
+    save_dir: str = "save"
+    state_dir: str = "state"
+    files_per_dir: int = 2000
+    retries: int = 3
+    connexions_per_ip: int = 1
+    url_input: bool = False
+    http_token: str | None = None
+    #: The file this configuration was read from (not a setting: ignored by ==).
+    source: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        for key in KEYS:
+            value = getattr(self, key.attr)
+            try:
+                coerced = key.coerce(value)
+            except _Bad as exc:
+                raise ConfigError(None, None, key.name, str(exc)) from None
+            if coerced is not value:
+                object.__setattr__(self, key.attr, coerced)
+        problems = _cross_problems(self)
+        if problems:
+            name, message = problems[0]
+            raise ConfigError(None, None, name, message)
+
+    def replace(self, **changes: Any) -> "Config":
+        """A copy with ``changes`` (attribute names), validated like the original."""
+        return dataclasses.replace(self, **changes)
+
+
+# --------------------------------------------------------------------------
+# Keys: how each one is read, checked and written back
+
+
+class _Key:
+    """One larbin.conf key: its Config attribute and value syntax."""
+
+    repeatable = False  # may appear several times in a file (values accumulate)
+    block = False  # values run up to ``end``
+
+    def __init__(self, name: str, attr: str):
+        self.name = name
+        self.attr = attr
+
+    def parse(self, words: list[str]) -> Any:
+        """The value of a line's words (everything after the key)."""
+        raise NotImplementedError
+
+    def coerce(self, value: Any) -> Any:
+        """``value`` checked (and normalized: list -> tuple, int -> float); raises _Bad."""
+        raise NotImplementedError
+
+    def format(self, value: Any) -> list[str]:
+        """larbin.conf lines setting ``value`` ([] when absent means the value)."""
+        raise NotImplementedError
+
+    def _one(self, words: list[str]) -> str:
+        if len(words) != 1:
+            got = "nothing" if not words else f"{len(words)} words: {' '.join(words)!r}"
+            raise _Bad(f"expected one value, got {got}")
+        return words[0]
+
+
+class _Switch(_Key):
+    def parse(self, words: list[str]) -> bool:
+        if not words:
+            return True
+        if len(words) == 1 and words[0].lower() in _TRUE | _FALSE:
+            return words[0].lower() in _TRUE
+        raise _Bad(f"is a switch: expected no value or true/false, got {' '.join(words)!r}")
+
+    def coerce(self, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise _Bad(f"expected true or false, got {value!r}")
+        return value
+
+    def format(self, value: bool) -> list[str]:
+        return [self.name] if value else [f"{self.name} false"]
+
+
+class _Int(_Key):
+    def __init__(self, name: str, attr: str, low: int = 0, high: int | None = None):
+        super().__init__(name, attr)
+        self.low, self.high = low, high
+        self.expected = f"an integer in {low}..{high}" if high is not None else f"an integer >= {low}"
+
+    def parse(self, words: list[str]) -> int:
+        word = self._one(words)
+        try:
+            return self.coerce(int(word, 10))
+        except (ValueError, _Bad):
+            raise _Bad(f"expected {self.expected}, got {word!r}") from None
+
+    def coerce(self, value: Any) -> int:
+        if (not isinstance(value, int) or isinstance(value, bool) or value < self.low
+                or (self.high is not None and value > self.high)):
+            raise _Bad(f"expected {self.expected}, got {value!r}")
+        return value
+
+    def format(self, value: int) -> list[str]:
+        return [f"{self.name} {value}"]
+
+
+class _Seconds(_Key):
+    def __init__(self, name: str, attr: str, low: float = 0.0, above: bool = False):
+        super().__init__(name, attr)
+        self.low, self.above = low, above
+        self.expected = f"a number of seconds {'>' if above else '>='} {low:g}"
+
+    def parse(self, words: list[str]) -> float:
+        word = self._one(words)
+        try:
+            return self.coerce(float(word))
+        except (ValueError, _Bad):
+            raise _Bad(f"expected {self.expected}, got {word!r}") from None
+
+    def coerce(self, value: Any) -> float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise _Bad(f"expected {self.expected}, got {value!r}")
+        number = float(value)
+        if not math.isfinite(number) or number < self.low or (self.above and number == self.low):
+            raise _Bad(f"expected {self.expected}, got {value!r}")
+        return value if type(value) is float else number
+
+    def format(self, value: float) -> list[str]:
+        text = repr(value)
+        return [f"{self.name} {text[:-2] if text.endswith('.0') else text}"]
+
+
+class _Text(_Key):
+    """Free text: the rest of the line, words joined by one space."""
+
+    def __init__(self, name: str, attr: str, *, empty: bool = False, one_word: bool = False,
+                 none: bool = False, min_length: int = 1, email: bool = False):
+        super().__init__(name, attr)
+        self.empty, self.one_word, self.none = empty, one_word, none
+        self.min_length, self.email = min_length, email
+
+    def parse(self, words: list[str]) -> str | None:
+        if not words and self.none:
+            return None
+        text = self._one(words) if self.one_word else " ".join(words)
+        if not text:
+            raise _Bad("expected a value, got nothing")
+        return self.coerce(text)
+
+    def coerce(self, value: Any) -> str | None:
+        if value is None and self.none:
+            return None
+        if not isinstance(value, str):
+            raise _Bad(f"expected text, got {value!r}")
+        if value == "" and self.empty:
+            return value
+        if value != value.strip() or _CONTROL_RE.search(value) or "  " in value:
+            raise _Bad(f"expected text without control characters or extra spaces, got {value!r}")
+        if self.one_word and " " in value:
+            raise _Bad(f"expected one word, got {value!r}")
+        if any(word.startswith("#") for word in value.split(" ")):
+            raise _Bad(f"a word may not begin with '#' (it starts a comment), got {value!r}")
+        if len(value) < self.min_length:
+            raise _Bad(f"expected at least {self.min_length} characters, got {len(value)}")
+        if self.email and "@" not in value:
+            raise _Bad(f"expected an e-mail address, got {value!r}")
+        return value
+
+    def format(self, value: str | None) -> list[str]:
+        return [] if not value else [f"{self.name} {value}"]
+
+
+class _OutputMode(_Key):
+    def parse(self, words: list[str]) -> str:
+        word = self._one(words)
+        if word.isdigit() and int(word) < len(OUTPUT_MODES):
+            return OUTPUT_MODES[int(word)]
+        return self.coerce(word.lower())
+
+    def coerce(self, value: Any) -> str:
+        if value not in OUTPUT_MODES:
+            raise _Bad(f"expected one of {', '.join(OUTPUT_MODES)} or 0..{len(OUTPUT_MODES) - 1}, "
+                       f"got {value!r}")
+        return value
+
+    def format(self, value: str) -> list[str]:
+        return [f"{self.name} {value}"]
+
+
+class _Proxy(_Key):
+    def parse(self, words: list[str]) -> tuple[str, int] | None:
+        if len(words) == 1 and words[0].lower() == "none":
+            return None
+        if len(words) != 2:
+            raise _Bad(f"expected 'host port' or 'none', got {' '.join(words)!r}")
+        return words[0], _port(words[1], words[1], low=1)
+
+    def coerce(self, value: Any) -> tuple[str, int] | None:
+        if value is None:
+            return None
+        if (not isinstance(value, (tuple, list)) or len(value) != 2 or not isinstance(value[0], str)
+                or not value[0] or any(c.isspace() for c in value[0])
+                or not isinstance(value[1], int) or not 1 <= value[1] <= 65535):
+            raise _Bad(f"expected (host, port) or None, got {value!r}")
+        return value if isinstance(value, tuple) else tuple(value)
+
+    def format(self, value: tuple[str, int] | None) -> list[str]:
+        return [] if value is None else [f"{self.name} {value[0]} {value[1]}"]
+
+
+class _List(_Key):
+    """A list of words: repeated lines (or a block) accumulate."""
+
+    repeatable = True
+
+    def __init__(self, name: str, attr: str, *, block: bool = False, nonempty: bool = False):
+        super().__init__(name, attr)
+        self.block = block
+        self.nonempty = nonempty
+
+    def item(self, word: str) -> Any:
+        """One item from its word; raises _Bad."""
+        if _CONTROL_RE.search(word) or not word or word != word.strip() or word.startswith("#") \
+                or " " in word or word == "end":
+            raise _Bad(f"expected a word, got {word!r}")
+        return word
+
+    def parse(self, words: list[str]) -> tuple:
+        return tuple(self.item(word) for word in words)
+
+    def coerce(self, value: Any) -> tuple:
+        if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+            raise _Bad(f"expected a tuple, got {value!r}")
+        items = tuple(self.coerce_item(item) for item in value)
+        if self.nonempty and not items:
+            raise _Bad("expected at least one value")
+        return value if items == value and isinstance(value, tuple) else items
+
+    def coerce_item(self, item: Any) -> Any:
+        if not isinstance(item, str):
+            raise _Bad(f"expected a word, got {item!r}")
+        return self.item(item)
+
+    def format(self, value: tuple) -> list[str]:
+        if self.block:
+            lines, line = [self.name], "   "
+            for word in value:
+                if len(line) + len(word) > 76 and line.strip():
+                    lines.append(line)
+                    line = "   "
+                line += " " + word
+            if line.strip():
+                lines.append(line)
+            return lines + ["end"]
+        return [f"{self.name} {' '.join(value)}"] if value else []
+
+
+class _StartUrls(_List):
+    def item(self, word: str) -> str:
+        if not _URL_RE.match(word):
+            raise _Bad(f"not an http(s) URL: {word!r}")
+        return word
+
+    def format(self, value: tuple[str, ...]) -> list[str]:
+        return [f"{self.name} {url}" for url in value]
+
+
+class _DnsServers(_List):
+    def item(self, word: str) -> tuple[str, int]:
+        return _parse_server(word)
+
+    def coerce_item(self, item: Any) -> tuple[str, int]:
+        if (not isinstance(item, (tuple, list)) or len(item) != 2 or not isinstance(item[0], str)
+                or not isinstance(item[1], int) or isinstance(item[1], bool)):
+            raise _Bad(f"expected (address, port), got {item!r}")
+        server = _parse_server(_format_server((item[0], item[1])))
+        if server != tuple(item):
+            raise _Bad(f"expected a canonical (address, port), got {item!r}")
+        return server
+
+    def format(self, value: tuple[tuple[str, int], ...]) -> list[str]:
+        return [f"{self.name} {' '.join(map(_format_server, value))}"]
+
+
+#: Every key, in larbin.conf order.
+KEYS: tuple[_Key, ...] = (
+    _Text("From", "from_addr", empty=True, email=True),
+    _Text("UserAgent", "user_agent"),
+    _OutputMode("outputMode", "output_mode"),
+    _Int("httpPort", "http_port", 0, 65535),
+    _Text("httpBind", "http_bind", one_word=True),
+    _Int("inputPort", "input_port", 0, 65535),
+    _Switch("urlInput", "url_input"),
+    _Text("httpToken", "http_token", one_word=True, none=True, min_length=8),
+    _Switch("printStats", "print_stats"),
+    _Switch("fetchInfo", "fetch_info"),
+    _Switch("histograms", "histograms"),
+    _Switch("canReload", "can_reload"),
+    _Text("saveDir", "save_dir"),
+    _Text("stateDir", "state_dir"),
+    _Int("filesPerDir", "files_per_dir", 1),
+    _Int("pagesConnexions", "pages_connexions", 1),
+    _Int("dnsConnexions", "dns_connexions", 1),
+    _Int("connexionsPerIP", "connexions_per_ip", 1),
+    _DnsServers("dnsServers", "dns_servers", nonempty=True),
+    _Seconds("dnsTimeout", "dns_timeout", above=True),
+    _Seconds("dnsValidTime", "dns_valid_time"),
+    _Seconds("waitDuration", "wait_duration"),
+    _Seconds("connectTimeout", "connect_timeout", above=True),
+    _Seconds("timeoutPage", "timeout_page", above=True),
+    _Int("timeoutIncr", "timeout_incr", 0),
+    _Int("retries", "retries", 0),
+    _Int("maxPageSize", "max_page_size", 1),
+    _Int("maxUrlSize", "max_url_size", 16),
+    _Int("maxUrlsBySite", "max_urls_by_site", 1),
+    _Int("ramUrls", "ram_urls", 1),
+    _Proxy("proxy", "proxy"),
+    _Int("bondWidth", "bond_width", 0),
+    _Seconds("limitTime", "limit_time"),
+    _Int("limitPage", "limit_page", 0),
+    _Int("depthInSite", "depth_in_site", 0),
+    _Switch("depthBySite", "depth_by_site"),
+    _Switch("noExternalLinks", "no_external_links"),
+    _Switch("lockSite", "lock_site"),
+    _Switch("useCookies", "use_cookies"),
+    _Switch("getCGI", "get_cgi"),
+    _Switch("punycode", "punycode"),
+    _Switch("ignoreRobots", "ignore_robots"),
+    _Switch("pageNoDuplicate", "page_no_duplicate"),
+    _Switch("getImage", "get_image"),
+    _Switch("anyType", "any_type"),
+    _Switch("specificSearch", "specific_search"),
+    _List("specificSet", "specific_set", block=True),
+    _List("limitToDomain", "limit_to_domain", block=True),
+    _List("forbiddenExtensions", "forbidden_extensions", block=True),
+    _StartUrls("startUrl", "start_urls"),
+)
+
+_BY_NAME: dict[str, _Key] = {key.name: key for key in KEYS}
+_BY_ATTR: dict[str, _Key] = {key.attr: key for key in KEYS}
+_BY_LOWER: dict[str, _Key] = {key.name.lower(): key for key in KEYS}
+assert {f.name for f in dataclasses.fields(Config)} == set(_BY_ATTR) | {"source"}
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _cross_problems(config: Config) -> list[tuple[str, str]]:
+    """Problems between keys, as (key name, message); [] when consistent."""
+    problems = []
+    if config.url_input:
+        if config.http_port == 0:
+            problems.append(("urlInput", "needs the stats server: httpPort is 0 (off)"))
+        elif config.http_token is None and not _is_loopback(config.http_bind):
+            problems.append(("urlInput", f"httpBind {config.http_bind} is not a loopback address, "
+                                         "so an httpToken is required"))
+    if config.specific_search and not config.specific_set:
+        problems.append(("specificSearch", "needs a specificSet block (the types or extensions to keep)"))
+    if config.http_port and config.http_port == config.input_port:
+        problems.append(("inputPort", f"same port as httpPort ({config.http_port})"))
+    if os.path.normpath(config.save_dir) == os.path.normpath(config.state_dir):
+        problems.append(("stateDir", f"must differ from saveDir ({config.save_dir!r})"))
+    return problems
+
+
+def _lookup(word: str) -> _Key | None:
+    return _BY_NAME.get(word) or _BY_ATTR.get(word) or _BY_LOWER.get(word.lower())
+
+
+def _unknown(word: str) -> str:
+    if word == "end":
+        return "'end' without a block to close"
+    lowered = {name.lower(): name for name in _BY_NAME}
+    close = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.6)
+    return f"unknown key (did you mean {lowered[close[0]]}?)" if close else "unknown key"
+
+
+# --------------------------------------------------------------------------
+# Reading
+
+
+def _words(line: str) -> list[str]:
+    """A line's words, up to a comment (a word beginning with '#')."""
+    words = line.split()
+    for i, word in enumerate(words):
+        if word.startswith("#"):
+            return words[:i]
+    return words
+
+
+Location = tuple[str, int | None]
+
+
+def _read_lines(text: str, filename: str, values: dict[str, Any], where: dict[str, Location]) -> None:
+    """Fill ``values`` (by key name) and ``where`` from larbin.conf ``text``."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        lineno = i + 1
+        words = _words(lines[i])
+        i += 1
+        if not words:
+            continue
+        key = _lookup(words[0])
+        if key is None:
+            raise ConfigError(filename, lineno, words[0], _unknown(words[0]))
+        if key.name in where and not key.repeatable:
+            raise ConfigError(filename, lineno, key.name,
+                              f"set twice (first on line {where[key.name][1]}); only startUrl, "
+                              "dnsServers and the blocks may repeat")
+        if key.block:
+            items: list[tuple[str, int]] = []
+            rest, at = words[1:], lineno
+            while "end" not in rest:
+                items.extend((word, at) for word in rest)
+                if i >= len(lines):
+                    hint = next((f" (is line {n} '{w}' a key? close the block before it)"
+                                 for w, n in items if w in _BY_NAME), "")
+                    raise ConfigError(filename, lineno, key.name,
+                                      f"block begun on this line has no 'end'{hint}")
+                rest, at = _words(lines[i]), i + 1
+                i += 1
+            end = rest.index("end")
+            items.extend((word, at) for word in rest[:end])
+            if rest[end + 1:]:
+                raise ConfigError(filename, at, key.name,
+                                  f"unexpected text after 'end': {' '.join(rest[end + 1:])!r}")
+            value = []
+            for word, n in items:
+                try:
+                    value.append(key.item(word))
+                except _Bad as exc:
+                    raise ConfigError(filename, n, key.name, str(exc)) from None
+            value = tuple(value)
+        elif key.repeatable and len(words) == 1:
+            raise ConfigError(filename, lineno, key.name, "expected at least one value, got nothing")
+        else:
+            try:
+                value = key.parse(words[1:])
+            except _Bad as exc:
+                raise ConfigError(filename, lineno, key.name, str(exc)) from None
+        if key.repeatable and key.name in values:
+            value = values[key.name] + value
+        values[key.name] = value
+        where.setdefault(key.name, (filename, lineno))
+
+
+def parse_config_text(
+    text: str,
+    filename: str = "<string>",
+    overrides: Iterable[tuple[str, str]] = (),
+    *,
+    require_start_urls: bool = True,
+    extra_start_urls: Iterable[str] = (),
+    resolv_conf: str | os.PathLike[str] | None = None,
+) -> Config:
+    """The Config of larbin.conf ``text`` (``filename`` names it in errors).
+
+    ``overrides``: ``(key, value)`` pairs (``--set``) replacing the file's
+    values.  ``extra_start_urls`` (``--seed``) are added after the file's
+    ``startUrl``s.  ``require_start_urls``: no start URL at all is an error.
+    ``resolv_conf``: where the default ``dnsServers`` come from when the text
+    sets none (default: this machine's /etc/resolv.conf, read once).
+    Raises :class:`ConfigError`.
+    """
+    values: dict[str, Any] = {}
+    where: dict[str, Location] = {}
+    _read_lines(text, filename, values, where)
+
+    for n, (name, raw) in enumerate(overrides, 1):
+        key = _lookup(name)
+        if key is None:
+            raise ConfigError("--set", n, name, _unknown(name))
+        try:
+            values[key.name] = key.parse(raw.split())
+        except _Bad as exc:
+            raise ConfigError("--set", n, key.name, str(exc)) from None
+        where[key.name] = ("--set", n)
+
+    seeds = []
+    for n, url in enumerate(extra_start_urls, 1):
+        try:
+            seeds.append(_BY_NAME["startUrl"].item(url))
+        except _Bad as exc:
+            raise ConfigError("--seed", n, "startUrl", str(exc)) from None
+        where.setdefault("startUrl", ("--seed", n))
+    if seeds:
+        values["startUrl"] = values.get("startUrl", ()) + tuple(seeds)
+
+    if require_start_urls and not values.get("startUrl"):
+        raise ConfigError(filename, None, "startUrl",
+                          "no start URL (add a 'startUrl URL' line, or pass --seed URL)")
+    if "dnsServers" not in values and resolv_conf is not None:
+        values["dnsServers"] = read_resolv_conf(resolv_conf)
+
+    kwargs = {_BY_NAME[name].attr: value for name, value in values.items()}
+    try:
+        config = Config(**kwargs, source=filename)
+    except ConfigError as exc:
+        # Only cross-key problems get here (each value was checked when read):
+        # locate them on the line that set the key, or the file if a default.
+        file, line = where.get(exc.key or "", (filename, None))
+        raise ConfigError(file, line, exc.key, exc.message) from None
+    return config
+
+
+def load_config(
+    path: str | os.PathLike[str],
+    overrides: Iterable[tuple[str, str]] = (),
+    *,
+    require_start_urls: bool = True,
+    extra_start_urls: Iterable[str] = (),
+    resolv_conf: str | os.PathLike[str] | None = None,
+) -> Config:
+    """The Config of the larbin.conf at ``path``; see :func:`parse_config_text`.
+
+    An unreadable file raises ``ConfigError``: ``PATH: cannot read: REASON``.
+    """
+    filename = os.fspath(path)
+    try:
+        with open(filename, "rb") as file:
+            data = file.read()
+    except OSError as exc:
+        raise ConfigError(filename, None, None,
+                          f"cannot read: {exc.strerror or exc.__class__.__name__}") from None
+    try:
+        text = data.decode("utf-8-sig")  # a byte-order mark is tolerated
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(filename, line, None, f"cannot read: not UTF-8 text (byte {exc.start})") from None
+    return parse_config_text(text, filename, overrides, require_start_urls=require_start_urls,
+                             extra_start_urls=extra_start_urls, resolv_conf=resolv_conf)
+
+
+def format_config(config: Config) -> str:
+    """larbin.conf text for ``config``: every key, in the shipped file's order.
+
+    ``parse_config_text(format_config(c), require_start_urls=False) == c``.
+    Unset optional values (an empty ``From``, no ``proxy``, no
+    ``httpToken``, no ``startUrl``) are written as comments.
+    """
+    out = [f"# larbin_py {__version__} configuration"]
+    if config.source:
+        out[0] += f" (read from {config.source})"
+    for key in KEYS:
+        lines = key.format(getattr(config, key.attr))
+        out.extend(lines or [f"# {key.name} (not set)"])
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------
+# The demo
+
+#: The built-in configuration of ``--demo`` when no larbin.conf exists: the
+#: engine serves a synthetic web on loopback and supplies the seeds.
+DEMO_CONFIG_TEXT = """\
+# larbin_py --demo: crawl the built-in synthetic web on loopback.
+From         demo@localhost.invalid
+outputMode   stats
+httpPort     8081
+waitDuration 0.5
+saveDir      demo-save
+stateDir     demo-state
+"""
+
+
+def demo_config(overrides: Iterable[tuple[str, str]] = (), extra_start_urls: Iterable[str] = ()) -> Config:
+    """The Config of :data:`DEMO_CONFIG_TEXT` with ``overrides`` applied."""
+    return parse_config_text(DEMO_CONFIG_TEXT, "<demo>", overrides, require_start_urls=False,
+                             extra_start_urls=extra_start_urls)

@@ -1,0 +1,243 @@
+"""The command line: exit codes, one-line errors, and the wiring to the engine.
+
+Subprocess tests run ``python -m larbin_py`` for real; the in-process tests
+replace ``larbin_py.engine`` by a fake module so that they test the wiring
+(which config and flags reach ``crawl_main``) without running a crawl.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+import larbin_py
+from larbin_py import __main__ as entry
+from larbin_py.cli import main
+from larbin_py.config import ConfigError, parse_config_text
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED = "startUrl http://a.example/\n"
+
+
+def run(*args: str, cwd: Path, script: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-c", script, *args] if script else [sys.executable, "-m", "larbin_py", *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+# ---------------------------------------------------------------- subprocess
+
+
+def test_version(tmp_path):
+    proc = run("--version", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"larbin_py {larbin_py.__version__}"
+
+
+def test_help(tmp_path):
+    proc = run("--help", cwd=tmp_path)
+    assert proc.returncode == 0
+    for option in ("--config", "--reload", "--demo", "--seed", "--set", "--version"):
+        assert option in proc.stdout
+
+
+def test_unknown_key_exits_2_with_file_line_key(tmp_path):
+    conf = tmp_path / "my.conf"
+    conf.write_text(SEED + "# two\nwaitDuraton 3\n")
+    line = one_line_error(run("-c", str(conf), cwd=tmp_path))
+    assert line.endswith(f"{conf}:3: waitDuraton: unknown key (did you mean waitDuration?)")
+
+
+def test_missing_default_file_exits_2(tmp_path):
+    line = one_line_error(run(cwd=tmp_path))
+    assert line.endswith("larbin.conf: cannot read: No such file or directory")
+
+
+def test_no_start_url_exits_2(tmp_path):
+    (tmp_path / "larbin.conf").write_text("waitDuration 3\n")
+    line = one_line_error(run(cwd=tmp_path))
+    assert line.endswith("larbin.conf: startUrl: no start URL (add a 'startUrl URL' line, or pass --seed URL)")
+
+
+def test_bad_set_exits_2(tmp_path):
+    (tmp_path / "larbin.conf").write_text(SEED)
+    line = one_line_error(run("--set", "waitDuration=1", "--set", "waitDuration=-1", cwd=tmp_path))
+    assert line.endswith("--set:2: waitDuration: expected a number of seconds >= 0, got '-1'")
+    line = one_line_error(run("--set", "novalue", cwd=tmp_path))
+    assert "expected KEY=VALUE, got 'novalue'" in line
+
+
+def test_unknown_option_exits_2_on_one_line(tmp_path):
+    line = one_line_error(run("--frobnicate", cwd=tmp_path))
+    assert "--frobnicate" in line and "--help" in line
+
+
+def test_print_config_of_the_shipped_file(tmp_path):
+    proc = run("-c", str(ROOT / "larbin.conf"), "--print-config", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    config = parse_config_text(proc.stdout, require_start_urls=False)
+    assert config.output_mode == "mirror" and config.http_port == 8081
+
+
+SIGINT_SCRIPT = """
+import os, signal, sys, types
+engine = types.ModuleType("larbin_py.engine")
+def crawl_main(config, *, reload=False, demo=False):
+    os.kill(os.getpid(), signal.SIGINT)
+    signal.pause()  # the KeyboardInterrupt arrives from the handler
+    return 0
+engine.crawl_main = crawl_main
+sys.modules["larbin_py.engine"] = engine
+from larbin_py.__main__ import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def test_sigint_during_the_crawl_exits_130(tmp_path):
+    (tmp_path / "larbin.conf").write_text(SEED)
+    proc = run(cwd=tmp_path, script=SIGINT_SCRIPT)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip() == "larbin: interrupted"
+
+
+# ---------------------------------------------------------------- in-process, fake engine
+
+
+class FakeEngine:
+    def __init__(self, result=0, exc: BaseException | None = None):
+        self.calls: list[tuple] = []
+        self.result, self.exc = result, exc
+
+    def crawl_main(self, config, *, reload=False, demo=False):
+        self.calls.append((config, reload, demo))
+        if self.exc is not None:
+            raise self.exc
+        return self.result
+
+
+@pytest.fixture
+def fake_engine(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+
+    def install(**kw) -> FakeEngine:
+        fake = FakeEngine(**kw)
+        module = types.ModuleType("larbin_py.engine")
+        module.crawl_main = fake.crawl_main
+        monkeypatch.setitem(sys.modules, "larbin_py.engine", module)
+        return fake
+
+    return install
+
+
+def test_entry_point_is_the_cli_main():
+    assert entry.main is main
+
+
+def test_config_and_flags_reach_crawl_main(fake_engine, tmp_path):
+    fake = fake_engine(result=0)
+    conf = tmp_path / "c.conf"
+    conf.write_text(SEED + "waitDuration 5\n")
+    code = main(["-c", str(conf), "--set", "waitDuration=0.25", "--set", "outputMode=4",
+                 "--seed", "https://b.example/"])
+    assert code == 0
+    [(config, reload, demo)] = fake.calls
+    assert (reload, demo) == (False, False)
+    assert config.wait_duration == 0.25 and config.output_mode == "warc"
+    assert config.start_urls == ("http://a.example/", "https://b.example/")
+    assert config.source == str(conf)
+
+
+def test_crawl_failure_gives_1(fake_engine):
+    fake = fake_engine(result=1)
+    Path("larbin.conf").write_text(SEED)
+    assert main([]) == 1 and len(fake.calls) == 1
+
+
+def test_keyboard_interrupt_gives_130(fake_engine, capsys):
+    fake_engine(exc=KeyboardInterrupt())
+    Path("larbin.conf").write_text(SEED)
+    assert main([]) == 130
+    assert capsys.readouterr().err.strip() == "larbin: interrupted"
+
+
+def test_engine_crash_gives_1_with_the_traceback(fake_engine, capsys):
+    fake_engine(exc=RuntimeError("boom"))
+    Path("larbin.conf").write_text(SEED)
+    assert main([]) == 1
+    err = capsys.readouterr().err
+    assert "RuntimeError: boom" in err and "internal error" in err
+
+
+def test_config_error_from_the_engine_gives_2(fake_engine, capsys):
+    fake_engine(exc=ConfigError("larbin.conf", None, "stateDir", "in use by another crawl"))
+    Path("larbin.conf").write_text(SEED)
+    assert main([]) == 2
+    assert capsys.readouterr().err.strip() == "larbin: larbin.conf: stateDir: in use by another crawl"
+
+
+def test_demo_without_a_file_uses_the_builtin_config(fake_engine):
+    fake = fake_engine()
+    assert main(["--demo", "--set", "waitDuration=0"]) == 0
+    [(config, reload, demo)] = fake.calls
+    assert demo and not reload
+    assert config.source == "<demo>" and config.start_urls == () and config.wait_duration == 0.0
+
+
+def test_demo_with_the_local_file_uses_it(fake_engine):
+    fake = fake_engine()
+    Path("larbin.conf").write_text("waitDuration 7\n")
+    assert main(["--demo"]) == 0
+    assert fake.calls[0][0].wait_duration == 7.0 and fake.calls[0][2] is True
+
+
+def test_demo_with_an_explicit_missing_file_is_an_error(fake_engine, capsys):
+    fake = fake_engine()
+    assert main(["--demo", "-c", "absent.conf"]) == 2
+    assert fake.calls == []
+    assert capsys.readouterr().err.strip() == "larbin: absent.conf: cannot read: No such file or directory"
+
+
+def test_reload_needs_no_start_url(fake_engine):
+    fake = fake_engine()
+    Path("larbin.conf").write_text("waitDuration 1\n")
+    assert main(["--reload"]) == 0
+    assert fake.calls[0][1:] == (True, False)
+
+
+def test_seed_alone_satisfies_start_url(fake_engine):
+    fake = fake_engine()
+    Path("larbin.conf").write_text("waitDuration 1\n")
+    assert main(["--seed", "http://s.example/"]) == 0
+    assert fake.calls[0][0].start_urls == ("http://s.example/",)
+    assert main(["--seed", "s.example"]) == 2
+    assert len(fake.calls) == 1
+
+
+def test_config_errors_never_reach_the_engine(fake_engine, capsys):
+    fake = fake_engine()
+    Path("larbin.conf").write_text(SEED + "pagesConnexions 0\n")
+    assert main([]) == 2
+    assert fake.calls == []
+    assert capsys.readouterr().err.strip() == \
+        "larbin: larbin.conf:2: pagesConnexions: expected an integer >= 1, got '0'"
+
+
+def test_missing_engine_module_gives_1(monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "larbin_py.engine", None)  # import raises ModuleNotFoundError
+    Path("larbin.conf").write_text(SEED)
+    assert main([]) == 1
+    assert "crawl engine is not built yet" in capsys.readouterr().err

@@ -1,0 +1,419 @@
+"""larbin.conf reading: the shipped file, every key's round trip, every error."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from larbin_py.config import (
+    DEFAULT_FORBIDDEN_EXTENSIONS,
+    KEYS,
+    OUTPUT_MODES,
+    Config,
+    ConfigError,
+    demo_config,
+    format_config,
+    load_config,
+    parse_config_text,
+    read_resolv_conf,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "larbin.conf"
+SEED = "startUrl http://a.example/\n"
+
+
+def parse(text: str, *overrides: tuple[str, str], **kw) -> Config:
+    kw.setdefault("resolv_conf", "/nonexistent/resolv.conf")
+    return parse_config_text(text, "t.conf", overrides, **kw)
+
+
+def error(text: str, *overrides: tuple[str, str], **kw) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse(text, *overrides, **kw)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+# ---------------------------------------------------------------- shipped file
+
+
+def test_shipped_conf_parses_with_sane_polite_defaults():
+    config = load_config(SHIPPED, require_start_urls=False, resolv_conf="/nonexistent")
+    assert config.start_urls == ()
+    assert config.output_mode == "mirror"
+    assert config.wait_duration >= 1
+    assert config.pages_connexions == 100
+    assert config.http_port == 8081 and config.http_bind == "127.0.0.1"
+    assert (config.save_dir, config.state_dir) == ("save", "state")
+    assert config.connexions_per_ip == 1 and not config.ignore_robots
+    assert "@" in config.from_addr
+    assert config.forbidden_extensions == DEFAULT_FORBIDDEN_EXTENSIONS
+    assert config.source == str(SHIPPED)
+
+
+def test_shipped_conf_needs_a_seed_for_a_real_crawl():
+    with pytest.raises(ConfigError, match=r"larbin\.conf: startUrl: no start URL"):
+        load_config(SHIPPED)
+    config = load_config(SHIPPED, extra_start_urls=["https://www.example.org/"])
+    assert config.start_urls == ("https://www.example.org/",)
+
+
+def test_shipped_conf_documents_every_key():
+    text = SHIPPED.read_text()
+    documented = set(re.findall(r"^#?\s*([A-Za-z]+)\b", text, re.M))
+    missing = [key.name for key in KEYS if key.name not in documented]
+    assert missing == []
+
+
+def test_demo_config_needs_no_start_url():
+    config = demo_config()
+    assert config.start_urls == () and config.output_mode == "stats"
+    assert demo_config([("waitDuration", "0")]).wait_duration == 0.0
+
+
+# ---------------------------------------------------------------- round trip
+
+#: A value different from the default for every Config attribute.
+NON_DEFAULTS = {
+    "from_addr": "crawler@example.org",
+    "user_agent": "mybot/2.0 (+https://example.org/bot)",
+    "output_mode": "warc",
+    "http_port": 0,
+    "http_bind": "::1",
+    "input_port": 1976,
+    "print_stats": True,
+    "fetch_info": True,
+    "histograms": False,
+    "can_reload": False,
+    "lock_site": True,
+    "pages_connexions": 7,
+    "dns_connexions": 3,
+    "depth_in_site": 0,
+    "depth_by_site": True,
+    "no_external_links": True,
+    "wait_duration": 0.2,
+    "proxy": ("cache.example", 3128),
+    "bond_width": 123456,
+    "limit_time": 90.5,
+    "limit_page": 1000,
+    "use_cookies": True,
+    "get_cgi": True,
+    "start_urls": ("http://a.example/", "https://b.example:8443/x?y#z"),
+    "punycode": False,
+    "ignore_robots": True,
+    "page_no_duplicate": True,
+    "get_image": True,
+    "any_type": True,
+    "specific_search": True,
+    "specific_set": ("application/pdf", ".pdf"),
+    "limit_to_domain": (".fr", "dk"),
+    "forbidden_extensions": (),
+    "max_urls_by_site": 5,
+    "ram_urls": 17,
+    "timeout_page": 2.5,
+    "timeout_incr": 0,
+    "connect_timeout": 0.25,
+    "max_page_size": 100000,
+    "max_url_size": 2048,
+    "dns_valid_time": 0.0,
+    "dns_timeout": 1e-3,
+    "dns_servers": (("127.0.0.2", 5353), ("::1", 53), ("10.0.0.1", 53)),
+    "save_dir": "my save",
+    "state_dir": "/var/lib/larbin/state",
+    "files_per_dir": 1,
+    "retries": 0,
+    "connexions_per_ip": 4,
+    "url_input": True,
+    "http_token": "s3cret-token",
+}
+
+
+def test_non_default_table_covers_every_key():
+    attrs = {f.name for f in dataclasses.fields(Config)} - {"source"}
+    assert set(NON_DEFAULTS) == attrs == {key.attr for key in KEYS}
+    base = Config(dns_servers=(("127.0.0.1", 53),))
+    for attr, value in NON_DEFAULTS.items():
+        assert getattr(base, attr) != value, attr
+
+
+@pytest.mark.parametrize("attr", sorted(NON_DEFAULTS))
+def test_each_key_round_trips(attr):
+    base = Config(dns_servers=(("127.0.0.1", 53),), specific_set=("text/plain",))
+    changed = base.replace(**{attr: NON_DEFAULTS[attr]})
+    again = parse(format_config(changed), require_start_urls=False)
+    assert again == changed
+    assert getattr(again, attr) == NON_DEFAULTS[attr]
+
+
+def test_all_keys_changed_at_once_round_trip():
+    config = Config(**{**NON_DEFAULTS, "http_port": 9090})  # urlInput needs the server
+    text = format_config(config)
+    assert parse(text) == config
+    again = format_config(parse(text))
+    assert again.splitlines()[0].endswith("(read from t.conf)")
+    assert again.splitlines()[1:] == text.splitlines()[1:]
+
+
+# ---------------------------------------------------------------- syntax
+
+
+def test_blocks_over_several_lines_comments_and_switches():
+    config = parse(
+        "# a whole-line comment\n"
+        "forbiddenExtensions .tar   # trailing comment inside a block\n"
+        "  .gz\n"
+        "\n"
+        "  .zip .rpm\n"
+        "end   # done\n"
+        "limitToDomain .fr .dk end\n"
+        "noExternalLinks\n"
+        "getCGI        # bare switch, then a comment\n"
+        "punycode false\n"
+        "waitDuration 0.2 # seconds\n"
+        "\tUserAgent   my bot/1.0\t(+http://x.example/)  # spaces collapse\n"
+        "startUrl http://a.example/#frag\n"
+    )
+    assert config.forbidden_extensions == (".tar", ".gz", ".zip", ".rpm")
+    assert config.limit_to_domain == (".fr", ".dk")
+    assert config.no_external_links and config.get_cgi and not config.punycode
+    assert config.wait_duration == 0.2
+    assert config.user_agent == "my bot/1.0 (+http://x.example/)"
+    assert config.start_urls == ("http://a.example/#frag",)
+
+
+def test_start_url_repeated_and_multi_valued_in_order():
+    config = parse("startUrl http://a.example/ https://b.example/\n"
+                   "startUrl HTTP://C.example:81/p\n",
+                   extra_start_urls=["http://d.example/"])
+    assert config.start_urls == ("http://a.example/", "https://b.example/",
+                                 "HTTP://C.example:81/p", "http://d.example/")
+
+
+def test_blocks_accumulate_and_an_empty_block_clears_the_default():
+    config = parse(SEED + "specificSet\n.pdf\nend\nspecificSet text/plain end\n"
+                   "forbiddenExtensions\nend\n")
+    assert config.specific_set == (".pdf", "text/plain")
+    assert config.forbidden_extensions == ()
+
+
+def test_keys_case_insensitive_and_attribute_names_accepted():
+    config = parse(SEED + "useragent bot/1\nWAITDURATION 3\npages_connexions 9\n")
+    assert (config.user_agent, config.wait_duration, config.pages_connexions) == ("bot/1", 3.0, 9)
+
+
+@pytest.mark.parametrize("word,mode", [*enumerate(OUTPUT_MODES), *((m, m) for m in OUTPUT_MODES),
+                                       ("MIRROR", "mirror")])
+def test_output_mode_names_and_numbers(word, mode):
+    assert OUTPUT_MODES.index("none") == 0 and OUTPUT_MODES[2] == "mirror"
+    assert parse(SEED + f"outputMode {word}\n").output_mode == mode
+
+
+def test_switch_values():
+    for word, expected in [("", True), ("true", True), ("yes", True), ("on", True), ("1", True),
+                           ("false", False), ("No", False), ("off", False), ("0", False)]:
+        assert parse(SEED + f"anyType {word}\n").any_type is expected, word
+
+
+def test_dns_servers_syntax():
+    config = parse(SEED + "dnsServers 10.0.0.1 10.0.0.2:5353\ndnsServers [::1]:54 fe80::1 [2001:db8::1]\n")
+    assert config.dns_servers == (("10.0.0.1", 53), ("10.0.0.2", 5353), ("::1", 54),
+                                  ("fe80::1", 53), ("2001:db8::1", 53))
+
+
+def test_proxy_and_token():
+    config = parse(SEED + "proxy cache.example 3128\nhttpToken abcdefgh\n")
+    assert config.proxy == ("cache.example", 3128) and config.http_token == "abcdefgh"
+    assert parse(SEED + "proxy none\n").proxy is None
+
+
+# ---------------------------------------------------------------- resolv.conf
+
+
+def test_dns_default_comes_from_resolv_conf(tmp_path):
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("# comment\n; other comment\nsearch example.org\n"
+                      "nameserver 192.0.2.1\nnameserver   2001:db8::53\n"
+                      "nameserver not-an-ip\nnameserver 192.0.2.1\nnameserver\noptions ndots:2\n")
+    assert read_resolv_conf(resolv) == (("192.0.2.1", 53), ("2001:db8::53", 53))
+    assert parse(SEED, resolv_conf=resolv).dns_servers == (("192.0.2.1", 53), ("2001:db8::53", 53))
+    # An explicit dnsServers wins over resolv.conf.
+    assert parse(SEED + "dnsServers 127.0.0.9\n", resolv_conf=resolv).dns_servers == (("127.0.0.9", 53),)
+
+
+def test_dns_default_falls_back_to_localhost(tmp_path):
+    empty = tmp_path / "resolv.conf"
+    empty.write_text("search example.org\n")
+    assert read_resolv_conf(empty) == (("127.0.0.1", 53),)
+    assert read_resolv_conf(tmp_path / "missing") == (("127.0.0.1", 53),)
+    assert parse(SEED, resolv_conf=tmp_path / "missing").dns_servers == (("127.0.0.1", 53),)
+
+
+# ---------------------------------------------------------------- overrides
+
+
+def test_set_overrides_replace_file_values_and_seeds_add():
+    text = SEED + "waitDuration 5\nforbiddenExtensions .a .b end\n"
+    config = parse(text, ("waitDuration", "0.5"), ("forbiddenExtensions", ".c"),
+                   ("noExternalLinks", ""), ("startUrl", "http://x.example/ http://y.example/"),
+                   extra_start_urls=["http://z.example/"])
+    assert config.wait_duration == 0.5
+    assert config.forbidden_extensions == (".c",)
+    assert config.no_external_links is True
+    assert config.start_urls == ("http://x.example/", "http://y.example/", "http://z.example/")
+    assert parse(text, ("wait_duration", "1"), ("waitDuration", "3")).wait_duration == 3.0
+
+
+def test_set_errors_name_the_override():
+    assert error(SEED, ("waitDuration", "1"), ("pagesConnexions", "0")) == \
+        "--set:2: pagesConnexions: expected an integer >= 1, got '0'"
+    assert error(SEED, ("waitDuraton", "1")) == "--set:1: waitDuraton: unknown key (did you mean waitDuration?)"
+    assert error(SEED, ("outputMode", "html")).startswith("--set:1: outputMode: expected one of none, save")
+    assert error(SEED, extra_start_urls=["http://ok.example/", "ftp://x"]) == \
+        "--seed:2: startUrl: not an http(s) URL: 'ftp://x'"
+    # A list emptied by --set is checked by the Config, and still located.
+    assert error(SEED, ("dnsServers", "")) == "--set:1: dnsServers: expected at least one value"
+    assert error(SEED, ("startUrl", "")) == \
+        "t.conf: startUrl: no start URL (add a 'startUrl URL' line, or pass --seed URL)"
+
+
+def test_cross_key_error_located_on_the_override():
+    assert error(SEED, ("urlInput", "yes"), ("httpBind", "0.0.0.0")).startswith(
+        "--set:1: urlInput: httpBind 0.0.0.0 is not a loopback address")
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_unknown_key_suggests_the_closest():
+    text = SEED + "\n" * 10 + "waitDuraton 3\n"
+    assert error(text) == "t.conf:12: waitDuraton: unknown key (did you mean waitDuration?)"
+    assert error(SEED + "frobnicate 1\n") == "t.conf:2: frobnicate: unknown key"
+    assert error(SEED + "end\n") == "t.conf:2: end: 'end' without a block to close"
+
+
+@pytest.mark.parametrize("line,message", [
+    ("pagesConnexions abc", "pagesConnexions: expected an integer >= 1, got 'abc'"),
+    ("pagesConnexions 0", "pagesConnexions: expected an integer >= 1, got '0'"),
+    ("pagesConnexions 1.5", "pagesConnexions: expected an integer >= 1, got '1.5'"),
+    ("pagesConnexions", "pagesConnexions: expected one value, got nothing"),
+    ("pagesConnexions 1 2", "pagesConnexions: expected one value, got 2 words: '1 2'"),
+    ("httpPort 65536", "httpPort: expected an integer in 0..65535, got '65536'"),
+    ("inputPort -1", "inputPort: expected an integer in 0..65535, got '-1'"),
+    ("filesPerDir 0", "filesPerDir: expected an integer >= 1, got '0'"),
+    ("waitDuration -0.1", "waitDuration: expected a number of seconds >= 0, got '-0.1'"),
+    ("waitDuration nan", "waitDuration: expected a number of seconds >= 0, got 'nan'"),
+    ("timeoutPage 0", "timeoutPage: expected a number of seconds > 0, got '0'"),
+    ("outputMode 5", "outputMode: expected one of none, save, mirror, stats, warc or 0..4, got '5'"),
+    ("noExternalLinks maybe", "noExternalLinks: is a switch: expected no value or true/false, got 'maybe'"),
+    ("proxy cache.example", "proxy: expected 'host port' or 'none', got 'cache.example'"),
+    ("proxy cache.example 0", "proxy: expected a port in 1..65535, got '0'"),
+    ("dnsServers ns.example", "dnsServers: expected an IP address[:port] (IPv6 as [addr]:port), got 'ns.example'"),
+    ("dnsServers [::1]x", "dnsServers: expected an IP address or [IPv6]:port, got '[::1]x'"),
+    ("dnsServers 10.0.0.1:0", "dnsServers: expected a port in 1..65535, got '10.0.0.1:0'"),
+    ("httpToken short", "httpToken: expected at least 8 characters, got 5"),
+    ("httpToken two words here", "httpToken: expected one value, got 3 words: 'two words here'"),
+    ("From nobody", "From: expected an e-mail address, got 'nobody'"),
+    ("startUrl example.com", "startUrl: not an http(s) URL: 'example.com'"),
+    ("startUrl http://ok.example/ mailto:x@y", "startUrl: not an http(s) URL: 'mailto:x@y'"),
+    ("startUrl http://", "startUrl: not an http(s) URL: 'http://'"),
+    ("startUrl   # no URL", "startUrl: expected at least one value, got nothing"),
+    ("dnsServers", "dnsServers: expected at least one value, got nothing"),
+])
+def test_bad_values_name_file_line_and_key(line, message):
+    assert error(SEED + "# comment\n" + line + "\n") == f"t.conf:3: {message}"
+
+
+def test_block_without_end_names_the_line_it_began():
+    text = SEED + "forbiddenExtensions\n  .tar .gz\n.zip\n"
+    assert error(text) == "t.conf:2: forbiddenExtensions: block begun on this line has no 'end'"
+    text = SEED + "limitToDomain .fr\nnoExternalLinks\n"
+    assert error(text) == ("t.conf:2: limitToDomain: block begun on this line has no 'end' "
+                           "(is line 3 'noExternalLinks' a key? close the block before it)")
+
+
+def test_text_after_end_is_an_error():
+    assert error(SEED + "specificSet\n.pdf\nend .doc\n") == \
+        "t.conf:4: specificSet: unexpected text after 'end': '.doc'"
+
+
+def test_duplicate_scalar_key_is_an_error_naming_both_lines():
+    assert error(SEED + "waitDuration 1\n\nwaitduration 2\n") == (
+        "t.conf:4: waitDuration: set twice (first on line 2); "
+        "only startUrl, dnsServers and the blocks may repeat")
+
+
+def test_no_start_url():
+    assert error("waitDuration 1\n") == \
+        "t.conf: startUrl: no start URL (add a 'startUrl URL' line, or pass --seed URL)"
+    assert parse("waitDuration 1\n", require_start_urls=False).start_urls == ()
+
+
+@pytest.mark.parametrize("text,message", [
+    ("urlInput\nhttpBind 0.0.0.0\n",
+     "t.conf:2: urlInput: httpBind 0.0.0.0 is not a loopback address, so an httpToken is required"),
+    ("urlInput\nhttpPort 0\n", "t.conf:2: urlInput: needs the stats server: httpPort is 0 (off)"),
+    ("specificSearch\n", "t.conf:2: specificSearch: needs a specificSet block (the types or extensions to keep)"),
+    ("inputPort 8081\n", "t.conf:2: inputPort: same port as httpPort (8081)"),
+    ("saveDir x\nstateDir ./x/\n", "t.conf:3: stateDir: must differ from saveDir ('x')"),
+])
+def test_inconsistent_keys(text, message):
+    assert error(SEED + text) == message
+
+
+def test_url_input_allowed_on_loopback_or_with_a_token():
+    assert parse(SEED + "urlInput\n").url_input
+    assert parse(SEED + "urlInput\nhttpBind localhost\n").url_input
+    assert parse(SEED + "urlInput\nhttpBind 0.0.0.0\nhttpToken 0123456789abcdef\n").url_input
+
+
+def test_missing_unreadable_and_non_utf8_files(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "nope.conf")
+    assert str(info.value) == f"{tmp_path / 'nope.conf'}: cannot read: No such file or directory"
+    with pytest.raises(ConfigError, match=r": cannot read: Is a directory$"):
+        load_config(tmp_path)
+    bad = tmp_path / "bad.conf"
+    bad.write_bytes(b"startUrl http://a.example/\nFrom \xff@x\n")
+    with pytest.raises(ConfigError, match=r"bad\.conf:2: cannot read: not UTF-8 text"):
+        load_config(bad)
+
+
+def test_load_config_reads_a_file_with_overrides(tmp_path):
+    path = tmp_path / "larbin.conf"
+    path.write_bytes(b"\xef\xbb\xbf" + (SEED + "waitDuration 4\r\n").encode())  # BOM, CRLF
+    config = load_config(path, [("waitDuration", "0")], resolv_conf=tmp_path / "none")
+    assert config.wait_duration == 0.0 and config.source == str(path)
+    assert config.dns_servers == (("127.0.0.1", 53),)
+
+
+# ---------------------------------------------------------------- the dataclass
+
+
+def test_config_is_frozen_and_replace_validates():
+    config = Config(dns_servers=(("127.0.0.1", 53),))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.wait_duration = 1.0  # type: ignore[misc]
+    with pytest.raises(ConfigError) as info:
+        config.replace(pages_connexions=0)
+    assert str(info.value) == "pagesConnexions: expected an integer >= 1, got 0"
+    with pytest.raises(ConfigError, match="waitDuration"):
+        config.replace(wait_duration="1")
+    with pytest.raises(ConfigError, match="specificSearch"):
+        config.replace(specific_search=True)
+    with pytest.raises(ConfigError, match="startUrl: not an http"):
+        config.replace(start_urls=("gopher://x/",))
+
+
+def test_config_coerces_lists_and_ints():
+    config = Config(start_urls=["http://a.example/"], wait_duration=1,
+                    dns_servers=[["127.0.0.1", 53]], proxy=["p.example", 8080])
+    assert config.start_urls == ("http://a.example/",) and isinstance(config.start_urls, tuple)
+    assert type(config.wait_duration) is float and config.wait_duration == 1.0
+    assert config.dns_servers == (("127.0.0.1", 53),)
+    assert config.proxy == ("p.example", 8080)
+    assert hash(config.replace(forbidden_extensions=[".x"]).forbidden_extensions) is not None
