@@ -1,0 +1,356 @@
+"""Safe, reversible mapping of URLs to files under saveDir, and the safe writer.
+
+Mapping (``mirror`` mode): ``http://host:port/dir/leaf?query`` is stored as
+``HOSTDIR/dir/leaf%3Fquery`` where
+
+* ``HOSTDIR`` is the lower-case host, then ``_PORT`` when the port is not the
+  scheme's default, then ``_SCHEME`` unless the scheme is ``http``
+  (``example.com``, ``example.com_8080``, ``example.com_https``).  Host
+  characters other than ``a-z 0-9 . -`` are %-escaped, so ``_`` only ever
+  separates these fields.
+* each path segment is one component; a path ending in ``/`` (or empty) has
+  the leaf ``index.html``; the query, if any, is kept in the leaf after an
+  escaped ``?`` (``page.php?a=1&b=2`` -> ``page.php%3Fa=1&b=2``).
+
+Escaping of a component (reversible): every character outside printable
+ASCII ``!``..``~`` (space, controls, NUL, DEL, non-ASCII) and each of
+``% / \\ < > : " | ? *`` becomes ``%XX`` per UTF-8 byte — so ``%`` in a URL is
+stored as ``%25`` and ``/``, ``\\``, NUL can never split or end a name.  Then a
+trailing ``.`` becomes ``%2E`` (so ``.`` -> ``%2E``, ``..`` -> ``.%2E``), a
+Windows device name (``CON``, ``nul.txt``, ``COM1``...) and a literal leaf
+``index.html`` get their first character escaped, and an empty segment
+(``a//b``) is stored as ``%%``.  Escaping never produces ``%%``, so names
+containing ``%%`` are reserved for this module's markers:
+
+* ``NAME%%d`` — the directory ``NAME`` when a *file* already holds ``NAME``
+  (``/a`` saved, then ``/a/b`` arrives -> ``a`` and ``a%%d/b``);
+* ``NAME%%f`` — the file ``NAME`` when a *directory* already holds it
+  (``/a/b`` saved, then ``/a`` -> ``a/b`` and ``a%%f``).  Nothing is moved,
+  so earlier index lines stay true, and both orders keep both pages;
+* ``PREFIX%%hHASH`` — a component longer than :data:`MAX_COMPONENT` bytes,
+  cut and suffixed with a hash of the whole; ``HOSTDIR/%%long/...`` — a path
+  longer than :data:`MAX_RELPATH`; ``%%unparsed/...`` — a string that is not
+  an absolute URL.  These are not reversible (the index holds the URL);
+* ``%%tmp`` — the temporary file of a write in progress.
+
+:func:`url_to_relpath` and :func:`relpath_to_url` invert each other for
+ordinary URLs (fragments are dropped; the markers ``%%d``/``%%f`` are
+ignored when reading back).
+
+Writing (:class:`SafeTree`): directories are walked one component at a time
+with ``openat``-style calls (``dir_fd``) and ``O_NOFOLLOW``, every component is
+checked to be a plain name, so nothing is written outside the root and no
+symlink inside it is ever followed; the page goes to ``%%tmp`` in its
+directory and is renamed over the final name (``os.replace``).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+from urllib.parse import unquote
+
+from .base import OutputError
+
+__all__ = [
+    "url_to_parts",
+    "url_to_relpath",
+    "relpath_to_url",
+    "escape_component",
+    "SafeTree",
+    "MAX_COMPONENT",
+    "MAX_RELPATH",
+]
+
+#: Longest component written, in bytes (filesystems allow 255; markers need room).
+MAX_COMPONENT = 200
+#: Budget for a path relative to saveDir, in bytes (PATH_MAX is 4096 on Linux).
+MAX_RELPATH = 1024
+
+INDEX_LEAF = "index.html"
+EMPTY = "%%"
+DIR_ALT = "%%d"
+FILE_ALT = "%%f"
+HASH_MARK = "%%h"
+LONG_DIR = "%%long"
+BAD_DIR = "%%unparsed"
+TMP_NAME = "%%tmp"
+
+_URL_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://([^/?#]*)([^?#]*)(?:\?([^#]*))?", re.S)
+_UNSAFE = re.compile(r'[^!-~]|[%/\\<>:"|?*]')
+_HOST_UNSAFE = re.compile(r"[^a-z0-9.\-]")
+_DEFAULT_PORT = {"http": 80, "https": 443}
+_DEVICES = frozenset(
+    ["CON", "PRN", "AUX", "NUL"]
+    + [f"COM{i}" for i in range(10)]
+    + [f"LPT{i}" for i in range(10)]
+)
+
+
+def _pct(match: re.Match) -> str:
+    return "".join(["%%%02X" % b for b in match.group().encode("utf-8", "surrogatepass")])
+
+
+def _shorten(name: str) -> str:
+    """Cut an over-long escaped name, adding a hash of the whole (not reversible)."""
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    head = name[: MAX_COMPONENT - 40]
+    # never cut inside a %XX escape, never leave a trailing dot
+    cut = head.rfind("%", len(head) - 2)
+    if cut != -1:
+        head = head[:cut]
+    return head.rstrip(".") + HASH_MARK + digest
+
+
+def _finish(name: str) -> str:
+    """Apply the whole-name rules to an already char-escaped component."""
+    if not name:
+        return EMPTY
+    if name[-1] == ".":
+        name = name[:-1] + "%2E"
+    stem = name.partition(".")[0]
+    if 3 <= len(stem) <= 4 and stem.upper() in _DEVICES:
+        name = "%%%02X" % ord(name[0]) + name[1:]
+    if len(name) > MAX_COMPONENT:
+        name = _shorten(name)
+    return name
+
+
+def escape_component(segment: str) -> str:
+    """Escape one URL path segment into a safe, reversible file name."""
+    if _UNSAFE.search(segment) is not None:
+        segment = _UNSAFE.sub(_pct, segment)
+    return _finish(segment)
+
+
+def _host_dir(scheme: str, authority: str) -> str:
+    hostport = authority.rpartition("@")[2]
+    host, port = hostport, ""
+    if hostport.startswith("["):
+        end = hostport.find("]")
+        if end != -1 and hostport[end + 1: end + 2] == ":":
+            host, port = hostport[: end + 1], hostport[end + 2:]
+    elif ":" in hostport:
+        host, _, port = hostport.rpartition(":")
+    if port and not (port.isascii() and port.isdigit() and len(port) <= 5):
+        host, port = hostport, ""
+    host = host.lower()
+    if _HOST_UNSAFE.search(host) is not None:
+        host = _HOST_UNSAFE.sub(_pct, host)
+    name = _finish(host)
+    if port and int(port) != _DEFAULT_PORT.get(scheme):
+        name += f"_{int(port)}"
+    if scheme != "http":
+        name += "_" + scheme
+    if len(name) > MAX_COMPONENT:
+        name = _shorten(name)
+    return name
+
+
+def url_to_parts(url: str) -> list[str]:
+    """The components of :func:`url_to_relpath` (host directory first, leaf last).
+
+    Every component is a plain file name: non-empty, no ``/`` or NUL, not
+    ``.`` or ``..``, at most :data:`MAX_COMPONENT` bytes.
+    """
+    m = _URL_RE.match(url)
+    if m is None:
+        return [BAD_DIR, escape_component(url)]
+    scheme, authority, path, query = m.groups()
+    scheme = scheme.lower()
+    parts = [_host_dir(scheme, authority)]
+    segments = path.split("/")
+    if segments[0] == "":
+        del segments[0]  # the path's leading slash; an empty path is "/"
+    leaf = segments.pop() if segments else ""
+    esc = escape_component
+    parts.extend([esc(s) for s in segments])
+    if leaf == "":
+        name = INDEX_LEAF
+    else:
+        name = _UNSAFE.sub(_pct, leaf) if _UNSAFE.search(leaf) is not None else leaf
+        if name == INDEX_LEAF:
+            name = "%69" + name[1:]
+    if query is not None:
+        name += "%3F" + (_UNSAFE.sub(_pct, query) if _UNSAFE.search(query) is not None else query)
+    parts.append(_finish(name))
+    if sum(map(len, parts)) + 4 * len(parts) > MAX_RELPATH:
+        digest = hashlib.sha256(url.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return [parts[0], LONG_DIR, digest[:2], _shorten(parts[-1][:100] + "." + digest)]
+    return parts
+
+
+def url_to_relpath(url: str) -> str:
+    """Where ``mirror`` stores ``url``, relative to saveDir (``/``-separated).
+
+    The preferred name: when a file/directory conflict is met while writing,
+    the path actually written carries a ``%%d``/``%%f`` marker (see module doc).
+    """
+    return "/".join(url_to_parts(url))
+
+
+def _unescape(name: str) -> str:
+    return unquote(name, errors="surrogatepass") if "%" in name else name
+
+
+def relpath_to_url(relpath: str) -> str:
+    """The URL stored at ``relpath`` (inverse of :func:`url_to_relpath`).
+
+    Raises ``ValueError`` for shortened or unparsable entries (whose URL only
+    the index knows).
+    """
+    parts = relpath.split("/")
+    if len(parts) < 2 or HASH_MARK in relpath or parts[0] == BAD_DIR or parts[1] == LONG_DIR:
+        raise ValueError(f"not a reversible mirror path: {relpath[:200]!r}")
+    dirs = [p[: -len(DIR_ALT)] if p.endswith(DIR_ALT) else p for p in parts[:-1]]
+    fields = dirs[0].split("_")
+    host = "" if fields[0] == EMPTY else _unescape(fields[0])
+    scheme, port = "http", ""
+    for extra in fields[1:]:
+        if extra.isdigit():
+            port = ":" + extra
+        else:
+            scheme = extra
+    segments = ["" if d == EMPTY else _unescape(d) for d in dirs[1:]]
+    leaf = parts[-1]
+    if leaf.endswith(FILE_ALT):
+        leaf = leaf[: -len(FILE_ALT)]
+    name, sep, query = leaf.partition("%3F")
+    if name == INDEX_LEAF:
+        name = ""
+    elif name != EMPTY:
+        name = _unescape(name)
+    else:
+        name = ""
+    segments.append(name)
+    url = f"{scheme}://{host}{port}/" + "/".join(segments)
+    return url + "?" + _unescape(query) if sep else url
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _check_name(name: str) -> None:
+    if not name or name == "." or name == ".." or "/" in name or "\x00" in name:
+        raise OutputError(f"refusing unsafe path component {name[:100]!r}")
+
+
+class SafeTree:
+    """Atomic writes of files below one root directory, never outside it.
+
+    ``write(dirs, leaf, data)`` creates the directories as needed (taking the
+    ``%%d`` / ``%%f`` alternatives on file/directory conflicts), writes
+    ``data`` to ``%%tmp`` in the target directory and renames it to ``leaf``.
+    Returns the path written, relative to the root.
+    """
+
+    __slots__ = ("root", "_root_fd")
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+        try:
+            os.makedirs(self.root, exist_ok=True)
+            self._root_fd = os.open(self.root, _DIR_FLAGS)
+        except OSError as exc:
+            raise OutputError.from_os("open directory", self.root, exc) from exc
+
+    @property
+    def root_fd(self) -> int:
+        return self._root_fd
+
+    def _enter(self, fd: int, name: str) -> tuple[int, str]:
+        """Open (creating if needed) the directory ``name`` in ``fd``; no symlinks."""
+        for candidate in (name, name + DIR_ALT):
+            try:
+                return os.open(candidate, _DIR_FLAGS, dir_fd=fd), candidate
+            except FileNotFoundError:
+                try:
+                    os.mkdir(candidate, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                return os.open(candidate, _DIR_FLAGS, dir_fd=fd), candidate
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                    raise
+        raise OSError(errno.ENOTDIR, f"{name!r} and {name + DIR_ALT!r} are both taken by non-directories")
+
+    def open_dir(self, dirs: list[str]) -> tuple[int, list[str]]:
+        """Open the directory ``dirs`` (created as needed); return (fd, actual names).
+
+        The caller closes the fd unless it is :attr:`root_fd` (``dirs`` empty).
+        """
+        fd = self._root_fd
+        actual: list[str] = []
+        try:
+            for name in dirs:
+                _check_name(name)
+                child, real = self._enter(fd, name)
+                if fd != self._root_fd:
+                    os.close(fd)
+                fd = child
+                actual.append(real)
+        except OSError as exc:
+            if fd != self._root_fd:
+                os.close(fd)
+            raise OutputError.from_os("create directory", "/".join(dirs), exc) from exc
+        except BaseException:
+            if fd != self._root_fd:
+                os.close(fd)
+            raise
+        return fd, actual
+
+    def write_in(self, fd: int, leaf: str, data: bytes, display: str) -> str:
+        """Atomically write ``data`` as ``leaf`` in the open directory ``fd``.
+
+        Returns the leaf name used (``leaf`` or ``leaf%%f``); ``display`` names
+        the file in error messages.
+        """
+        _check_name(leaf)
+        try:
+            tmp = os.open(TMP_NAME, _FILE_FLAGS, 0o644, dir_fd=fd)
+        except OSError as exc:
+            raise OutputError.from_os("create", display, exc) from exc
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(tmp, view):]
+            finally:
+                os.close(tmp)
+            try:
+                os.replace(TMP_NAME, leaf, src_dir_fd=fd, dst_dir_fd=fd)
+            except IsADirectoryError:
+                leaf += FILE_ALT
+                os.replace(TMP_NAME, leaf, src_dir_fd=fd, dst_dir_fd=fd)
+        except OSError as exc:
+            self._discard(fd)
+            raise OutputError.from_os("write", display, exc) from exc
+        except BaseException:
+            self._discard(fd)
+            raise
+        return leaf
+
+    @staticmethod
+    def _discard(fd: int) -> None:
+        try:
+            os.unlink(TMP_NAME, dir_fd=fd)
+        except OSError:
+            pass
+
+    def write(self, dirs: list[str], leaf: str, data: bytes) -> str:
+        """Write ``data`` at ``dirs/leaf``; return the relative path actually used."""
+        fd, actual = self.open_dir(dirs)
+        try:
+            actual.append(self.write_in(fd, leaf, data, "/".join(dirs + [leaf])))
+        finally:
+            if fd != self._root_fd:
+                os.close(fd)
+        return "/".join(actual)
+
+    def close(self) -> None:
+        if self._root_fd >= 0:
+            os.close(self._root_fd)
+            self._root_fd = -1
