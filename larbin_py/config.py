@@ -223,6 +223,7 @@ class Config:
     fetch_info: bool = False
     histograms: bool = True
     can_reload: bool = True
+    checkpoint_interval: float = 5.0
     lock_site: bool = False
     pages_connexions: int = 100
     dns_connexions: int = 10
@@ -261,6 +262,15 @@ class Config:
     files_per_dir: int = 2000
     retries: int = 3
     connexions_per_ip: int = 1
+    flow_control: bool = True
+    min_connexions: int = 10
+    rtt_alpha: float = 0.125
+    rtt_interval: float = 5.0
+    rtt_min: float = 0.1
+    rtt_max: float = 2.0
+    conn_increase: int = 1
+    conn_decrease: int = 2
+    server_rtt_factor: float = 3.0
     url_input: bool = False
     http_token: str | None = None
     #: The file this configuration was read from (not a setting: ignored by ==).
@@ -382,6 +392,20 @@ class _Seconds(_Key):
     def format(self, value: float) -> list[str]:
         text = repr(value)
         return [f"{self.name} {text[:-2] if text.endswith('.0') else text}"]
+
+
+class _Fraction(_Seconds):
+    """A number in (0, 1]."""
+
+    def __init__(self, name: str, attr: str):
+        super().__init__(name, attr, 0.0, above=True)
+        self.expected = "a number in (0, 1]"
+
+    def coerce(self, value: Any) -> float:
+        number = super().coerce(value)
+        if number > 1.0:
+            raise _Bad(f"expected {self.expected}, got {value!r}")
+        return number
 
 
 class _Text(_Key):
@@ -550,12 +574,22 @@ KEYS: tuple[_Key, ...] = (
     _Switch("fetchInfo", "fetch_info"),
     _Switch("histograms", "histograms"),
     _Switch("canReload", "can_reload"),
+    _Seconds("checkpointInterval", "checkpoint_interval", above=True),
     _Text("saveDir", "save_dir"),
     _Text("stateDir", "state_dir"),
     _Int("filesPerDir", "files_per_dir", 1),
     _Int("pagesConnexions", "pages_connexions", 1),
     _Int("dnsConnexions", "dns_connexions", 1),
     _Int("connexionsPerIP", "connexions_per_ip", 1),
+    _Switch("flowControl", "flow_control"),
+    _Int("minConnexions", "min_connexions", 1),
+    _Fraction("rttAlpha", "rtt_alpha"),
+    _Seconds("rttInterval", "rtt_interval", above=True),
+    _Seconds("rttMin", "rtt_min"),
+    _Seconds("rttMax", "rtt_max", above=True),
+    _Int("connIncrease", "conn_increase", 0),
+    _Int("connDecrease", "conn_decrease", 0),
+    _Seconds("serverRttFactor", "server_rtt_factor"),
     _DnsServers("dnsServers", "dns_servers", nonempty=True),
     _Seconds("dnsTimeout", "dns_timeout", above=True),
     _Seconds("dnsValidTime", "dns_valid_time"),
@@ -614,6 +648,8 @@ def _cross_problems(config: Config) -> list[tuple[str, str]]:
         elif config.http_token is None and not _is_loopback(config.http_bind):
             problems.append(("urlInput", f"httpBind {config.http_bind} is not a loopback address, "
                                          "so an httpToken is required"))
+    if config.rtt_min > config.rtt_max:
+        problems.append(("rttMin", f"{config.rtt_min:g} s is above rttMax ({config.rtt_max:g} s)"))
     if config.specific_search and not config.specific_set:
         problems.append(("specificSearch", "needs a specificSet block (the types or extensions to keep)"))
     if config.http_port and config.http_port == config.input_port:

@@ -91,7 +91,7 @@ NON_DEFAULTS = {
     "histograms": False,
     "can_reload": False,
     "lock_site": True,
-    "pages_connexions": 7,
+    "pages_connexions": 12,
     "dns_connexions": 3,
     "depth_in_site": 0,
     "depth_by_site": True,
@@ -128,6 +128,16 @@ NON_DEFAULTS = {
     "files_per_dir": 1,
     "retries": 0,
     "connexions_per_ip": 4,
+    "flow_control": False,
+    "checkpoint_interval": 1.5,
+    "min_connexions": 3,
+    "rtt_alpha": 0.5,
+    "rtt_interval": 2.5,
+    "rtt_min": 0.02,
+    "rtt_max": 4.0,
+    "conn_increase": 2,
+    "conn_decrease": 5,
+    "server_rtt_factor": 0.0,
     "url_input": True,
     "http_token": "s3cret-token",
 }
@@ -417,3 +427,14 @@ def test_config_coerces_lists_and_ints():
     assert config.dns_servers == (("127.0.0.1", 53),)
     assert config.proxy == ("p.example", 8080)
     assert hash(config.replace(forbidden_extensions=[".x"]).forbidden_extensions) is not None
+
+
+def test_flow_control_keys_are_checked_with_their_line():
+    with pytest.raises(ConfigError) as err:
+        parse_config_text("startUrl http://a.test/\nrttAlpha 1.5\n", "f.conf")
+    assert "f.conf:2: rttAlpha" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        parse_config_text("startUrl http://a.test/\nrttMin 3\nrttMax 2\n")
+    assert "rttMin" in str(err.value)
+    config = parse_config_text("startUrl http://a.test/\nflowControl false\nrttAlpha 1\n")
+    assert config.flow_control is False and config.rtt_alpha == 1.0

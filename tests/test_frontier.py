@@ -79,7 +79,11 @@ class Sim:
             return
         self.attempts[req.url] += 1
         outcome = self.page_outcome(req, self.attempts[req.url])
-        if outcome == "ok":
+        status = {"ok": 200, "err40X": 404, "429": 429}.get(outcome)
+        self.f.server_answered(req, self.latency, status, self.now, None)
+        if outcome == "429":
+            self.f.retry(req, "err50X", self.now)
+        elif outcome == "ok":
             self.fetched.append(req.url)
             self.f.fetched_ok(req, self.now)
         elif outcome == "err40X":
@@ -280,3 +284,93 @@ def test_conservation_under_random_outcomes(tmp_path, seed):
     taken, accounted = f.conservation()
     assert taken == accounted == 300
     assert f.fetched + sum(f.forgotten.values()) == 300
+
+
+def gaps_on(sim, ip):
+    starts = [t for t, kind, _h, i in sim.starts if i == ip and kind == PAGE]
+    return [round(b - a, 6) for a, b in zip(starts, starts[1:])]
+
+
+def test_429_doubles_the_server_delay_and_successes_bring_it_back(tmp_path):
+    f = make(tmp_path, wait_duration=1.0, jitter=0.0)
+    for i in range(12):
+        f.push(f"http://a.test/{i}", 3, 5)
+    # the 3rd and 4th requests are answered 429, everything else 200
+    answers = iter(["ok", "ok", "429", "429"] + ["ok"] * 20)
+    sim = Sim(f, ips={"a.test": "10.0.0.1"}, latency=0.01,
+              page_outcome=lambda req, n: next(answers))
+    sim.run()
+    gaps = gaps_on(sim, "10.0.0.1")
+    assert gaps[:2] == [1.0, 1.0]
+    # counted from the 429 answer (0.01 s after the start), doubled twice
+    assert gaps[2] == pytest.approx(0.01 + 2.0) and gaps[3] == pytest.approx(0.01 + 4.0)
+    # then each success lets the penalty decay towards 1, never below
+    later = gaps[4:]
+    assert all(a >= b for a, b in zip(later, later[1:]))
+    assert later[1] < later[0] <= 4.0 and later[-1] == pytest.approx(1.0)
+    assert len(sim.fetched) == 12
+
+
+def test_a_slow_server_is_asked_less_often(tmp_path):
+    f = make(tmp_path, wait_duration=0.2, jitter=0.0, server_rtt_factor=3.0)
+    for i in range(6):
+        f.push(f"http://slow.test/{i}", 3, 2)
+        f.push(f"http://fast.test/{i}", 3, 2)
+    sim = Sim(f, ips={"slow.test": "10.0.0.1", "fast.test": "10.0.0.2"}, latency=0.5)
+    sim.run()
+    # round trips of 0.5 s: 3 x 0.5 = 1.5 s between starts instead of 0.2 s
+    assert min(gaps_on(sim, "10.0.0.1")[1:]) == pytest.approx(1.5)
+    f2 = make(tmp_path / "b", wait_duration=0.2, jitter=0.0, server_rtt_factor=3.0)
+    for i in range(6):
+        f2.push(f"http://fast.test/{i}", 3, 2)
+    sim2 = Sim(f2, ips={"fast.test": "10.0.0.2"}, latency=0.01)
+    sim2.run()
+    assert max(gaps_on(sim2, "10.0.0.2")) == pytest.approx(0.2)
+
+
+def test_checkpoint_then_crash_then_restore_loses_no_url(tmp_path):
+    urls = [f"http://h{i % 4}.test/p{i}" for i in range(400)]
+    ips = {f"h{i}.test": f"10.0.0.{i + 1}" for i in range(4)}
+    f = make(tmp_path, wait_duration=0.1, ram_urls=40, max_urls_by_site=5, max_requests=8)
+    for u in urls:
+        f.push(u, 3, 2)
+    sim = Sim(f, ips=ips, latency=0.05)
+    sim.run(until=3.0)
+    state, carry = f.checkpoint(sim.now, 1000.0)
+    at_checkpoint = list(sim.fetched)
+    in_flight = [r.url for r in carry if r.url not in at_checkpoint]
+    assert len(f.wait) > 0, "the test wants URLs parked in the wait store"
+    sim.run(until=4.0)  # work done after the checkpoint is lost with the crash
+    after = len(sim.fetched) - len(at_checkpoint)
+    # crash: the frontier object is dropped without close(); a new one reopens the disk
+    g = make(tmp_path, wait_duration=0.1, ram_urls=40, max_urls_by_site=5, max_requests=8,
+             positions=state["stores"])
+    g.restore(state, carry, 0.0, 1000.0)
+    assert g.fetched == len(at_checkpoint)
+    sim2 = Sim(g, ips=ips, latency=0.05)
+    sim2.run()
+    assert g.idle()
+    done = at_checkpoint + sim2.fetched
+    assert set(done) == set(urls)
+    again = len(done) - len(set(done))
+    assert again == 0  # nothing fetched before the checkpoint is fetched again
+    assert len(sim2.fetched) <= len(urls) - len(at_checkpoint)
+    taken, accounted = g.conservation()
+    assert taken == accounted
+    assert after > 0 and in_flight is not None
+
+
+def test_restore_keeps_a_site_wait_and_counts_corrupt_tail(tmp_path):
+    f = make(tmp_path, wait_duration=1.0)
+    for i in range(30):
+        f.push(f"http://a.test/{i}", 3, 2)
+    f.flush()
+    state, carry = f.checkpoint(0.0, 500.0)
+    # tear the main store's last segment: half a record without its newline
+    seg = tmp_path / "frontier" / "main" / "seg-00000000.log"
+    with open(seg, "ab") as fh:
+        fh.write(b"deadbeef 3 2 http://a.test/torn")
+    g = make(tmp_path, wait_duration=1.0, positions=state["stores"])
+    g.restore(state, carry, 0.0, 500.0)
+    assert g.corrupt_records == 1
+    assert g.queued == 30

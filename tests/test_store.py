@@ -1,4 +1,5 @@
 import os
+import random
 
 import pytest
 
@@ -105,16 +106,87 @@ def test_store_needs_positive_ram(tmp_path):
 
 
 def test_seen_set_add_and_persist(tmp_path):
+    path = str(tmp_path / "seen.log")
     seen = SeenSet()
+    seen.open_log(path)
     assert seen.add(1) is True
     assert seen.add(1) is False
     assert seen.add(2**64 - 1) is True
     assert 2**64 - 1 in seen and 3 not in seen
-    path = str(tmp_path / "seen.bin")
-    seen.save(path)
+    seen.close()
     again = SeenSet.load(path)
-    assert len(again) == 2 and 1 in again and 2**64 - 1 in again
-    # A torn tail (half a fingerprint) is ignored, the rest kept.
+    assert len(again) == 2 and 1 in again and 2**64 - 1 in again and 3 not in again
+    # A torn tail (part of a fingerprint) is dropped and counted, the rest kept.
     with open(path, "ab") as f:
         f.write(b"\x01\x02\x03")
-    assert len(SeenSet.load(path)) == 2
+    torn = SeenSet.load(path)
+    assert len(torn) == 2 and torn.dropped_bytes == 3
+    assert os.path.getsize(path) == 16
+
+
+def test_seen_set_merges_into_the_sorted_array_without_losing_any():
+    rng = random.Random(5)
+    fps = [rng.getrandbits(64) for _ in range(5000)]
+    seen = SeenSet(merge_at=300)
+    for fp in fps[:2500]:
+        assert seen.add(fp)
+    assert seen.merges >= 8
+    # a batch mixing old, new and repeated fingerprints
+    batch = fps[2000:3000] + fps[2900:3100]
+    got = seen.add_many(batch)
+    expected, mine = [], set(fps[:2500])
+    for fp in batch:
+        expected.append(fp not in mine)
+        mine.add(fp)
+    assert got == expected
+    assert len(seen) == len(mine) == 3100
+    assert all(fp in seen for fp in fps[:3100]) and not any(fp in seen for fp in fps[3100:])
+    assert seen.add_many([]) == []
+
+
+def test_seen_set_holds_8_bytes_per_fingerprint_once_merged():
+    seen = SeenSet(range(1, 200_001), merge_at=1000)
+    assert len(seen) == 200_000
+    assert seen.memory_bytes() < 9 * 200_000
+
+
+def test_reopen_from_a_read_position_keeps_the_backlog(tmp_path):
+    store = UrlStore(str(tmp_path), ram_urls=10, segment_bytes=400)
+    for i in range(100):
+        store.push(rec(i))
+    got = [store.pop().url for _ in range(25)]
+    window = [r.url for r in store.ram_records()]
+    pos, end = store.read_position(), store.write_position()
+    store.flush()
+    for i in range(100, 110):  # appended after the "checkpoint"
+        store.push(rec(i))
+    store.flush()
+    again = UrlStore.open_existing(str(tmp_path), pos, ram_urls=10, segment_bytes=400)
+    rest = []
+    while (r := again.pop()) is not None:
+        rest.append(r.url)
+    assert got + window + rest == [rec(i).url for i in range(110)]
+    # the same, cutting what came after the checkpoint
+    cut = UrlStore.open_existing(str(tmp_path), pos, ram_urls=10, segment_bytes=400, truncate_at=end)
+    rest = []
+    while (r := cut.pop()) is not None:
+        rest.append(r.url)
+    assert got + window + rest == [rec(i).url for i in range(100)]
+    cut.push(rec(999))
+    assert cut.pop().url == rec(999).url
+
+
+def test_reopen_cuts_a_torn_tail_so_new_records_survive(tmp_path):
+    store = UrlStore(str(tmp_path), ram_urls=2)
+    for i in range(5):
+        store.push(rec(i))
+    store.close()
+    with open(tmp_path / "seg-00000000.log", "ab") as f:
+        f.write(b"0badc0de 1 1 http://cut")
+    again = UrlStore.open_existing(str(tmp_path), (0, 0), ram_urls=2)
+    assert again.corrupt_records == 1 and len(again) == 5
+    again.push(rec(5))
+    urls = []
+    while (r := again.pop()) is not None:
+        urls.append(r.url)
+    assert urls == [rec(i).url for i in range(6)]

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import robots as robots_mod
+from ..throttle import ServerPace
 from .sites import DnsState, IPSite, NamedSite, RobotsState
 from .store import UrlRecord, UrlStore
 
@@ -140,6 +141,8 @@ class Frontier:
         rng: random.Random | None = None,
         on_forget: Callable[[UrlRecord, str], None] | None = None,
         segment_bytes: int = 64 * 1024 * 1024,
+        server_rtt_factor: float = 0.0,
+        positions: dict | None = None,
     ) -> None:
         self.ram_urls = ram_urls
         self.max_urls_by_site = max_urls_by_site
@@ -151,13 +154,29 @@ class Frontier:
         self.dns_retry_base = dns_retry_base
         self.robots_retry_base = robots_retry_base
         self.jitter = jitter
+        self.server_rtt_factor = server_rtt_factor
         self.rng = rng or random.Random()
         self.on_forget = on_forget
         # The three stores share the RAM budget: the main lane gets most of it.
         lane = max(1, ram_urls // 10)
-        self.main = UrlStore(os.path.join(state_dir, "main"), ram_urls=max(1, ram_urls - 2 * lane), segment_bytes=segment_bytes)
-        self.prio = UrlStore(os.path.join(state_dir, "priority"), ram_urls=lane, segment_bytes=segment_bytes)
-        self.wait = UrlStore(os.path.join(state_dir, "wait"), ram_urls=lane, segment_bytes=segment_bytes)
+
+        def store(name: str, ram: int) -> UrlStore:
+            directory = os.path.join(state_dir, name)
+            if positions is None:
+                return UrlStore(directory, ram_urls=ram, segment_bytes=segment_bytes)
+            # Records parked in the wait store after the checkpoint were popped
+            # from a store after it too, so they are read again: cut them off.
+            cut = positions.get("wait_end") if name == "wait" else None
+            return UrlStore.open_existing(directory, tuple(positions[name]), ram_urls=ram,
+                                          segment_bytes=segment_bytes,
+                                          truncate_at=tuple(cut) if cut is not None else None)
+
+        self.main = store("main", max(1, ram_urls - 2 * lane))
+        self.prio = store("priority", lane)
+        self.wait = store("wait", lane)
+        # After a reload, the parked URLs' sites have no overflow count yet:
+        # the first pops of the wait store are placed as fresh URLs.
+        self._wait_replay = len(self.wait) if positions is not None else 0
         self.sites: dict[str, NamedSite] = {}
         self.ips: dict[str, IPSite] = {}
         self._heap: list[tuple[float, int, IPSite]] = []
@@ -168,6 +187,7 @@ class Frontier:
         self.in_sites = 0  # records in site FIFOs
         self.in_flight = 0  # page records taken and not finished
         self.requests = 0  # requests running (robots.txt included)
+        self._running: dict[int, Request] = {}  # id -> running request
         self._wait_credit = 0
         self._wait_misses = 0
         # Counters for conservation and stats.
@@ -202,6 +222,9 @@ class Frontier:
         while reads < max_reads and self.in_sites < self.ram_urls:
             if len(self.prio):
                 rec, from_wait = self.prio.pop(), False
+            elif self._wait_replay > 0 and len(self.wait):
+                rec, from_wait = self.wait.pop(), False
+                self._wait_replay -= 1
             elif self._wait_credit > 0 and len(self.wait):
                 rec, from_wait = self.wait.pop(), True
             elif len(self.main):
@@ -281,7 +304,7 @@ class Frontier:
         ip = ips[0]
         ip_site = self.ips.get(ip)
         if ip_site is None:
-            ip_site = self.ips[ip] = IPSite(ip)
+            ip_site = self.ips[ip] = IPSite(ip, ServerPace(rtt_factor=self.server_rtt_factor))
         site.ip_site = ip_site
         self._make_ready(site, now)
 
@@ -431,13 +454,16 @@ class Frontier:
         ip.busy += 1
         self.requests += 1
         jitter = 1.0 + self.jitter * self.rng.random()
-        ip_delay = self.wait_duration * ip.penalty
-        site_delay = max(self.wait_duration, site.crawl_delay) * ip.penalty
-        ip.next_allowed = now + ip_delay * jitter
-        site.next_allowed = now + site_delay * jitter
-        return Request(kind, site, rec, url, ip.ip, site.port, now)
+        pace = ip.pace
+        ip.next_allowed = max(now + pace.delay(self.wait_duration) * jitter, pace.retry_until)
+        site.next_allowed = max(now + pace.delay(max(self.wait_duration, site.crawl_delay)) * jitter,
+                                pace.retry_until)
+        req = Request(kind, site, rec, url, ip.ip, site.port, now)
+        self._running[id(req)] = req
+        return req
 
     def _release(self, req: Request, now: float) -> None:
+        self._running.pop(id(req), None)
         site = req.site
         site.active -= 1
         self.requests -= 1
@@ -456,6 +482,33 @@ class Frontier:
         if ip is not None:
             self._make_ready(site, now)
             self._schedule_ip(ip, now)
+
+    # ------------------------------------------------------------------
+    # Per-server pace (issue 7): fed by the engine with every answer
+    # ------------------------------------------------------------------
+    def server_answered(self, req: Request, rtt: float | None, status: int | None, now: float,
+                        retry_after: float | None = None) -> None:
+        """Feed the answer of ``req`` to its IP's pace.
+
+        ``rtt`` (request sent to end of headers) updates the server's smoothed
+        round-trip time; 429 and 503 double its delay (and ``retry_after``
+        holds it back until then); any other answer lets the penalty decay.
+        Call before the outcome (fetched_ok / forget / retry) so the next
+        start of that IP is computed with the new pace.
+        """
+        ip = self.ips.get(req.ip)
+        if ip is None:
+            return
+        pace = ip.pace
+        if rtt is not None:
+            pace.observe(rtt)
+        if status in (429, 503):
+            pace.overloaded(now, retry_after)
+            wait = pace.earliest(now, self.wait_duration)
+            if wait > ip.next_allowed:
+                ip.next_allowed = wait
+        elif status is not None:
+            pace.success()
 
     # ------------------------------------------------------------------
     # Outcomes
@@ -552,6 +605,86 @@ class Frontier:
     def flush(self, sync: bool = False) -> None:
         for store in (self.prio, self.main, self.wait):
             store.flush(sync)
+
+    # ------------------------------------------------------------------
+    # Checkpoints (crash safety; the engine writes them, see engine.state)
+    # ------------------------------------------------------------------
+    def checkpoint(self, now: float, wall: float) -> tuple[dict, list[UrlRecord]]:
+        """What a restart needs: ``(state, carry)``; flushes the stores first.
+
+        ``carry`` lists every record held in memory and not done: the
+        stores' RAM windows, the site FIFOs and the pages in flight (a page
+        counts as done only once its outcome is recorded).  ``state`` holds
+        the stores' read positions (the first record not in a RAM window),
+        the counters, and the sites' pending waits as wall-clock times.
+        """
+        self.flush(sync=True)
+        carry: list[UrlRecord] = []
+        for store in (self.prio, self.wait, self.main):
+            carry.extend(store.ram_records())
+        for req in self._running.values():
+            if req.record is not None:
+                carry.append(req.record)
+        for site in self.sites.values():
+            carry.extend(site.fifo)
+        waits = {}
+        for site in self.sites.values():
+            if site.next_allowed > now + 1.0:
+                waits[site.key] = wall + (site.next_allowed - now)
+        state = {
+            "stores": {"main": list(self.main.read_position()),
+                       "priority": list(self.prio.read_position()),
+                       "wait": list(self.wait.read_position()),
+                       "wait_end": list(self.wait.write_position())},
+            "fetched": self.fetched,
+            "forgotten": dict(self.forgotten),
+            "retried": dict(self.retried),
+            "waits": waits,
+        }
+        return state, carry
+
+    def release_segments(self, state: dict) -> int:
+        """Delete the segments a durable checkpoint ``state`` no longer needs."""
+        stores = {"main": self.main, "priority": self.prio, "wait": self.wait}
+        return sum(store.release_through(state["stores"][name][0]) for name, store in stores.items())
+
+    def restore(self, state: dict, carry: list[UrlRecord], now: float, wall: float) -> None:
+        """Continue from a checkpoint: counters, carried records, site waits.
+
+        The Frontier must have been built with ``positions=state["stores"]``.
+        Carried records go to the priority lane (they were already being
+        worked on).  ``taken`` is recounted so that conservation holds over
+        what is really on disk, records queued after the checkpoint included.
+        """
+        for rec in carry:
+            self.prio.push(rec)
+        self.fetched = int(state["fetched"])
+        self.forgotten = Counter({k: int(v) for k, v in state["forgotten"].items()})
+        self.retried = Counter({k: int(v) for k, v in state["retried"].items()})
+        for key, until in state.get("waits", {}).items():
+            parsed = key.split("://", 1)
+            if len(parsed) != 2:
+                continue
+            host, _, port = parsed[1].rpartition(":")
+            site = self._site_for(f"{parsed[0]}://{host}:{port}/")
+            if site is not None and until > wall:
+                site.next_allowed = now + (until - wall)
+        self.taken = self.fetched + sum(self.forgotten.values()) + self.queued + self.in_flight
+
+    def restore_robots(self, robots_url: str, rules, expiry: float) -> None:
+        """Reuse robots.txt rules fetched before a restart, until ``expiry`` (loop time)."""
+        site = self._site_for(robots_url)
+        if site is None or site.robots_state is RobotsState.OK:
+            return
+        site.robots = rules
+        site.robots_state = RobotsState.OK
+        site.robots_expiry = expiry
+        delay = rules.crawl_delay(self.agent) if rules is not None else None
+        site.crawl_delay = min(float(delay), MAX_CRAWL_DELAY) if delay else 0.0
+
+    @property
+    def corrupt_records(self) -> int:
+        return self.main.corrupt_records + self.prio.corrupt_records + self.wait.corrupt_records
 
     def close(self) -> None:
         for store in (self.prio, self.main, self.wait):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 from enum import Enum
 
+from ..throttle import ServerPace
 from .store import UrlRecord
 
 __all__ = ["DnsState", "RobotsState", "NamedSite", "IPSite"]
@@ -84,13 +85,13 @@ class NamedSite:
 class IPSite:
     """One server IP: the ready named sites on it and its politeness clock."""
 
-    __slots__ = ("ip", "ready", "next_allowed", "busy", "heap_time", "srtt", "penalty")
+    __slots__ = ("ip", "ready", "next_allowed", "busy", "heap_time", "pace")
 
-    def __init__(self, ip: str) -> None:
+    def __init__(self, ip: str, pace: ServerPace | None = None) -> None:
         self.ip = ip
         self.ready: deque[NamedSite] = deque()
         self.next_allowed = 0.0
         self.busy = 0  # requests running to this IP
         self.heap_time: float | None = None  # time of its live heap entry
-        self.srtt: float | None = None  # smoothed round-trip time, seconds
-        self.penalty = 1.0  # multiplier after 429/503, decays on success
+        #: Its smoothed round-trip time and 429/503 penalty (per-server pace).
+        self.pace = pace if pace is not None else ServerPace()

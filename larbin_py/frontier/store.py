@@ -106,6 +106,73 @@ class UrlStore:
         self.corrupt_records = 0
         self._open_writer()
 
+    @classmethod
+    def open_existing(cls, directory: str, position: tuple[int, int], *, ram_urls: int,
+                      segment_bytes: int = 64 * 1024 * 1024,
+                      truncate_at: tuple[int, int] | None = None) -> "UrlStore":
+        """Reopen the log in ``directory`` to read on from ``position``.
+
+        ``position`` is a :meth:`read_position` saved by a checkpoint.  The
+        last segment's torn tail (a line cut by a crash, without its
+        newline) is cut off and counted in ``corrupt_records``, so that new
+        records never glue onto it.  Records with a bad checksum are found
+        and counted when read.  The backlog is every line from ``position``
+        to the end of the log.  With ``truncate_at`` (a :meth:`write_position`),
+        whatever was appended after it is removed first.
+        """
+        store = cls.__new__(cls)
+        store.directory = directory
+        store.ram_urls = ram_urls
+        store.segment_bytes = segment_bytes
+        store.read_chunk = 1 << 16
+        os.makedirs(directory, exist_ok=True)
+        store._ram = deque()
+        store._writer = None
+        store._wbuf = []
+        store._wbuf_bytes = 0
+        store.pushed = 0
+        store.popped = 0
+        store.corrupt_records = 0
+        segments = sorted(int(name[4:12]) for name in os.listdir(directory)
+                          if name.startswith("seg-") and name.endswith(".log") and name[4:12].isdigit())
+        read_seg, read_off = position
+        if truncate_at is not None:
+            cut_seg, cut_off = truncate_at
+            for n in segments:
+                if n > cut_seg:
+                    os.unlink(store._seg_path(n))
+                elif n == cut_seg:
+                    with open(store._seg_path(n), "r+b") as f:
+                        f.truncate(cut_off)
+            segments = [n for n in segments if n <= cut_seg]
+        segments = [n for n in segments if n >= read_seg] or [read_seg]
+        store._released_seg = read_seg
+        store._write_seg = segments[-1]
+        last = store._seg_path(store._write_seg)
+        if os.path.exists(last):
+            with open(last, "r+b") as f:
+                data = f.read()
+                keep = data.rfind(b"\n") + 1
+                if keep < len(data):
+                    store.corrupt_records += 1
+                    f.truncate(keep)
+        backlog = 0
+        for n in segments:
+            try:
+                with open(store._seg_path(n), "rb") as f:
+                    if n == read_seg:
+                        f.seek(read_off)
+                    while chunk := f.read(1 << 20):
+                        backlog += chunk.count(b"\n")
+            except FileNotFoundError:
+                continue
+        store._backlog = backlog
+        store._read_seg, store._read_off = read_seg, read_off
+        store._open_writer()
+        if (store._read_seg, store._read_off) > (store._write_seg, store._write_off):
+            raise ValueError(f"{directory}: read position {position} is past the end of the log")
+        return store
+
     # -- sizes ------------------------------------------------------------
     def __len__(self) -> int:
         """All records queued: in RAM plus on disk only."""
@@ -244,6 +311,10 @@ class UrlStore:
     def read_position(self) -> tuple[int, int]:
         """Where the first record not yet in RAM starts in the log."""
         return (self._read_seg, self._read_off)
+
+    def write_position(self) -> tuple[int, int]:
+        """Where the next record will be appended (the end of the log)."""
+        return (self._write_seg, self._write_off)
 
     def release_through(self, segment: int) -> int:
         """Delete fully consumed segments numbered below ``segment``.
