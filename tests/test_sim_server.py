@@ -303,6 +303,30 @@ async def test_load_model_slows_answers_and_records_peak_in_flight():
         await c.close()
 
 
+@pytest.mark.async_timeout(30)
+async def test_load_model_with_a_capacity_shares_the_server_time():
+    cfg = dict(load={"h0.sim.test": (0.1, 0.0, 2)}, hosts_per_ip=1)
+    async with _fault_sim(**cfg) as sim:
+        h = sim.web.hosts["h0.sim.test"]
+
+        async def timed(n):
+            clients = [await Client.connect(h.ip, sim.port) for _ in range(n)]
+
+            async def one(c):
+                t0 = time.monotonic()
+                await c.get(h.name, "/")
+                return time.monotonic() - t0
+
+            times = await asyncio.gather(*(one(c) for c in clients))
+            for c in clients:
+                await c.close()
+            return max(times)
+
+        # within the capacity: the base time; beyond it: base * in_flight / capacity
+        assert 0.1 - 0.01 <= await timed(2) < 0.25
+        assert 0.1 * 6 / 2 - 0.01 <= await timed(6) < 0.6
+
+
 # -- DNS ---------------------------------------------------------------------------
 
 def _a_query(name: str, qid: int = 0x1234) -> bytes:

@@ -17,9 +17,13 @@ What is served:
   accepts it; ``Transfer-Encoding: chunked`` for hosts with ``chunked``;
 * :class:`~larbin_py.sim.faults.Fault` behaviours decided by a
   :class:`~larbin_py.sim.faults.FaultPlan`;
-* the load model: a host in ``load`` answers after ``base + per_request *
-  in_flight(host)``; ``peak_in_flight[host]`` records the most concurrent
-  requests each host ever had (every host, loaded or not).
+* the load model: a host in ``load`` with ``(base, per_request)`` answers
+  after ``base + per_request * in_flight(host)``; with ``(base, per_request,
+  capacity)`` it is a server of ``capacity`` workers sharing its time, so
+  the answer comes after ``base * max(1, in_flight / capacity) + per_request
+  * in_flight``: beyond its capacity a server gets no faster, only slower to
+  answer.  ``peak_in_flight[host]`` records the most concurrent requests
+  each host ever had (every host, loaded or not).
 
 Every request and connection is recorded in a
 :class:`~larbin_py.sim.log.RequestLog`.
@@ -287,7 +291,10 @@ class _HTTPConn(asyncio.Protocol):
         if inflight > srv.peak_in_flight.get(name, 0):
             srv.peak_in_flight[name] = inflight
         if load is not None:
-            delay += load[0] + load[1] * inflight
+            if len(load) > 2:
+                delay += load[0] * max(1.0, inflight / load[2]) + load[1] * inflight
+            else:
+                delay += load[0] + load[1] * inflight
         applied = "+".join(decision.applied) if decision is not None else ""
         if fault is not None:
             kind = fault.kind

@@ -57,7 +57,9 @@ class SimConfig:
     :class:`RobotsProfile` kind to a weight (``{"absent": 1}`` = no robots).
     ``faults`` is a list of :class:`larbin_py.sim.faults.Fault`; ``load`` maps
     a host name to ``(base_s, per_request_s)`` (answer time = base +
-    per_request * requests in flight on that host).
+    per_request * requests in flight on that host) or ``(base_s,
+    per_request_s, capacity)`` (a server of ``capacity`` workers: answer
+    time = base * max(1, in flight / capacity) + per_request * in flight).
     """
 
     seed: int = 1
@@ -96,7 +98,7 @@ class SimConfig:
     p_frameset: float = 0.03
     p_query: float = 0.08
     faults: list = field(default_factory=list)
-    load: dict[str, tuple[float, float]] = field(default_factory=dict)
+    load: dict[str, tuple[float, ...]] = field(default_factory=dict)
     seeds: int | None = None  # number of h{i} roots in sim.seeds (None = all)
 
 
