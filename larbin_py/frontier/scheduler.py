@@ -483,6 +483,31 @@ class Frontier:
             self._make_ready(site, now)
             self._schedule_ip(ip, now)
 
+    def follow_up_delay(self, req: Request, now: float) -> float:
+        """Seconds before ``req`` may send a follow-up request to its server.
+
+        A robots.txt redirect is followed inside the same request slot: the
+        next hop waits like any other request to that host and IP.
+        """
+        ip = self.ips.get(req.ip)
+        wait = req.site.next_allowed - now
+        if ip is not None:
+            wait = max(wait, ip.next_allowed - now)
+        return max(0.0, wait)
+
+    def follow_up_started(self, req: Request, now: float) -> None:
+        """A follow-up request of ``req`` starts now: push the next allowed times."""
+        site = req.site
+        ip = self.ips.get(req.ip)
+        jitter = 1.0 + self.jitter * self.rng.random()
+        if ip is not None:
+            pace = ip.pace
+            ip.next_allowed = max(ip.next_allowed, now + pace.delay(self.wait_duration) * jitter)
+            site.next_allowed = max(site.next_allowed,
+                                    now + pace.delay(max(self.wait_duration, site.crawl_delay)) * jitter)
+        else:
+            site.next_allowed = max(site.next_allowed, now + self.wait_duration * jitter)
+
     # ------------------------------------------------------------------
     # Per-server pace (issue 7): fed by the engine with every answer
     # ------------------------------------------------------------------
@@ -525,17 +550,23 @@ class Frontier:
         self._forget(req.record, reason)
         self._release(req, now)
 
-    def retry(self, req: Request, reason: str, now: float, delay: float = 0.0) -> bool:
+    def retry(self, req: Request, reason: str, now: float, delay: float = 0.0, *,
+              free: bool = False) -> bool:
         """Put the URL back at the tail of its site with one retry fewer.
 
         ``delay`` postpones the next request to the site (Retry-After, backoff).
+        ``free`` keeps the retry count (the request never reached the server:
+        a kept-alive connection the server had just closed).
         Returns False when no retry was left and the URL was forgotten.
         """
         rec = req.record
         site = req.site
-        site.errors += 1
+        if not free:
+            site.errors += 1
         if delay > 0:
             site.next_allowed = max(site.next_allowed, now + delay)
+        if free:
+            rec.retries += 1  # undone below: this attempt does not count
         if rec.retries <= 0:
             self._forget(rec, reason)
             self._release(req, now)

@@ -171,8 +171,18 @@ class WarcOutput:
         if "/" in name or name.startswith("."):
             raise OutputError(f"bad output position: WARC file name {name!r}")
         path = name + OPEN_SUFFIX
+        root = self._tree.root_fd
         try:
-            fd = os.open(path, _WRITE_FLAGS, dir_fd=self._tree.root_fd)
+            os.stat(path, dir_fd=root)
+        except FileNotFoundError:
+            # Completed (renamed) after the checkpoint -- at a clean stop or a
+            # roll-over: reopen it, and cut what came after the checkpoint.
+            try:
+                os.rename(name, path, src_dir_fd=root, dst_dir_fd=root)
+            except OSError:
+                pass
+        try:
+            fd = os.open(path, _WRITE_FLAGS, dir_fd=root)
         except OSError as exc:
             raise OutputError.from_os(
                 "resume", os.path.join(self.save_dir, path), exc) from exc

@@ -47,6 +47,11 @@ class Request:
         port = "" if self.server_port == 80 else f":{self.server_port}"
         return f"http://{self.host}{port}{self.target}"
 
+    @property
+    def path(self) -> str:
+        """The request target without its query."""
+        return self.target.split("?", 1)[0]
+
 
 @dataclass(slots=True)
 class Connection:

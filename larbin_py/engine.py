@@ -1,0 +1,953 @@
+"""The crawl engine: the one owner of the event loop.
+
+It wires the sans-I/O frontier (what may be fetched, when) to the I/O edge
+(c-ares DNS, the h11 fetcher, the outputs, the stats server) and applies the
+outcome rules of every request.  Everything runs on one thread; the engine
+never blocks the loop and never sleeps: it reacts to events (a request ended,
+a name resolved, the frontier's next-allowed time came) through
+:meth:`Engine._pump`, which is scheduled at most once at a time.
+
+Outcomes of a page request (issue "The crawl engine"):
+
+* 2xx: counted as fetched, parsed for links when HTML, written by the output.
+  A non-HTML type is ``badType`` unless ``anyType`` (or ``getImage`` for
+  images, or ``specificSearch`` for the types of ``specificSet``).
+* 3xx with a Location: the target goes through all the rules (keeping the
+  depth); the original URL is forgotten as ``err30X``.
+* 404/410 and other 4xx: ``err40X``.
+* 5xx and 429: retried after Retry-After (capped) or a backoff, forgotten as
+  ``err50X`` when retries run out.
+* DNS failure, connection refused or reset, timeout: back to the tail of the
+  site's queue with one retry fewer; forgotten as ``noDNS``, ``noConnection``,
+  ``timeout`` (``reset``) when none are left.
+* robots.txt forbids: ``forbiddenRobots`` without a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import random
+import signal
+import sys
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from . import parse as parse_mod
+from . import robots as robots_mod
+from .frontier.scheduler import PAGE, Frontier, Request, site_key
+from .frontier.seen import SeenSet
+from .frontier.store import UrlRecord
+from .net.dns import Resolver
+from .net.http import Fetcher
+from .output import Document, OutputError, make_output
+from .rules import UrlRules, host_of
+from .state import ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, has_state, read_checkpoint, write_checkpoint
+from .throttle import RttController
+from .url import fingerprint, normalize
+
+__all__ = ["Engine", "Summary", "StateDirInUse", "StateError", "crawl_main", "HTML_TYPES"]
+
+HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+#: Longest Retry-After honoured, seconds.
+MAX_RETRY_AFTER = 600.0
+#: How long in-flight requests may finish after a stop was asked, seconds.
+STOP_GRACE = 10.0
+#: Retryable transport errors of the fetcher and the reason they end with.
+RETRYABLE = {"noConnection": "noConnection", "timeout": "timeout", "reset": "reset"}
+
+
+class StateDirInUse(Exception):
+    """A plain start found the state of an earlier crawl in stateDir."""
+
+
+@dataclass
+class Summary:
+    """What a crawl did, printed at the end and returned by :meth:`Engine.run`."""
+
+    pages: int = 0
+    bytes: int = 0
+    elapsed: float = 0.0
+    taken: int = 0
+    queued: int = 0
+    in_flight: int = 0
+    forgotten: dict[str, int] = field(default_factory=dict)
+    rejected: dict[str, int] = field(default_factory=dict)
+    hosts: int = 0
+    dns_queries: int = 0
+    requests: int = 0
+    robots_requests: int = 0
+    stop_reason: str = ""
+    failed: str | None = None
+
+    @property
+    def pages_per_second(self) -> float:
+        return self.pages / self.elapsed if self.elapsed > 0 else 0.0
+
+    def format(self) -> str:
+        lines = [
+            f"larbin_py: {self.stop_reason}",
+            f"  pages fetched   {self.pages}  ({self.bytes} bytes, {self.pages_per_second:.1f} pages/s)",
+            f"  elapsed         {self.elapsed:.1f} s",
+            f"  URLs taken      {self.taken} = fetched {self.pages} + forgotten "
+            f"{sum(self.forgotten.values())} + queued {self.queued} + in flight {self.in_flight}",
+            f"  requests        {self.requests} (robots.txt {self.robots_requests})",
+            f"  hosts           {self.hosts}",
+            f"  DNS queries     {self.dns_queries}",
+        ]
+        if self.forgotten:
+            lines.append("  forgotten       " + ", ".join(f"{k} {v}" for k, v in sorted(self.forgotten.items())))
+        if self.rejected:
+            lines.append("  links refused   " + ", ".join(f"{k} {v}" for k, v in sorted(self.rejected.items())))
+        if self.failed:
+            lines.append(f"  FAILED: {self.failed}")
+        return "\n".join(lines)
+
+
+class Engine:
+    """One crawl.  ``await Engine(config).run()`` returns its :class:`Summary`.
+
+    ``resolver``, ``fetcher`` and ``output`` may be injected (tests, benchmarks);
+    otherwise they are built from the configuration.
+    """
+
+    def __init__(
+        self,
+        config,
+        *,
+        resolver=None,
+        fetcher=None,
+        output=None,
+        rng: random.Random | None = None,
+        out=None,
+        err=None,
+        reload: bool = False,
+    ) -> None:
+        self.config = config
+        self.out = out if out is not None else sys.stdout
+        self.err = err if err is not None else sys.stderr
+        self.rng = rng or random.Random()
+        self.rules = UrlRules.from_config(config)
+        self.agent = robots_mod.product_token(config.user_agent)
+        self._bodies: dict[bytes, str] = {}
+        self.reload = reload
+        state_dir = config.state_dir
+        frontier_dir = os.path.join(state_dir, "frontier")
+        self._checkpoint_doc: dict | None = None
+        self._carry: list[UrlRecord] = []
+        self.damaged: dict[str, int] = {}
+        if reload:
+            self._checkpoint_doc, self._carry, bad_carry = read_checkpoint(state_dir)
+            self.seen = SeenSet.load(os.path.join(state_dir, SEEN_LOG)) \
+                if os.path.exists(os.path.join(state_dir, SEEN_LOG)) else SeenSet()
+            self.damaged = {"carry": bad_carry, "seen": self.seen.dropped_bytes}
+        else:
+            if has_state(state_dir):
+                raise StateDirInUse(
+                    f"stateDir {state_dir!r} holds a previous crawl: continue it with --reload, "
+                    "or remove that folder to start afresh"
+                )
+            self.seen = SeenSet()
+        os.makedirs(state_dir, exist_ok=True)
+        self._robots_log: RobotsLog | None = None
+        self._robots_answers: dict[str, tuple[float, bytes | None]] = {}
+        if reload:
+            self._robots_answers, self.damaged["robots"] = RobotsLog.load(os.path.join(state_dir, ROBOTS_LOG))
+        if config.can_reload:
+            self.seen.open_log(os.path.join(state_dir, SEEN_LOG))
+            self._robots_log = RobotsLog(os.path.join(state_dir, ROBOTS_LOG))
+        self._checkpoint_serial = int(self._checkpoint_doc["serial"]) if self._checkpoint_doc else 0
+        self._checkpoint_timer: asyncio.TimerHandle | None = None
+        self.checkpoints = 0
+        self.frontier = Frontier(
+            frontier_dir,
+            ram_urls=config.ram_urls,
+            max_urls_by_site=config.max_urls_by_site,
+            max_requests=config.pages_connexions,
+            wait_duration=config.wait_duration,
+            conn_per_ip=config.connexions_per_ip,
+            agent=self.agent,
+            obey_robots=not config.ignore_robots,
+            rng=self.rng,
+            on_forget=self._on_forget,
+            server_rtt_factor=config.server_rtt_factor,
+            positions=self._checkpoint_doc["frontier"]["stores"] if self._checkpoint_doc else None,
+        )
+        self.damaged["store"] = self.frontier.corrupt_records
+        #: Adaptive MaxRequestCount (issue 7); None when flowControl is off.
+        self.flow: RttController | None = None
+        if config.flow_control:
+            low = min(config.min_connexions, config.pages_connexions)
+            self.flow = RttController(
+                alpha=config.rtt_alpha, interval=config.rtt_interval, rtt_min=config.rtt_min,
+                rtt_max=config.rtt_max, increase=config.conn_increase, decrease=config.conn_decrease,
+                min_requests=low, max_requests=config.pages_connexions, start=low,
+            )
+            self.frontier.max_requests = self.flow.limit
+        #: Round-trip times of the last answers (p50/p95 on the stats page).
+        self.rtts: deque[float] = deque(maxlen=512)
+        self._resolver = resolver
+        self._fetcher = fetcher
+        self._output = output
+        self.rejected: Counter[str] = Counter()
+        self.bytes = 0
+        self.requests = 0
+        self.robots_requests = 0
+        self.state = "starting"
+        self.stop_reason = ""
+        self.failed: str | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._pump_handle: asyncio.Handle | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = float("inf")
+        self._stopping = False
+        self._done: asyncio.Future | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = 0.0
+        self._elapsed_before = 0.0  # crawl time of the runs before a --reload
+        self._wall_started = 0.0
+        self.last: deque[dict] = deque(maxlen=20)
+        self._rate_samples: deque[tuple[float, int, int]] = deque()
+        self.servers: list = []
+        self.http_server = None
+        #: Called with the engine once its servers listen (the demo prints the URL).
+        self.on_servers_started = None
+        #: Peak of :meth:`Frontier.urls_in_memory`, sampled at every pump.
+        self.peak_urls_in_memory = 0
+
+    # ------------------------------------------------------------------
+    # Components
+    # ------------------------------------------------------------------
+    @property
+    def resolver(self):
+        return self._resolver
+
+    @property
+    def fetcher(self):
+        return self._fetcher
+
+    @property
+    def output(self):
+        return self._output
+
+    def _build_components(self) -> None:
+        c = self.config
+        if self._resolver is None:
+            self._resolver = Resolver(
+                list(c.dns_servers),
+                max_in_flight=c.dns_connexions,
+                timeout=c.dns_timeout,
+                valid_time=c.dns_valid_time,
+                negative_ttl=1.0,
+            )
+        if self._fetcher is None:
+            self._fetcher = Fetcher(
+                user_agent=c.user_agent,
+                from_addr=c.from_addr,
+                connect_timeout=c.connect_timeout,
+                timeout_page=c.timeout_page,
+                timeout_incr=c.timeout_incr,
+                max_page_size=c.max_page_size,
+                proxy=c.proxy,
+                bond_width=c.bond_width,
+                keep_alive_idle=max(5.0, 2 * c.wait_duration),
+                keep_raw=c.output_mode == "warc",
+            )
+        if self._output is None:
+            position = self._checkpoint_doc.get("output") if self._checkpoint_doc else None
+            self._output = make_output(c, position=position)
+
+    # ------------------------------------------------------------------
+    # Input: seeds, links, URLs given at run time
+    # ------------------------------------------------------------------
+    def add_url(self, href: str, *, priority: bool = True) -> tuple[str, str | None]:
+        """Queue a seed or a URL given at run time: ``(result, reason)``.
+
+        ``result`` is ``accepted``, ``duplicate`` or ``rejected``.
+        """
+        url = normalize(href.strip(), None, max_length=self.config.max_url_size)
+        if url is None:
+            return "rejected", "notHttpUrl"
+        if self.config.lock_site and not self.rules.locked_hosts and self.state == "starting":
+            self.rules.lock(url)
+        verdict = self.rules.admit(url, None, 0)
+        if isinstance(verdict, str):
+            return "rejected", verdict
+        if not self.seen.add(fingerprint(url)):
+            return "duplicate", None
+        self.frontier.push(url, verdict, self.config.retries, priority=priority)
+        self._pump_soon()
+        return "accepted", None
+
+    def submit_urls(self, urls: list[str]) -> list[dict]:
+        """The stats server's URL input (StatsSource interface)."""
+        answers = []
+        for href in urls:
+            if self._stopping:
+                answers.append({"url": href, "result": "rejected", "reason": "stopping"})
+                continue
+            result, reason = self.add_url(href)
+            answers.append({"url": href, "result": result, "reason": reason})
+        return answers
+
+    def _add_links(self, links, page_url: str, depth: int, *, redirect: bool = False) -> None:
+        """Queue a page's links that pass the rules and the seen test."""
+        page_host = host_of(page_url)
+        admit = self.rules.admit
+        rejected = self.rejected
+        ok_links: list[str] = []
+        depths: list[int] = []
+        for link in links:
+            verdict = admit(link, page_host, depth, redirect=redirect)
+            if verdict.__class__ is str:
+                rejected[verdict] += 1
+                continue
+            ok_links.append(link)
+            depths.append(verdict)
+        if not ok_links:
+            return
+        new = self.seen.add_many([fingerprint(link) for link in ok_links])
+        push = self.frontier.push
+        retries = self.config.retries
+        for link, d, is_new in zip(ok_links, depths, new):
+            if is_new:
+                push(link, d, retries)
+            else:
+                rejected["seen"] += 1
+
+    # ------------------------------------------------------------------
+    # The pump: react to events, start what may start, arm the next timer
+    # ------------------------------------------------------------------
+    def _pump_soon(self) -> None:
+        if self._pump_handle is None and self._loop is not None:
+            self._pump_handle = self._loop.call_soon(self._pump)
+
+    def _now(self) -> float:
+        return self._loop.time()
+
+    def _pump(self) -> None:
+        self._pump_handle = None
+        fr = self.frontier
+        now = self._now()
+        fr.tick(now)
+        if not self._stopping:
+            fr.load(now)
+            for site in fr.take_dns_requests():
+                self._spawn(self._resolve(site))
+            limit = self.config.limit_page
+            while True:
+                if limit and fr.fetched + self._pages_running() >= limit:
+                    break
+                req = fr.next_request(now)
+                if req is None:
+                    break
+                self.requests += 1
+                if req.kind == PAGE:
+                    self._spawn(self._page(req))
+                else:
+                    self.robots_requests += 1
+                    self._spawn(self._robots(req))
+            mem = fr.urls_in_memory()
+            if mem > self.peak_urls_in_memory:
+                self.peak_urls_in_memory = mem
+            if limit and fr.fetched >= limit:
+                self.request_stop(f"limitPage {limit} reached")
+            elif fr.idle() and not self._tasks:
+                self.request_stop("end of work")
+            elif fr.is_get and (len(fr.main) or len(fr.prio)):
+                self._pump_soon()  # the loader stopped at its batch size
+        if self._stopping and not self._tasks:
+            self._finish()
+            return
+        self._arm_timer(now)
+
+    def _pages_running(self) -> int:
+        return self.frontier.in_flight
+
+    def _arm_timer(self, now: float) -> None:
+        t = self.frontier.next_wakeup()
+        if t is None or self._stopping:
+            return
+        if self._timer is not None:
+            if self._timer_at <= t:
+                return
+            self._timer.cancel()
+        self._timer_at = t
+        self._timer = self._loop.call_at(t, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = float("inf")
+        self._pump()
+
+    def _spawn(self, coro) -> None:
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            self._fail(f"internal error: {type(exc).__name__}: {exc}")
+        self._pump_soon()
+
+    # ------------------------------------------------------------------
+    # DNS
+    # ------------------------------------------------------------------
+    async def _resolve(self, site) -> None:
+        host = site.host
+        if host.startswith("["):
+            host = host[1:-1]
+        answer = await self._resolver.resolve(host)
+        now = self._now()
+        if answer.error is not None or not answer.ips:
+            self.frontier.dns_failed(site, answer.error or "noAnswer", now)
+        else:
+            self.frontier.dns_resolved(site, tuple(answer.ips), answer.ttl, now)
+
+    # ------------------------------------------------------------------
+    # robots.txt
+    # ------------------------------------------------------------------
+    async def _robots(self, req: Request) -> None:
+        fr = self.frontier
+        url, ip, port = req.url, req.ip, req.port
+        for hop in range(robots_mod.MAX_REDIRECTS + 1):
+            if hop:  # a redirect: the next hop is a request like any other, politely spaced
+                delay = fr.follow_up_delay(req, self._now())
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                fr.follow_up_started(req, self._now())
+                self.robots_requests += 1
+                self.requests += 1
+            res = await self._fetcher.fetch(url, ip, port)
+            self._count_bytes(res)
+            status = res.status if (res.error is None or res.error == "tooBig") else None
+            decision = robots_mod.robots_decision(status)
+            if decision is robots_mod.RobotsDecision.PARSE:
+                body = res.body[: robots_mod.MAX_BODY]
+                if self._robots_log is not None:
+                    self._robots_log.append(req.url, time.time(), body)
+                fr.robots_known(req, robots_mod.RobotsTxt.parse(body), robots_mod.CACHE_TTL, self._now())
+                return
+            if decision is robots_mod.RobotsDecision.FOLLOW:
+                target = normalize(res.location or "", url)
+                parsed = site_key(target) if target else None
+                if parsed is None:
+                    break
+                if parsed[0] != req.site.key:
+                    answer = await self._resolver.resolve(parsed[2].strip("[]"))
+                    if answer.error is not None or not answer.ips:
+                        fr.robots_unavailable(req, self._now())
+                        return
+                    ip = answer.ips[0]
+                url, port = target, parsed[3]
+                continue
+            if decision is robots_mod.RobotsDecision.ALLOW_ALL:
+                break
+            fr.robots_unavailable(req, self._now())
+            return
+        # 4xx, or too many redirects: no restriction (RFC 9309 2.3.1.3).
+        if self._robots_log is not None:
+            self._robots_log.append(req.url, time.time(), None)
+        fr.robots_known(req, robots_mod.RobotsTxt.allow_all(), robots_mod.CACHE_TTL, self._now())
+
+    # ------------------------------------------------------------------
+    # Pages
+    # ------------------------------------------------------------------
+    async def _page(self, req: Request) -> None:
+        res = await self._fetcher.fetch(req.url, req.ip, req.port)
+        self._count_bytes(res)
+        try:
+            self._on_page(req, res)
+        except OutputError as exc:
+            self.frontier.forget(req, "outputError", self._now())
+            self._fail(f"output failed: {exc}")
+
+    def _count_bytes(self, res) -> None:
+        self.bytes += res.bytes_read
+
+    def _observe(self, req: Request, res, now: float) -> None:
+        """Feed the answer's round-trip time to the flow controllers."""
+        rtt = res.rtt
+        if rtt is not None:
+            self.rtts.append(rtt)
+            if self.flow is not None:
+                self.frontier.max_requests = self.flow.observe(rtt, now)
+        self.frontier.server_answered(req, rtt, res.status if res.error is None else None, now,
+                                      res.retry_after)
+
+    def _on_page(self, req: Request, res) -> None:
+        fr = self.frontier
+        now = self._now()
+        self._observe(req, res, now)
+        rec = req.record
+        status = res.status
+        if res.error is not None:
+            reason = RETRYABLE.get(res.error)
+            if res.error == "reset" and res.conn_reused and res.bytes_read == 0:
+                # The server closed the kept-alive connection as we reused it:
+                # the request never reached it.  Again, politely, for free.
+                fr.retry(req, "staleConnection", now, free=True)
+            elif reason is not None:
+                fr.retry(req, reason, now)
+            else:
+                fr.forget(req, res.error, now)
+            self._log(req, res, res.error)
+            return
+        if 200 <= status < 300:
+            self._on_success(req, res, now)
+        elif 300 <= status < 400:
+            fr.forget(req, "err30X", now)
+            self._log(req, res, "err30X")
+            if res.location:
+                target = normalize(res.location, req.url, max_length=self.config.max_url_size)
+                if target is not None:
+                    self._add_links((target,), req.url, rec.depth, redirect=True)
+        elif status == 429 or status >= 500:
+            reason = "err50X"  # 429 too: a server that asks to slow down
+            if res.retry_after is not None:
+                delay = min(res.retry_after, MAX_RETRY_AFTER)
+            else:
+                delay = max(self.config.wait_duration, 1.0) * (2 ** max(0, self.config.retries - rec.retries))
+            retried = fr.retry(req, reason, now, delay)
+            self._log(req, res, f"retry {reason}" if retried else reason)
+        else:
+            fr.forget(req, "err40X", now)
+            self._log(req, res, "err40X")
+
+    def _on_success(self, req: Request, res, now: float) -> None:
+        fr = self.frontier
+        c = self.config
+        ctype = res.content_type or ""
+        is_html = ctype in HTML_TYPES
+        wanted = is_html or c.any_type or (c.get_image and ctype.startswith("image/"))
+        if c.specific_search and ctype in c.specific_set:
+            wanted = True
+        if not wanted:
+            fr.forget(req, "badType", now)
+            self._log(req, res, "badType")
+            return
+        duplicate_of = None
+        if c.page_no_duplicate:
+            key = hashlib.blake2b(res.body, digest_size=8).digest()
+            duplicate_of = self._bodies.get(key)
+            if duplicate_of is None:
+                self._bodies[key] = req.url
+        save = not c.specific_search or ctype in c.specific_set
+        if save:
+            self._output.write(self._document(req, res, duplicate_of))
+        fr.fetched_ok(req, now)
+        self.last.append({"url": req.url, "status": res.status, "reason": "ok", "bytes": len(res.body), "time": time.time()})
+        self._log(req, res, "duplicate" if duplicate_of else "ok")
+        if is_html and duplicate_of is None:
+            page = parse_mod.extract(
+                res.body, req.url, self._content_type_header(res),
+                get_images=c.get_image, max_url_size=c.max_url_size,
+            )
+            if page.nofollow_links:
+                self.rejected["nofollow"] += page.nofollow_links
+            if not page.meta_nofollow:
+                self._add_links(page.links, req.url, req.record.depth)
+
+    @staticmethod
+    def _content_type_header(res) -> str | None:
+        for name, value in res.headers:
+            if name == b"content-type":
+                return value.decode("latin-1")
+        return None
+
+    def _document(self, req: Request, res, duplicate_of: str | None) -> Document:
+        return Document(
+            url=req.url,
+            status=res.status,
+            headers=res.headers,
+            body=res.body,
+            content_type=res.content_type,
+            fetched_at=time.time(),
+            ip=req.ip,
+            duplicate_of=duplicate_of,
+            raw_request=getattr(res, "raw_request", None) or None,
+            raw_response_head=getattr(res, "raw_response_head", None) or None,
+            raw_body=getattr(res, "raw_body", None),
+        )
+
+    def _on_forget(self, rec: UrlRecord, reason: str) -> None:
+        self.last.append({"url": rec.url, "status": None, "reason": reason, "bytes": 0, "time": time.time()})
+
+    def _log(self, req: Request, res, reason: str) -> None:
+        if self.config.fetch_info:
+            status = res.status if res.status is not None else "-"
+            print(f"{status} {reason} {len(res.body)} {res.elapsed:.3f}s {req.url}", file=self.out)
+
+    # ------------------------------------------------------------------
+    # Stopping
+    # ------------------------------------------------------------------
+    def request_stop(self, reason: str) -> None:
+        """Stop taking work; in-flight requests get :data:`STOP_GRACE` s to end."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self.state = "stopping"
+        self.stop_reason = reason
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._tasks:
+            self._loop.call_later(STOP_GRACE, self._cancel_tasks)
+        self._pump_soon()
+
+    def _cancel_tasks(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+    def _fail(self, message: str) -> None:
+        if self.failed is None:
+            self.failed = message
+            print(f"larbin_py: {message}", file=self.err)
+        self.request_stop("failed")
+
+    def _finish(self) -> None:
+        if self._done is not None and not self._done.done():
+            self._done.set_result(None)
+
+    # ------------------------------------------------------------------
+    # Running
+    # ------------------------------------------------------------------
+    async def run(self) -> Summary:
+        self._loop = asyncio.get_running_loop()
+        self._started = self._loop.time()
+        self._wall_started = time.time()
+        self._done = self._loop.create_future()
+        try:
+            self._build_components()
+        except OutputError as exc:
+            self.failed = f"cannot open the output: {exc}"
+            print(f"larbin_py: {self.failed}", file=self.err)
+            self.state = "failed"
+            self.frontier.close()
+            self.seen.close()
+            return self.summary()
+        await self._start_servers()
+        if self.on_servers_started is not None:
+            self.on_servers_started(self)
+        if self.reload:
+            self._restore()
+        for seed in self.config.start_urls:
+            result, reason = self.add_url(seed)
+            if result == "rejected":
+                print(f"larbin_py: start URL {seed!r} refused: {reason}", file=self.err)
+        if self.config.can_reload:
+            self._checkpoint()
+        self.state = "running"
+        if self.config.limit_time:
+            self._loop.call_later(self.config.limit_time, self.request_stop, f"limitTime {self.config.limit_time:g} s reached")
+        if self.config.can_reload:
+            self._checkpoint_timer = self._loop.call_later(self.config.checkpoint_interval,
+                                                           self._on_checkpoint_timer)
+        self._pump_soon()
+        try:
+            await self._done
+        finally:
+            await self._shutdown()
+        return self.summary()
+
+    # ------------------------------------------------------------------
+    # Crash-safe state (larbin_py.state)
+    # ------------------------------------------------------------------
+    def _restore(self) -> None:
+        """Continue the crawl of the checkpoint read in ``__init__``."""
+        doc = self._checkpoint_doc
+        now, wall = self._now(), time.time()
+        self.frontier.restore(doc["frontier"], self._carry, now, wall)
+        eng = doc.get("engine", {})
+        self.bytes = int(eng.get("bytes", 0))
+        self.requests = int(eng.get("requests", 0))
+        self.robots_requests = int(eng.get("robots_requests", 0))
+        self.rejected.update({k: int(v) for k, v in eng.get("rejected", {}).items()})
+        self._elapsed_before = float(eng.get("elapsed", 0.0))
+        kept = 0
+        for url, (when, body) in self._robots_answers.items():
+            left = when + robots_mod.CACHE_TTL - wall
+            if left <= 0:
+                continue
+            rules = robots_mod.RobotsTxt.parse(body) if body is not None else robots_mod.RobotsTxt.allow_all()
+            self.frontier.restore_robots(url, rules, now + left)
+            kept += 1
+        self._robots_answers = {}
+        damage = {k: v for k, v in self.damaged.items() if v}
+        print(f"larbin_py: continuing the crawl saved in {self.config.state_dir!r} (checkpoint "
+              f"{doc['serial']}): {self.frontier.fetched} pages done, {self.frontier.queued} URLs queued, "
+              f"{len(self._carry)} of them carried from memory, {len(self.seen)} URLs seen, "
+              f"robots.txt of {kept} sites kept", file=self.err)
+        if damage:
+            print("larbin_py: damaged state dropped (a crash cut these files): "
+                  + ", ".join(f"{k} {v} {'bytes' if k == 'seen' else 'records'}" for k, v in damage.items()),
+                  file=self.err)
+        self._carry = []
+
+    def _checkpoint(self) -> bool:
+        """Make the crawl's progress durable; False (and the crawl stops) on failure."""
+        if not self.config.can_reload:
+            return True
+        try:
+            self._output.flush(sync=True)
+            state, carry = self.frontier.checkpoint(self._now(), time.time())
+            if self._robots_log is not None:
+                self._robots_log.flush(sync=True)
+            self.seen.flush(sync=True)
+            self._checkpoint_serial += 1
+            data = {
+                "frontier": state,
+                "output": self._output.position(),
+                "engine": {
+                    "bytes": self.bytes,
+                    "requests": self.requests,
+                    "robots_requests": self.robots_requests,
+                    "rejected": dict(self.rejected),
+                    "elapsed": self._elapsed(),
+                },
+                "time": time.time(),
+            }
+            write_checkpoint(self.config.state_dir, data, carry, self._checkpoint_serial)
+            self.frontier.release_segments(state)
+        except (OSError, OutputError) as exc:
+            self._fail(f"cannot save the crawl state: {exc}; the last good checkpoint is kept, "
+                       "continue with --reload once the cause is fixed")
+            return False
+        self.checkpoints += 1
+        return True
+
+    def _on_checkpoint_timer(self) -> None:
+        self._checkpoint_timer = None
+        if self._stopping:
+            return
+        if self._checkpoint():
+            self._checkpoint_timer = self._loop.call_later(self.config.checkpoint_interval,
+                                                           self._on_checkpoint_timer)
+
+    async def _start_servers(self) -> None:
+        c = self.config
+        if c.http_port:
+            from .web.server import StatsServer
+
+            server = StatsServer(self, host=c.http_bind, port=c.http_port, token=c.http_token, accept_urls=c.url_input)
+            await server.start()
+            self.servers.append(server)
+            self.http_server = server
+        if c.input_port:
+            from .web.input import InputServer
+
+            server = InputServer(self, host=c.http_bind, port=c.input_port, token=c.http_token)
+            await server.start()
+            self.servers.append(server)
+        if c.print_stats:
+            from .web.terminal import StatusLine
+
+            line = StatusLine(self, stream=self.err)
+            line.start()
+            self.servers.append(line)
+
+    async def _shutdown(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._checkpoint_timer is not None:
+            self._checkpoint_timer.cancel()
+        if self.config.can_reload and self.failed is None:
+            self._checkpoint()
+        self.state = "failed" if self.failed else "finished"
+        if self._robots_log is not None:
+            self._robots_log.close()
+        self.seen.close()
+        try:
+            self._output.close()
+        except OutputError as exc:
+            if self.failed is None:
+                self.failed = f"output failed: {exc}"
+        self.frontier.close()
+        await self._fetcher.close()
+        self._resolver.close()
+        for server in self.servers:
+            result = server.stop() if hasattr(server, "stop") else server.close()
+            if asyncio.iscoroutine(result):
+                await result
+
+    def _elapsed(self) -> float:
+        """Crawl time so far, the runs before a --reload included."""
+        return self._elapsed_before + ((self._loop.time() - self._started) if self._loop else 0.0)
+
+    def summary(self) -> Summary:
+        fr = self.frontier
+        elapsed = self._elapsed()
+        stats = getattr(self._resolver, "stats", None)
+        return Summary(
+            pages=fr.fetched,
+            bytes=self.bytes,
+            elapsed=elapsed,
+            taken=fr.taken,
+            queued=fr.queued,
+            in_flight=fr.in_flight,
+            forgotten=dict(fr.forgotten),
+            rejected=dict(self.rejected),
+            hosts=len(fr.sites),
+            dns_queries=_stat(stats, "queries_sent"),
+            requests=self.requests,
+            robots_requests=self.robots_requests,
+            stop_reason=self.stop_reason,
+            failed=self.failed,
+        )
+
+    # ------------------------------------------------------------------
+    # Stats (StatsSource interface; schema in docs/stats.md)
+    # ------------------------------------------------------------------
+    def _flow_snapshot(self) -> dict:
+        flow = self.flow
+        state = flow.state() if flow is not None else {"srtt": None, "rtt_min": None, "rtt_max": None}
+        return {
+            "enabled": flow is not None,
+            "srtt": state["srtt"],
+            "rtt_min": state["rtt_min"],
+            "rtt_max": state["rtt_max"],
+            "max_requests": self.frontier.max_requests,
+            "rtt_p50": _percentile(self.rtts, 0.5),
+            "rtt_p95": _percentile(self.rtts, 0.95),
+        }
+
+    def snapshot(self) -> dict:
+        fr = self.frontier
+        loop_now = self._loop.time() if self._loop else 0.0
+        uptime = loop_now - self._started if self._loop else 0.0
+        samples = self._rate_samples
+        samples.append((loop_now, fr.fetched, self.bytes))
+        while len(samples) > 2 and loop_now - samples[0][0] > 5.0:
+            samples.popleft()
+        t0, p0, b0 = samples[0]
+        dt = loop_now - t0
+        rate_now = (fr.fetched - p0) / dt if dt > 0 else 0.0
+        bytes_rate = (self.bytes - b0) / dt if dt > 0 else 0.0
+        dns = getattr(self._resolver, "stats", None)
+        sites = fr.sites.values()
+        ready = sum(1 for s in sites if s.queued)
+        busiest = sorted(sites, key=lambda s: s.pages, reverse=True)[:10]
+        failing = sorted((s for s in sites if s.errors), key=lambda s: s.errors, reverse=True)[:10]
+        return {
+            "version": 1,
+            "time": time.time(),
+            "uptime": uptime,
+            "state": self.state,
+            "pages": {
+                "fetched": fr.fetched,
+                "bytes": self.bytes,
+                "rate_now": rate_now,
+                "rate_avg": fr.fetched / uptime if uptime > 0 else 0.0,
+                "bytes_rate_now": bytes_rate,
+                "limit": self.config.limit_page or None,
+            },
+            "urls": {
+                "taken": fr.taken,
+                "seen": len(self.seen),
+                "queued_disk": fr.main.on_disk_only + fr.prio.on_disk_only + fr.wait.on_disk_only,
+                "in_memory": fr.urls_in_memory(),
+                "in_flight": fr.in_flight,
+                "fetched": fr.fetched,
+                "forgotten": dict(fr.forgotten),
+                "retry_wait": sum(fr.retried.values()),
+            },
+            "gate": {"is_get": fr.is_get},
+            "dns": {
+                "in_flight": _stat(dns, "in_flight"),
+                "queued": _stat(dns, "queued"),
+                "queries": _stat(dns, "queries_sent"),
+                "cache_hits": _stat(dns, "cache_hits"),
+                "failures": _stat(dns, "failures"),
+            },
+            "connections": {"open": fr.requests, "max": fr.max_requests},
+            "sites": {"known": len(fr.sites), "ready": ready, "waiting": fr.dns_pending + len(fr._timers)},
+            "process": {"rss_bytes": _rss(), "cpu_seconds": time.process_time()},
+            "flow": self._flow_snapshot(),
+            "hosts": {
+                "busiest": [{"host": s.host, "pages": s.pages} for s in busiest if s.pages],
+                "failing": [{"host": s.host, "errors": s.errors} for s in failing],
+            },
+            "last": list(self.last),
+            "limit_time": self.config.limit_time or None,
+        }
+
+
+def _percentile(values, q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _stat(stats, name: str) -> int:
+    if stats is None:
+        return 0
+    value = stats.get(name, 0) if isinstance(stats, dict) else getattr(stats, name, 0)
+    if isinstance(value, dict):
+        return sum(value.values())
+    return int(value or 0)
+
+
+def _rss() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+# ----------------------------------------------------------------------
+# Entry point used by the command line
+# ----------------------------------------------------------------------
+#: Stop reasons given by the signal handlers, and the exit codes they mean.
+SIGNAL_STOPS = {signal.SIGINT: ("interrupted by SIGINT", 130), signal.SIGTERM: ("terminated by SIGTERM", 143)}
+
+
+async def run_engine(engine: Engine) -> int:
+    """Run ``engine`` with SIGINT/SIGTERM handlers; print the summary; exit code."""
+    loop = asyncio.get_running_loop()
+    for sig, (reason, _code) in SIGNAL_STOPS.items():
+        loop.add_signal_handler(sig, engine.request_stop, reason)
+    try:
+        summary = await engine.run()
+    finally:
+        for sig in SIGNAL_STOPS:
+            loop.remove_signal_handler(sig)
+    print(summary.format(), file=sys.stderr)
+    if summary.failed:
+        return 1
+    for reason, code in SIGNAL_STOPS.values():
+        if summary.stop_reason == reason:
+            return code
+    return 0
+
+
+def crawl_main(config, *, reload: bool = False, demo: bool = False) -> int:
+    """Run a crawl to its end on uvloop; the process exit code."""
+    import uvloop
+
+    async def main() -> int:
+        if demo:
+            from .demo import run_demo
+
+            return await run_demo(config)
+        if reload and not config.can_reload:
+            print("larbin_py: --reload needs canReload (it is off in the configuration)", file=sys.stderr)
+            return 2
+        try:
+            engine = Engine(config, reload=reload)
+        except (StateDirInUse, StateError) as exc:
+            print(f"larbin_py: {exc}", file=sys.stderr)
+            return 2
+        return await run_engine(engine)
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main())

@@ -1,0 +1,748 @@
+"""HTTP/1.1 fetcher: an h11 client inside an asyncio Protocol.
+
+One :class:`Fetcher` owns every connection of the crawler.  ``fetch()`` sends
+one request and returns a :class:`FetchResult`; it never raises (except
+``CancelledError``): every failure is a value in ``result.error``:
+
+==================  =========================================================
+``noConnection``    refused, unreachable, connect timeout, TLS handshake
+                    failure, https through a proxy (see ``error_detail``)
+``timeout``         the total page deadline passed (see *Timers*)
+``reset``           the connection was reset or closed before the response
+                    was complete
+``tooBig``          the decoded body passed ``max_page_size``; ``body`` holds
+                    the first ``max_page_size`` bytes
+``badResponse``     not HTTP: bad status line or headers, bad chunked
+                    framing, invalid Content-Length, undecodable gzip/deflate
+``headerTooBig``    the response head passed ``max_header_size``
+==================  =========================================================
+
+Timers
+    No timer per request.  One periodic *sweep* (``SWEEP_INTERVAL`` = 0.25 s,
+    started when the first connection opens, stopped when none is left)
+    checks every connecting or active connection against its deadline and
+    every idle connection against ``keep_alive_idle``.  Deadlines are thus
+    enforced with a resolution of ``SWEEP_INTERVAL``: a page times out between
+    its deadline and a quarter second later.  The deadlines (Larbin's rules):
+
+    * connect: ``connect_timeout`` after the connect started;
+    * page: ``timeout_page + bytes_received / timeout_incr`` seconds after
+      ``fetch()`` started -- a page may take longer the more it has sent.
+
+Keep-alive
+    After a complete response that both sides allow to be kept, the
+    connection goes idle in a pool keyed ``("http", ip, port)``,
+    ``("https", ip, port, server_hostname)`` or ``("proxy", host, port)``.
+    Any host on the same key reuses it (the Host header is per request).  An
+    idle connection older than ``keep_alive_idle``, closed by the server or
+    sending unsolicited bytes is dropped.  A request on a reused connection
+    that ends in ``reset`` before any response byte arrived (the server
+    closed an idle connection as we used it) is *not* re-sent here: a second
+    request at once would break the politeness delay.  The result says so
+    (``conn_reused`` and ``bytes_read == 0``) and the engine queues it again,
+    politely, without counting it against the URL's retries.  Idle
+    connections count in ``open_to(ip)``; the engine may drop them with
+    ``close_idle(ip)``.
+
+Flow control
+    Reading stops (``pause_reading``) when the shared ``bond_width`` token
+    bucket is in debt, and the connection is aborted as soon as the decoded
+    body reaches ``max_page_size``.  Content decoding is capped the same way
+    (see :mod:`larbin_py.net.decode`), so neither an endless body nor a gzip
+    bomb can take more than about ``max_page_size`` of memory.
+
+Proxy
+    With ``proxy=(host, port)`` http requests go to the proxy in absolute
+    form (``GET http://host/path HTTP/1.1``).  https through a proxy (CONNECT)
+    is not supported: such fetches return ``noConnection``.  A proxy given by
+    name is resolved by the loop's ``getaddrinfo``; give an IP to avoid that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl as _ssl
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import h11
+
+from .bandwidth import TokenBucket
+from .decode import BodyDecoder, DecodeError, media_type, parse_retry_after
+
+__all__ = ["Fetcher", "FetchResult", "ERRORS"]
+
+ERRORS = ("noConnection", "timeout", "reset", "tooBig", "badResponse", "headerTooBig")
+
+ACCEPT = b"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+ACCEPT_ENCODING = b"gzip, deflate"
+
+_CONNECTING, _ACTIVE, _IDLE, _CLOSED = range(4)
+_INF = float("inf")
+
+
+@dataclass(slots=True)
+class FetchResult:
+    """The outcome of one ``Fetcher.fetch``; ``error`` is None on success.
+
+    A response that arrived is described even when ``error`` is set (e.g. the
+    status and truncated body of a ``tooBig`` page).  ``headers`` names are
+    lower-case; ``body`` is de-chunked and content-decoded.  The ``raw_*``
+    fields are filled only when the fetcher has ``keep_raw`` (for WARC).
+    """
+
+    url: str
+    ip: str
+    status: int | None = None
+    reason_phrase: str = ""
+    headers: list = field(default_factory=list)
+    body: bytes = b""
+    error: str | None = None
+    error_detail: str = ""
+    content_type: str | None = None
+    charset: str | None = None
+    location: str | None = None
+    retry_after: float | None = None
+    rtt: float | None = None
+    elapsed: float = 0.0
+    started_at: float = 0.0
+    bytes_read: int = 0
+    conn_reused: bool = False
+    http_version: bytes = b""
+    raw_request: bytes = b""
+    raw_response_head: bytes = b""
+    raw_body: bytes = b""
+
+
+def split_url(url: str) -> tuple[str, str, str, str]:
+    """``(scheme, host_header, server_hostname, target)`` of an absolute URL.
+
+    ``host_header`` is the authority without userinfo (it keeps ``:port`` when
+    the URL has one); ``server_hostname`` is the bare host (no brackets);
+    ``target`` is the origin-form path and query (``/`` when empty), without
+    the fragment.  Raises ValueError on a non-http(s) URL.
+    """
+    scheme, sep, rest = url.partition("://")
+    scheme = scheme.lower()
+    if not sep or scheme not in ("http", "https"):
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    end = len(rest)
+    for ch in "/?#":
+        i = rest.find(ch)
+        if 0 <= i < end:
+            end = i
+    authority = rest[:end]
+    target = rest[end:]
+    hash_at = target.find("#")
+    if hash_at >= 0:
+        target = target[:hash_at]
+    if not target:
+        target = "/"
+    elif target[0] == "?":
+        target = "/" + target
+    at = authority.rfind("@")
+    if at >= 0:
+        authority = authority[at + 1:]
+    if not authority:
+        raise ValueError(f"no host in URL: {url!r}")
+    if authority[0] == "[":
+        host = authority[1:authority.find("]")]
+    else:
+        host = authority.rpartition(":")[0] if ":" in authority else authority
+    return scheme, authority, host, target
+
+
+class _Conn(asyncio.Protocol):
+    """One client connection: transport + h11 state + the request in flight."""
+
+    __slots__ = (
+        "f", "key", "ip", "state", "transport", "h", "waiter", "connect_task",
+        "deadline", "idle_since", "res", "resp_bytes", "chunks", "raw_chunks",
+        "raw_size", "decoder", "sent_at", "head_buf", "n_info", "method_head",
+        "got_response", "bw_paused", "closed", "body_size",
+    )
+
+    def __init__(self, fetcher: "Fetcher", key: tuple, ip: str) -> None:
+        self.f = fetcher
+        self.key = key
+        self.ip = ip
+        self.state = _CONNECTING
+        self.transport: asyncio.Transport | None = None
+        self.h = h11.Connection(h11.CLIENT, max_incomplete_event_size=fetcher.max_header_size)
+        self.waiter: asyncio.Future | None = None
+        self.connect_task: asyncio.Task | None = None
+        self.deadline = _INF
+        self.idle_since = 0.0
+        self.res: FetchResult | None = None
+        self.resp_bytes = 0
+        self.chunks: list[bytes] = []
+        self.raw_chunks: list[bytes] | None = None
+        self.raw_size = 0
+        self.decoder: BodyDecoder | None = None
+        self.sent_at = 0.0
+        self.head_buf: bytearray | None = None
+        self.n_info = 0
+        self.method_head = False
+        self.got_response = False
+        self.bw_paused = False
+        self.closed = False
+        self.body_size = 0  # identity body bytes kept so far
+
+    # -- asyncio.Protocol -------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        bucket = self.f._bucket
+        if bucket is not None and bucket.paused:
+            transport.pause_reading()
+            self.bw_paused = True
+
+    def data_received(self, data: bytes) -> None:
+        f = self.f
+        n = len(data)
+        f._bytes += n
+        if f._bucket is not None:
+            f._bucket.consume(n)
+        if self.state != _ACTIVE:
+            if self.state == _IDLE:  # unsolicited bytes: not reusable
+                self.close(abort=True)
+            return
+        self.resp_bytes += n
+        if self.head_buf is not None and not self.got_response:
+            self.head_buf += data
+        self.h.receive_data(data)
+        self._events()
+
+    def connection_lost(self, exc) -> None:
+        state = self.state
+        if state == _ACTIVE:
+            if exc is not None:
+                self._finish("reset", f"connection lost: {exc!r}")
+            else:
+                try:
+                    self.h.receive_data(b"")
+                except RuntimeError:
+                    pass
+                self._events(eof=True)
+                if self.state == _ACTIVE:  # no complete message came out
+                    self._finish("reset", "connection closed before the response was complete")
+        self.close()
+
+    # -- request/response -------------------------------------------------
+    def start(self, res: FetchResult, request: h11.Request) -> asyncio.Future:
+        """Send ``request`` for ``res``; the returned future is set when done."""
+        f = self.f
+        self.state = _ACTIVE
+        self.res = res
+        self.resp_bytes = 0
+        self.chunks = []
+        self.raw_chunks = [] if f.keep_raw else None
+        self.raw_size = 0
+        self.body_size = 0
+        self.decoder = None
+        self.head_buf = bytearray() if f.keep_raw else None
+        self.n_info = 0
+        self.got_response = False
+        self.method_head = request.method == b"HEAD"
+        self.deadline = res.started_at + f.timeout_page
+        self.waiter = waiter = f._loop.create_future()
+        h = self.h
+        data = h.send(request) + h.send(h11.EndOfMessage())
+        if f.keep_raw:
+            res.raw_request = data
+        self.sent_at = f._clock()
+        self.transport.write(data)
+        return waiter
+
+    def _events(self, eof: bool = False) -> None:
+        h = self.h
+        while self.state == _ACTIVE:
+            try:
+                ev = h.next_event()
+            except h11.RemoteProtocolError as exc:
+                if eof and self.got_response:
+                    self._finish("reset", f"connection closed mid-body: {exc}")
+                elif eof:
+                    self._finish("reset", f"connection closed before the response: {exc}")
+                elif getattr(exc, "error_status_hint", 400) == 431:
+                    self._finish("headerTooBig", f"response head over {self.f.max_header_size} bytes")
+                else:
+                    self._finish("badResponse", str(exc))
+                return
+            t = type(ev)
+            if t is h11.Data:
+                self._on_data(ev.data)
+            elif ev is h11.NEED_DATA or ev is h11.PAUSED:
+                return
+            elif t is h11.Response:
+                self._on_response(ev)
+            elif t is h11.EndOfMessage:
+                dec = self.decoder
+                if dec is not None:
+                    try:
+                        dec.finish()
+                    except DecodeError as exc:
+                        self._finish("badResponse", str(exc))
+                        return
+                self._finish(None, "")
+                return
+            elif t is h11.InformationalResponse:
+                self.n_info += 1
+            elif t is h11.ConnectionClosed:
+                self._finish("reset", "connection closed before the response was complete")
+                return
+
+    def _on_response(self, ev: h11.Response) -> None:
+        f = self.f
+        res = self.res
+        self.got_response = True
+        res.rtt = f._clock() - self.sent_at
+        res.status = ev.status_code
+        res.reason_phrase = ev.reason.decode("latin-1")
+        res.http_version = ev.http_version
+        headers = list(ev.headers)
+        res.headers = headers
+        coding = None
+        for name, value in headers:
+            if name == b"content-type":
+                res.content_type, res.charset = media_type(value)
+            elif name == b"content-encoding":
+                coding = value
+            elif name == b"location":
+                res.location = value.decode("latin-1")
+            elif name == b"retry-after":
+                res.retry_after = parse_retry_after(value, time.time())
+        if coding is not None and not self.method_head:
+            self.decoder = BodyDecoder(coding, f.max_page_size)
+        if self.head_buf is not None:
+            res.raw_response_head = self._raw_head(ev)
+            self.head_buf = None
+
+    def _raw_head(self, ev: h11.Response) -> bytes:
+        """The final response head exactly as received (status line to CRLFCRLF)."""
+        buf = self.head_buf
+        pos = start = 0
+        for _ in range(self.n_info + 1):
+            j = buf.find(b"\r\n\r\n", pos)
+            if j < 0:  # bare-LF server: rebuild from h11's case-preserving view
+                lines = [b"HTTP/%s %d %s" % (ev.http_version, ev.status_code, ev.reason)]
+                lines += [n + b": " + v for n, v in ev.headers.raw_items()]
+                return b"\r\n".join(lines) + b"\r\n\r\n"
+            start, pos = pos, j + 4
+        return bytes(buf[start:pos])
+
+    def _on_data(self, data: bytes) -> None:
+        f = self.f
+        if self.raw_chunks is not None and self.raw_size < f.max_page_size:
+            room = f.max_page_size - self.raw_size
+            piece = data if len(data) <= room else data[:room]
+            self.raw_chunks.append(piece)
+            self.raw_size += len(piece)
+        dec = self.decoder
+        if dec is None:
+            room = f.max_page_size - self.raw_size if self.raw_chunks is not None else None
+            size = self.body_size + len(data)
+            if size > f.max_page_size:
+                keep = f.max_page_size - self.body_size
+                if keep > 0:
+                    self.chunks.append(data[:keep])
+                    self.body_size += keep
+                self._finish("tooBig", f"body over {f.max_page_size} bytes")
+                return
+            self.body_size = size
+            self.chunks.append(data)
+            return
+        try:
+            out = dec.feed(data)
+        except DecodeError as exc:
+            self._finish("badResponse", str(exc))
+            return
+        if out:
+            self.chunks.append(out)
+        if dec.over:
+            self._finish("tooBig", f"decoded body over {f.max_page_size} bytes")
+
+    def _finish(self, error: str | None, detail: str) -> None:
+        """Complete the request in flight; keep or close the connection."""
+        f = self.f
+        res = self.res
+        self.state = _CLOSED if error else _IDLE
+        res.error = error
+        res.error_detail = detail
+        res.bytes_read = self.resp_bytes
+        chunks = self.chunks
+        res.body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if self.raw_chunks is not None:
+            res.raw_body = b"".join(self.raw_chunks) if self.decoder is not None else res.body
+        self.chunks = []
+        self.raw_chunks = None
+        self.res = None
+        if error:
+            f._errors[error] = f._errors.get(error, 0) + 1
+        waiter = self.waiter
+        self.waiter = None
+        keep = (
+            error is None
+            and not f._closing
+            and self.h.our_state is h11.DONE
+            and self.h.their_state is h11.DONE
+            and not self.h.trailing_data[0]
+        )
+        if keep:
+            try:
+                self.h.start_next_cycle()
+            except h11.LocalProtocolError:
+                keep = False
+        if keep:
+            self.idle_since = f._clock()
+            self.deadline = _INF
+            f._make_idle(self)
+        else:
+            self.close(abort=error is not None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def expire(self) -> None:
+        """Called by the sweep when the page deadline has passed."""
+        self._finish("timeout", f"no complete response within the page deadline "
+                                f"({self.f.timeout_page:g}s + {self.resp_bytes} B / {self.f.timeout_incr} B/s)")
+
+    def close(self, abort: bool = False) -> None:
+        """Close the transport and forget this connection (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.state == _ACTIVE and self.res is not None:
+            self._finish("reset", "connection closed by the fetcher")
+        self.state = _CLOSED
+        self.f._forget(self)
+        t = self.transport
+        if t is not None:
+            if abort:
+                t.abort()
+            else:
+                t.close()
+
+
+class Fetcher:
+    """Owns all HTTP connections: see the module docstring for the behaviour."""
+
+    SWEEP_INTERVAL = 0.25
+
+    def __init__(
+        self,
+        *,
+        user_agent: str,
+        from_addr: str = "",
+        connect_timeout: float = 10.0,
+        timeout_page: float = 30.0,
+        timeout_incr: int = 2000,
+        max_page_size: int = 5_000_000,
+        max_header_size: int = 64 * 1024,
+        proxy: tuple[str, int] | None = None,
+        bond_width: int = 0,
+        keep_alive_idle: float = 5.0,
+        keep_raw: bool = False,
+        ssl_context=None,
+        clock: Callable[[], float] = time.monotonic,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.user_agent = user_agent
+        self.from_addr = from_addr
+        self.connect_timeout = connect_timeout
+        self.timeout_page = timeout_page
+        self.timeout_incr = timeout_incr
+        self._per_byte = 1.0 / timeout_incr if timeout_incr > 0 else 0.0
+        self.max_page_size = max_page_size
+        self.max_header_size = max_header_size
+        self.proxy = proxy
+        self.bond_width = bond_width
+        self.keep_alive_idle = keep_alive_idle
+        self.keep_raw = keep_raw
+        self._ssl_context = ssl_context
+        self._clock = clock
+        self._loop_arg = loop
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._bucket: TokenBucket | None = None
+        self._base_headers = [(b"User-Agent", user_agent.encode("latin-1", "replace"))]
+        if from_addr:
+            self._base_headers.append((b"From", from_addr.encode("latin-1", "replace")))
+        self._base_headers += [
+            (b"Accept", ACCEPT),
+            (b"Accept-Encoding", ACCEPT_ENCODING),
+            (b"Connection", b"keep-alive"),
+        ]
+        self._live: set[_Conn] = set()  # connecting or active
+        self._idle: dict[tuple, list[_Conn]] = {}
+        self._n_idle = 0
+        self._per_ip: dict[str, int] = {}
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._closing = False
+        self._requests = 0
+        self._reuses = 0
+        self._opened = 0
+        self._bytes = 0
+        self._errors: dict[str, int] = {}
+
+    # -- public ------------------------------------------------------------
+    @property
+    def open_connections(self) -> int:
+        """Open connections, idle keep-alive ones included."""
+        return sum(self._per_ip.values())
+
+    def open_to(self, ip: str) -> int:
+        """Open connections (active or idle) whose peer is ``ip``."""
+        return self._per_ip.get(ip, 0)
+
+    def idle_to(self, ip: str) -> int:
+        """Idle keep-alive connections whose peer is ``ip``."""
+        return sum(1 for conns in self._idle.values() for c in conns if c.ip == ip)
+
+    def close_idle(self, ip: str | None = None) -> int:
+        """Close idle connections to ``ip`` (all idle ones if None); returns how many."""
+        victims = [c for conns in self._idle.values() for c in conns if ip is None or c.ip == ip]
+        for c in victims:
+            c.close()
+        return len(victims)
+
+    @property
+    def stats(self) -> dict:
+        """A snapshot: connections, requests, reuses, retries, bytes, errors by kind."""
+        return {
+            "open_connections": self.open_connections,
+            "idle_connections": self._n_idle,
+            "active_connections": len(self._live),
+            "connections_opened": self._opened,
+            "requests": self._requests,
+            "reuses": self._reuses,
+            "bytes": self._bytes,
+            "errors": dict(self._errors),
+        }
+
+    async def close(self) -> None:
+        """Close every connection; fetches in flight end with ``reset``."""
+        self._closing = True
+        for c in list(self._live) + [c for cs in self._idle.values() for c in cs]:
+            if c.connect_task is not None and not c.connect_task.done():
+                c.connect_task.cancel()
+            c.close(abort=True)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        if self._bucket is not None:
+            self._bucket.close()
+        await asyncio.sleep(0)  # let transports deliver connection_lost
+
+    async def fetch(self, url: str, ip: str, port: int, *, method: str = "GET",
+                    extra_headers: Iterable[tuple] = ()) -> FetchResult:
+        """Fetch ``url`` from ``ip:port``; never raises except CancelledError."""
+        started = self._clock()
+        res = FetchResult(url, ip, started_at=started)
+        try:
+            await self._fetch(res, url, ip, port, method, extra_headers)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug here must not kill the engine
+            res.error = "badResponse"
+            res.error_detail = f"internal error: {exc!r}"
+        res.elapsed = self._clock() - started
+        return res
+
+    # -- internals ---------------------------------------------------------
+    async def _fetch(self, res: FetchResult, url: str, ip: str, port: int,
+                     method: str, extra_headers) -> None:
+        if self._loop is None:
+            self._loop = self._loop_arg or asyncio.get_running_loop()
+            if self.bond_width > 0:
+                self._bucket = TokenBucket(self.bond_width, pause=self._pause_all,
+                                           resume=self._resume_all, loop=self._loop)
+        if self._closing:
+            res.error, res.error_detail = "noConnection", "fetcher closed"
+            return
+        try:
+            scheme, host_header, sni, target = split_url(url)
+        except ValueError as exc:
+            res.error, res.error_detail = "noConnection", str(exc)
+            return
+        if self.proxy is not None:
+            if scheme == "https":
+                res.error = "noConnection"
+                res.error_detail = "https through a proxy (CONNECT) is not supported"
+                return
+            key = ("proxy", self.proxy[0], self.proxy[1])
+            ip, port = self.proxy
+            target = url.partition("#")[0]
+        elif scheme == "https":
+            key = ("https", ip, port, sni)
+        else:
+            key = ("http", ip, port)
+        headers = [(b"Host", host_header.encode("idna") if not host_header.isascii() else host_header.encode())]
+        headers += self._base_headers
+        if extra_headers:
+            headers += list(extra_headers)
+        request = h11.Request(method=method, target=target.encode("latin-1", "replace"),
+                              headers=headers)
+        self._requests += 1
+        conn = self._take_idle(key)
+        reused = conn is not None
+        if conn is None:
+            conn = await self._connect(res, key, ip, port, scheme == "https", sni)
+            if conn is None:
+                return
+        else:
+            self._reuses += 1
+        res.conn_reused = reused
+        waiter = conn.start(res, request)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            conn.res = None
+            conn.close(abort=True)
+            raise
+
+    async def _connect(self, res: FetchResult, key: tuple, ip: str, port: int,
+                       tls: bool, sni: str) -> _Conn | None:
+        """Open a connection for ``key``; on failure set ``res`` and return None."""
+        loop = self._loop
+        conn = _Conn(self, key, ip)
+        conn.deadline = self._clock() + self.connect_timeout
+        self._opened += 1
+        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
+        self._live.add(conn)
+        self._arm()
+        if tls:
+            ctx = self._ssl_context
+            if ctx is None:
+                ctx = self._ssl_context = _ssl.create_default_context()
+            coro = loop.create_connection(lambda: conn, ip, port, ssl=ctx, server_hostname=sni)
+        else:
+            coro = loop.create_connection(lambda: conn, ip, port)
+        task = conn.connect_task = loop.create_task(coro)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled() and not task_cancel_was_ours(conn):
+                pass
+            if not task.done() or not task.cancelled() or not conn_timed_out(conn):
+                if not task.done():
+                    task.cancel()
+                conn.close(abort=True)
+                raise
+        except (OSError, _ssl.SSLError, ValueError) as exc:
+            conn.close(abort=True)
+            res.error = "noConnection"
+            res.error_detail = _connect_detail(exc)
+            self._errors["noConnection"] = self._errors.get("noConnection", 0) + 1
+            return None
+        conn.connect_task = None
+        if conn_timed_out(conn):
+            conn.close(abort=True)
+            res.error = "noConnection"
+            res.error_detail = f"connect timeout ({self.connect_timeout:g}s)"
+            self._errors["noConnection"] = self._errors.get("noConnection", 0) + 1
+            return None
+        if conn.closed or conn.transport is None:
+            res.error, res.error_detail = "noConnection", "connection closed during connect"
+            self._errors["noConnection"] = self._errors.get("noConnection", 0) + 1
+            return None
+        return conn
+
+    def _take_idle(self, key: tuple) -> _Conn | None:
+        conns = self._idle.get(key)
+        if not conns:
+            return None
+        limit = self._clock() - self.keep_alive_idle
+        while conns:
+            c = conns.pop()
+            self._n_idle -= 1
+            if c.closed or c.idle_since < limit or c.transport.is_closing():
+                c.state = _CLOSED
+                c.closed = False  # let close() run its bookkeeping once
+                c.close()
+                continue
+            if not conns:
+                del self._idle[key]
+            c.state = _CONNECTING  # not idle; start() makes it active
+            self._live.add(c)
+            self._arm()
+            return c
+        del self._idle[key]
+        return None
+
+    def _make_idle(self, conn: _Conn) -> None:
+        self._live.discard(conn)
+        self._idle.setdefault(conn.key, []).append(conn)
+        self._n_idle += 1
+
+    def _forget(self, conn: _Conn) -> None:
+        """Bookkeeping when a connection closes."""
+        self._live.discard(conn)
+        conns = self._idle.get(conn.key)
+        if conns and conn in conns:
+            conns.remove(conn)
+            self._n_idle -= 1
+            if not conns:
+                del self._idle[conn.key]
+        n = self._per_ip.get(conn.ip, 0) - 1
+        if n > 0:
+            self._per_ip[conn.ip] = n
+        else:
+            self._per_ip.pop(conn.ip, None)
+
+    # -- the sweep ---------------------------------------------------------
+    def _arm(self) -> None:
+        if self._sweeper is None and not self._closing:
+            self._sweeper = self._loop.call_later(self.SWEEP_INTERVAL, self._sweep)
+
+    def _sweep(self) -> None:
+        self._sweeper = None
+        now = self._clock()
+        per_byte = self._per_byte
+        for c in list(self._live):
+            if c.state == _ACTIVE:
+                if now >= c.deadline + c.resp_bytes * per_byte:
+                    c.expire()
+            elif c.state == _CONNECTING and c.connect_task is not None and now >= c.deadline:
+                c.deadline = -_INF  # marks "timed out" for _connect
+                c.connect_task.cancel()
+        if self._idle:
+            limit = now - self.keep_alive_idle
+            stale = [c for cs in self._idle.values() for c in cs if c.idle_since < limit]
+            for c in stale:
+                c.close()
+        if self._live or self._idle:
+            self._arm()
+
+    # -- bandwidth ---------------------------------------------------------
+    def _pause_all(self) -> None:
+        for c in self._live:
+            t = c.transport
+            if t is not None and not c.bw_paused and not t.is_closing():
+                t.pause_reading()
+                c.bw_paused = True
+
+    def _resume_all(self) -> None:
+        for c in self._live:
+            if c.bw_paused:
+                c.bw_paused = False
+                t = c.transport
+                if t is not None and not t.is_closing():
+                    t.resume_reading()
+
+
+def conn_timed_out(conn: _Conn) -> bool:
+    return conn.deadline == -_INF
+
+
+def task_cancel_was_ours(conn: _Conn) -> bool:
+    return conn_timed_out(conn)
+
+
+def _connect_detail(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return f"refused: {exc}"
+    if isinstance(exc, _ssl.SSLError):
+        return f"tls: {exc}"
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return f"unreachable: {exc}"
+    return f"connect failed: {exc!r}"

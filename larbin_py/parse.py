@@ -1,0 +1,234 @@
+"""Links: what a fetched HTML page points to (lxml, on the per-page hot path).
+
+:func:`extract` parses a page with lxml's HTML parser (libxml2: recovering,
+never reaching the network) and returns a :class:`Page`:
+
+* links to follow, absolute and normalized (:func:`larbin_py.url.normalize`),
+  deduplicated in document order, from ``a``/``area`` ``href``,
+  ``frame``/``iframe`` ``src``, ``link`` ``href`` with ``rel`` next, prev or
+  alternate, ``meta http-equiv=refresh``, and ``img src`` when asked;
+* ``<base href>`` honoured (the first one with an href, resolved against the
+  page's URL; an unusable one is ignored);
+* ``rel=nofollow`` links counted, not followed; ``<meta name=robots>`` (or
+  ``name=larbin_py``/``larbin``) ``nofollow``/``noindex``/``none`` reported;
+* ``rel=canonical`` and the refresh target reported apart.
+
+Character set: the HTTP header's charset, else a byte-order mark, else a
+``<meta charset>`` or ``<meta http-equiv=content-type>`` in the first 2 KB,
+else UTF-8; an unknown or wrong declaration falls back to the next source,
+and undecodable bytes are replaced, never fatal.
+
+Nothing raises: a page lxml cannot make sense of gives a Page without links
+and with ``error`` set.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from dataclasses import dataclass, field
+
+from lxml import etree
+
+from .url import DEFAULT_MAX_LENGTH, normalize
+
+__all__ = ["Page", "extract", "detect_charset", "is_html"]
+
+#: Bytes scanned for a <meta> charset declaration.
+META_SCAN = 2048
+_FOLLOW_REL = frozenset({"next", "prev", "previous", "alternate"})
+_ROBOTS_NAMES = frozenset({"robots", "larbin_py", "larbin"})
+_TAGS = ("a", "area", "frame", "iframe", "link", "meta", "base", "img")
+_META_CHARSET = re.compile(
+    rb"""<meta[^>]*?(?:charset\s*=\s*["']?\s*([A-Za-z0-9_\-:.]+))""", re.I | re.S)
+_HEADER_CHARSET = re.compile(r"""charset\s*=\s*["']?\s*([A-Za-z0-9_\-:.]+)""", re.I)
+_REFRESH = re.compile(r"""^\s*\d*(?:\.\d*)?\s*[;,]?\s*(?:url\s*=\s*)?(.*)$""", re.I | re.S)
+_BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
+_HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+
+
+@dataclass(slots=True)
+class Page:
+    """What :func:`extract` found in one page."""
+
+    links: list[str] = field(default_factory=list)
+    nofollow_links: int = 0
+    meta_nofollow: bool = False
+    meta_noindex: bool = False
+    canonical: str | None = None
+    refresh: str | None = None
+    base: str = ""
+    charset: str = "utf-8"
+    title: str | None = None
+    error: str | None = None
+
+
+def is_html(content_type: str | None) -> bool:
+    """True for an HTML media type (parameters ignored)."""
+    if not content_type:
+        return False
+    return content_type.split(";", 1)[0].strip().lower() in _HTML_TYPES
+
+
+def _known(name: str | bytes | None) -> str | None:
+    """The Python codec name of a declared charset, or None when unknown."""
+    if not name:
+        return None
+    if isinstance(name, bytes):
+        name = name.decode("ascii", "replace")
+    name = name.strip().strip("\"'").lower()
+    if name in ("x-user-defined", "unicode", "utf-16", "utf-32"):
+        return None  # a meta cannot truly declare those: the bytes were read as ASCII
+    try:
+        info = codecs.lookup(name)
+    except LookupError:
+        return None
+    if info.name in ("iso8859-1", "ascii"):  # as browsers do (WHATWG Encoding)
+        return "cp1252"
+    return info.name
+
+
+def detect_charset(body: bytes, content_type: str | None) -> str:
+    """The encoding to read ``body`` with: header, BOM, meta, then UTF-8."""
+    for bom, name in _BOMS:
+        if body.startswith(bom):
+            bom_name = name
+            break
+    else:
+        bom_name = None
+    if content_type:
+        m = _HEADER_CHARSET.search(content_type)
+        if m:
+            name = _known(m.group(1))
+            if name is not None:
+                return name
+    if bom_name is not None:
+        return bom_name
+    m = _META_CHARSET.search(body, 0, META_SCAN)
+    if m:
+        name = _known(m.group(1))
+        if name is not None and not name.startswith("utf-16"):
+            return name
+    return "utf-8"
+
+
+def _decode(body: bytes, charset: str) -> str:
+    for bom, _name in _BOMS:
+        if body.startswith(bom):
+            body = body[len(bom):]
+            break
+    try:
+        return body.decode(charset, "replace")
+    except (LookupError, ValueError):
+        return body.decode("utf-8", "replace")
+
+
+_PARSER = etree.HTMLParser(recover=True, no_network=True, remove_comments=True, remove_pis=True,
+                           huge_tree=True, default_doctype=False)
+# XML-invalid characters that lxml refuses in a str: NUL and the C0 controls but
+# tab, LF and CR, and lone surrogates.
+_BAD_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _parse_tree(text: str):
+    if _BAD_XML.search(text):
+        text = _BAD_XML.sub(" ", text)
+    return etree.fromstring(text, _PARSER)
+
+
+def extract(body: bytes, url: str, content_type: str | None = None, *, get_images: bool = False,
+            max_url_size: int = DEFAULT_MAX_LENGTH) -> Page:
+    """The links and page-level directives of HTML ``body`` fetched from ``url``."""
+    page = Page(base=url)
+    try:
+        page.charset = detect_charset(body, content_type)
+        if not body.strip():
+            return page
+        root = _parse_tree(_decode(body, page.charset))
+        if root is None:
+            return page
+        _walk(root, page, url, get_images, max_url_size)
+    except Exception as exc:  # lxml or a codec on hostile input: no links, never a crash
+        page.links = []
+        page.error = f"{type(exc).__name__}: {exc}"[:200]
+    return page
+
+
+def _walk(root, page: Page, url: str, get_images: bool, max_url_size: int) -> None:
+    base = url
+    base_set = False
+    raw_links: list[str] = []
+    nofollow = 0
+    limit = max_url_size * 4  # longer attribute values cannot make a short URL
+    for el in root.iter(_TAGS):
+        tag = el.tag
+        if tag == "a" or tag == "area":
+            href = el.get("href")
+            if href is None or len(href) > limit:
+                continue
+            rel = el.get("rel")
+            if rel and "nofollow" in rel.lower().split():
+                nofollow += 1
+                continue
+            raw_links.append(href)
+        elif tag == "frame" or tag == "iframe":
+            src = el.get("src")
+            if src is not None and len(src) <= limit:
+                raw_links.append(src)
+        elif tag == "img":
+            if get_images:
+                src = el.get("src")
+                if src is not None and len(src) <= limit:
+                    raw_links.append(src)
+        elif tag == "link":
+            href = el.get("href")
+            rel = el.get("rel")
+            if href is None or not rel or len(href) > limit:
+                continue
+            rels = set(rel.lower().split())
+            if "canonical" in rels and page.canonical is None:
+                page.canonical = ("pending", href)  # resolved once the base is known
+            if rels & _FOLLOW_REL and "nofollow" not in rels:
+                raw_links.append(href)
+        elif tag == "meta":
+            name = (el.get("name") or "").strip().lower()
+            if name in _ROBOTS_NAMES:
+                words = set(re.split(r"[\s,]+", (el.get("content") or "").lower()))
+                if "nofollow" in words or "none" in words:
+                    page.meta_nofollow = True
+                if "noindex" in words or "none" in words:
+                    page.meta_noindex = True
+            elif (el.get("http-equiv") or "").strip().lower() == "refresh":
+                m = _REFRESH.match(el.get("content") or "")
+                target = m.group(1).strip().strip("\"'").strip() if m else ""
+                if target and len(target) <= limit:
+                    page.refresh = target
+                    raw_links.append(target)
+        elif tag == "base":
+            if not base_set:
+                href = el.get("href")
+                if href is not None:
+                    base_set = True
+                    resolved = normalize(href, url, max_length=max_url_size)
+                    if resolved is not None:
+                        base = resolved
+    page.base = base
+    page.nofollow_links = nofollow
+    if isinstance(page.canonical, tuple):
+        page.canonical = normalize(page.canonical[1], base, max_length=max_url_size)
+    if page.refresh is not None:
+        page.refresh = normalize(page.refresh, base, max_length=max_url_size)
+    raw_seen: set[str] = set()
+    found: set[str] = set()
+    links = page.links
+    for raw in raw_links:
+        if raw in raw_seen:
+            continue
+        raw_seen.add(raw)
+        link = normalize(raw, base, max_length=max_url_size)
+        if link is not None and link not in found:
+            found.add(link)
+            links.append(link)
+    title = root.find(".//title")
+    if title is not None and title.text:
+        page.title = title.text.strip()[:500]

@@ -1,0 +1,482 @@
+"""URLs: WHATWG resolution for http(s), the crawler's canonical form, fingerprints.
+
+:func:`normalize` turns a link as found in a page (``href``, resolved against
+the page's base URL) into the one string the crawler uses for that resource,
+or None when the link is not a crawlable http(s) URL.
+
+Resolution follows the WHATWG URL Standard (https://url.spec.whatwg.org/)
+for the special schemes http and https, as browsers do:
+
+* leading and trailing C0 controls and spaces are stripped, ASCII tab and
+  newline removed anywhere; backslashes count as slashes;
+* ``http:foo`` and ``http:/foo`` are relative to a base of the same scheme,
+  and any number of slashes may follow ``http:`` before the host;
+* dot segments (``.``, ``..``, ``%2e``, ``.%2E``...) are removed;
+* the path, query and userinfo are percent-encoded with the standard's sets
+  (UTF-8; existing ``%XX`` escapes kept);
+* hosts are percent-decoded, mapped with UTS #46 (non-transitional) to
+  punycode, checked for forbidden code points; IPv4 in all its forms
+  (``0x7f.1``, ``2130706433``, octal ``0177.0.0.1``) is serialized dotted, IPv6
+  literals compressed;
+* ports must be decimal and at most 65535.
+
+On top of that, the crawler's canonical form: scheme and host in lower case,
+the default port dropped, an empty path written ``/``, the fragment dropped,
+``%XX`` escapes of unreserved characters (``A-Z a-z 0-9 - . _ ~``) decoded
+in the path and other escapes upper-cased there; the query is kept as the
+standard serializes it.
+
+:func:`fingerprint` is a 64-bit hash of a normalized URL, identical on every
+run and machine (BLAKE2b, not Python's ``hash()``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+
+__all__ = ["normalize", "fingerprint", "split", "DEFAULT_MAX_LENGTH"]
+
+DEFAULT_MAX_LENGTH = 2048
+_DEFAULT_PORT = {"http": 80, "https": 443}
+# Schemes that are special in WHATWG (their URLs parse as hierarchical) but
+# that the crawler does not fetch: such links are None, not relative paths.
+_OTHER_SCHEMES = frozenset({"ftp", "ws", "wss", "file"})
+
+_STRIP = "".join(chr(c) for c in range(0x21))
+_TABNL = str.maketrans("", "", "\t\n\r")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
+_PCT = re.compile(r"%([0-9A-Fa-f]{2})")
+_HEX = frozenset("0123456789abcdefABCDEF")
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+# Percent-encode sets (WHATWG 1.3): the bytes (0x00-0x7F) that are encoded;
+# every non-ASCII code point is encoded (as its UTF-8 bytes) in all of them.
+_C0 = frozenset(chr(c) for c in range(0x20)) | {"\x7f"}
+_FRAGMENT = _C0 | set(' "<>`')
+_QUERY = _C0 | set(' "#<>')
+_SPECIAL_QUERY = _QUERY | {"'"}
+_PATH = _QUERY | set("?^`{}")
+_USERINFO = _PATH | set("/:;=@[\\]|")
+
+# Forbidden host code points (3.2), and forbidden *domain* code points.
+_FORBIDDEN_HOST = frozenset("\x00\t\n\r #/:<>?@[\\]^|")
+_FORBIDDEN_DOMAIN = _FORBIDDEN_HOST | _C0 | {"%", "\x7f"}
+
+
+def _encoder(encode_set: frozenset) -> dict[str, str]:
+    table = {}
+    for c in range(0x80):
+        ch = chr(c)
+        if ch in encode_set:
+            table[ch] = "%%%02X" % c
+    return table
+
+
+_PATH_TABLE = _encoder(_PATH)
+_QUERY_TABLE = _encoder(_SPECIAL_QUERY)
+_USERINFO_TABLE = _encoder(_USERINFO)
+# Characters that never need encoding in a path: the fast path's test.
+_PATH_SAFE = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/%]*\Z")
+
+
+def _pct_encode(text: str, table: dict[str, str]) -> str:
+    """Percent-encode ``text`` with the set of ``table`` (non-ASCII as UTF-8)."""
+    out = []
+    for ch in text:
+        if ch < "\x80":
+            out.append(table.get(ch, ch))
+        else:
+            try:
+                data = ch.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate: U+FFFD, as an encoder would
+                data = b"\xef\xbf\xbd"
+            out.append("".join("%%%02X" % b for b in data))
+    return "".join(out)
+
+
+def _canon_escapes(text: str) -> str:
+    """Decode escapes of unreserved characters, upper-case the others."""
+    if "%" not in text:
+        return text
+    return _PCT.sub(_canon_one, text)
+
+
+def _canon_one(m: re.Match) -> str:
+    hexa = m.group(1)
+    ch = chr(int(hexa, 16))
+    return ch if ch in _UNRESERVED else "%" + hexa.upper()
+
+
+# ---------------------------------------------------------------------------
+# hosts
+
+
+class _Failure(Exception):
+    """The input is not a valid URL (WHATWG "validation error, return failure")."""
+
+
+def _parse_ipv4_number(part: str) -> int | None:
+    """One IPv4 part: decimal, 0x hex or 0-prefixed octal; None when invalid."""
+    if not part:
+        return None
+    radix = 10
+    if len(part) >= 2 and part[0] == "0" and part[1] in "xX":
+        part, radix = part[2:], 16
+    elif len(part) >= 2 and part[0] == "0":
+        part, radix = part[1:], 8
+    if not part:
+        return 0
+    try:
+        if radix == 10 and not part.isdigit():
+            return None
+        if radix == 16 and not all(c in _HEX for c in part):
+            return None
+        if radix == 8 and not all(c in "01234567" for c in part):
+            return None
+        return int(part, radix)
+    except ValueError:
+        return None
+
+
+def _ends_in_number(domain: str) -> bool:
+    parts = domain.split(".")
+    if parts[-1] == "":
+        if len(parts) == 1:
+            return False
+        parts.pop()
+    last = parts[-1]
+    if last and last.isascii() and last.isdigit():
+        return True
+    return _parse_ipv4_number(last) is not None
+
+
+def _parse_ipv4(domain: str) -> str:
+    parts = domain.split(".")
+    if parts[-1] == "" and len(parts) > 1:
+        parts.pop()
+    if len(parts) > 4:
+        raise _Failure("too many IPv4 parts")
+    numbers = []
+    for part in parts:
+        n = _parse_ipv4_number(part)
+        if n is None:
+            raise _Failure("bad IPv4 part")
+        numbers.append(n)
+    if any(n > 255 for n in numbers[:-1]):
+        raise _Failure("IPv4 part over 255")
+    if numbers[-1] >= 256 ** (5 - len(numbers)):
+        raise _Failure("IPv4 address too large")
+    value = numbers[-1]
+    for i, n in enumerate(numbers[:-1]):
+        value += n * 256 ** (3 - i)
+    return ".".join(str((value >> s) & 0xFF) for s in (24, 16, 8, 0))
+
+
+def _parse_ipv6(text: str) -> str:
+    if not text or "%" in text or not all(c in _HEX or c in ":." for c in text):
+        raise _Failure("bad IPv6")
+    if "." in text:
+        # The embedded IPv4 part: four decimal numbers without leading zeros.
+        head, _, v4 = text.rpartition(":")
+        pieces = v4.split(".")
+        if len(pieces) != 4 or any(not p.isdigit() or (len(p) > 1 and p[0] == "0") or int(p) > 255
+                                   for p in pieces):
+            raise _Failure("bad IPv4 in IPv6")
+    try:
+        return "[" + ipaddress.IPv6Address(text).compressed + "]"
+    except ValueError:
+        raise _Failure("bad IPv6") from None
+
+
+def _to_ascii(domain: str) -> str:
+    """UTS #46 ToASCII as WHATWG asks (non-transitional, no hyphen/length checks)."""
+    import idna
+
+    try:
+        mapped = idna.uts46_remap(domain, std3_rules=False, transitional=False)
+    except (idna.IDNAError, UnicodeError, ValueError) as exc:
+        raise _Failure(f"UTS 46: {exc}") from None
+    labels = []
+    for label in mapped.split("."):
+        if label.isascii():
+            low = label.lower()
+            if low.startswith("xn--"):
+                try:  # only undecodable punycode fails (as in browsers today)
+                    low[4:].encode("ascii").decode("punycode")
+                except (UnicodeError, ValueError):
+                    raise _Failure("bad punycode label") from None
+            labels.append(low)
+        else:
+            try:
+                labels.append("xn--" + label.encode("punycode").decode("ascii"))
+            except (UnicodeError, ValueError) as exc:
+                raise _Failure(f"bad label: {exc}") from None
+    return ".".join(labels)
+
+
+def _parse_host(text: str) -> str:
+    """A special URL's host, serialized; raises _Failure."""
+    if text.startswith("["):
+        if not text.endswith("]"):
+            raise _Failure("unclosed IPv6")
+        return _parse_ipv6(text[1:-1])
+    if not text:
+        raise _Failure("empty host")
+    # Percent-decoding gives bytes, read back as UTF-8 (WHATWG host parser).
+    domain = _pct_decode_bytes(text).decode("utf-8", "replace") if "%" in text else text
+    if domain.isascii():
+        ascii_domain = domain.lower()
+        if any(label.startswith("xn--") for label in ascii_domain.split(".")):
+            ascii_domain = _to_ascii(ascii_domain)
+    else:
+        ascii_domain = _to_ascii(domain)
+    if not ascii_domain:
+        raise _Failure("empty host")
+    for ch in ascii_domain:
+        if ch in _FORBIDDEN_DOMAIN:
+            raise _Failure("forbidden domain code point")
+    if _ends_in_number(ascii_domain):
+        return _parse_ipv4(ascii_domain)
+    return ascii_domain
+
+
+def _pct_decode_bytes(text: str) -> bytes:
+    out = bytearray()
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "%" and i + 2 < n and text[i + 1] in _HEX and text[i + 2] in _HEX:
+            out.append(int(text[i + 1:i + 3], 16))
+            i += 3
+        else:
+            out += ch.encode("utf-8", "surrogatepass")
+            i += 1
+    return bytes(out)
+
+
+# ---------------------------------------------------------------------------
+# the parser
+
+
+class _Url:
+    """A parsed http(s) URL: the parts normalize serializes."""
+
+    __slots__ = ("scheme", "userinfo", "host", "port", "path", "query")
+
+    def __init__(self, scheme, userinfo, host, port, path, query):
+        self.scheme = scheme
+        self.userinfo = userinfo  # "" or "user[:password]" (encoded)
+        self.host = host
+        self.port = port  # None = default
+        self.path = path  # list of encoded segments
+        self.query = query  # None or encoded query
+
+    def serialize(self) -> str:
+        out = [self.scheme, "://"]
+        if self.userinfo:
+            out.append(self.userinfo)
+            out.append("@")
+        out.append(self.host)
+        if self.port is not None:
+            out.append(":%d" % self.port)
+        out.append("/" + "/".join(self.path))
+        if self.query is not None:
+            out.append("?" + self.query)
+        return "".join(out)
+
+
+_SINGLE_DOT = frozenset({".", "%2e", "%2E"})
+_DOUBLE_DOT = frozenset({"..", ".%2e", ".%2E", "%2e.", "%2E.", "%2e%2e", "%2E%2E", "%2e%2E", "%2E%2e"})
+
+
+def _parse_path(text: str, path: list[str]) -> list[str]:
+    """Append the segments of ``text`` (a path, backslashes already slashes) to ``path``."""
+    segments = text.split("/")
+    last = len(segments) - 1
+    for i, seg in enumerate(segments):
+        if seg in _DOUBLE_DOT:
+            if path:
+                path.pop()
+            if i == last:
+                path.append("")
+        elif seg in _SINGLE_DOT:
+            if i == last:
+                path.append("")
+        else:
+            path.append(_pct_encode(seg, _PATH_TABLE) if not _PATH_SAFE.match(seg) else seg)
+    return path
+
+
+def _parse_authority(rest: str, scheme: str) -> tuple[_Url, str]:
+    """Parse ``userinfo@host:port`` at the start of ``rest``; the URL and what follows."""
+    end = len(rest)
+    for sep in "/\\?#":
+        i = rest.find(sep)
+        if i != -1 and i < end:
+            end = i
+    authority, rest = rest[:end], rest[end:]
+    userinfo = ""
+    at = authority.rfind("@")
+    if at != -1:
+        raw_user = authority[:at]
+        authority = authority[at + 1:]
+        user, colon, password = raw_user.partition(":")
+        user = _pct_encode(user, _USERINFO_TABLE)
+        password = _pct_encode(password, _USERINFO_TABLE)
+        userinfo = user + (":" + password if password else "")
+        if not authority:
+            raise _Failure("userinfo without host")
+    # host and port: a ':' inside [] belongs to the host
+    if authority.startswith("["):
+        close = authority.find("]")
+        if close == -1:
+            raise _Failure("unclosed IPv6")
+        host_text, port_text = authority[:close + 1], authority[close + 1:]
+        if port_text and not port_text.startswith(":"):
+            raise _Failure("junk after IPv6")
+        port_text = port_text[1:]
+        has_port = bool(authority[close + 1:])
+    else:
+        host_text, colon, port_text = authority.partition(":")
+        has_port = bool(colon)
+    if not host_text:
+        raise _Failure("empty host")
+    host = _parse_host(host_text)
+    port = None
+    if has_port and port_text:
+        if not port_text.isascii() or not port_text.isdigit():
+            raise _Failure("bad port")
+        port = int(port_text)
+        if port > 65535:
+            raise _Failure("port out of range")
+        if port == _DEFAULT_PORT[scheme]:
+            port = None
+    return _Url(scheme, userinfo, host, port, [], None), rest
+
+
+def _finish(url: _Url, rest: str, path: list[str] | None) -> _Url:
+    """Parse path, query (and drop the fragment) from ``rest`` into ``url``."""
+    rest = rest.split("#", 1)[0]
+    path_text, q, query = rest.partition("?")
+    path_text = path_text.replace("\\", "/")
+    if path is None:
+        path = []
+    if path_text.startswith("/"):
+        path_text = path_text[1:]
+    elif path_text == "" and not path:
+        path_text = ""
+    url.path = _parse_path(path_text, path) if (path_text or not path) else path
+    url.query = _pct_encode(query, _QUERY_TABLE) if q else None
+    return url
+
+
+def _parse_absolute(text: str, scheme: str) -> _Url:
+    rest = text.lstrip("/\\")
+    url, rest = _parse_authority(rest, scheme)
+    return _finish(url, rest, None)
+
+
+def _parse_relative(text: str, base: _Url) -> _Url:
+    url = _Url(base.scheme, base.userinfo, base.host, base.port, list(base.path), base.query)
+    if not text:
+        return url
+    c = text[0]
+    if c in "/\\":
+        if len(text) > 1 and text[1] in "/\\":
+            return _parse_absolute(text, base.scheme)
+        url.query = None
+        url.path = []
+        return _finish(url, text, None)
+    if c == "?":
+        url.query = None
+        return _finish(url, text, list(base.path))
+    if c == "#":
+        return url
+    url.query = None
+    path = list(base.path)
+    if path:
+        path.pop()
+    rest = text.split("#", 1)[0]
+    path_text, q, query = rest.partition("?")
+    url.path = _parse_path(path_text.replace("\\", "/"), path)
+    url.query = _pct_encode(query, _QUERY_TABLE) if q else None
+    return url
+
+
+def _parse(text: str, base: _Url | None) -> _Url | None:
+    m = _SCHEME.match(text)
+    if m is not None:
+        scheme = text[: m.end() - 1].lower()
+        rest = text[m.end():]
+        if scheme not in _DEFAULT_PORT:
+            return None
+        if base is not None and base.scheme == scheme and not (rest[:1] in ("/", "\\") and rest[1:2] in ("/", "\\")):
+            # "http:foo", "http:/foo" against an http base: relative (WHATWG
+            # "special relative or authority state").
+            return _parse_relative(rest, base)
+        return _parse_absolute(rest, scheme)
+    if base is None:
+        return None
+    return _parse_relative(text, base)
+
+
+# Parsed bases, by string: a page's links all share one base.
+_BASES: dict[str, _Url | None] = {}
+
+
+def _base(base: str) -> _Url | None:
+    url = _BASES.get(base)
+    if url is None and base not in _BASES:
+        try:
+            url = _parse(base.strip(_STRIP).translate(_TABNL), None)
+        except (_Failure, ValueError, UnicodeError):
+            url = None
+        if len(_BASES) >= 256:
+            _BASES.clear()
+        _BASES[base] = url
+    return url
+
+
+def normalize(href: str, base: str | None = None, *, max_length: int = DEFAULT_MAX_LENGTH) -> str | None:
+    """The canonical absolute http(s) URL of ``href`` resolved against ``base``, or None."""
+    try:
+        text = href.strip(_STRIP)
+        if "\t" in text or "\n" in text or "\r" in text:
+            text = text.translate(_TABNL)
+        base_url = None
+        if base is not None:
+            base_url = _base(base)
+            if base_url is None and not _SCHEME.match(text):
+                return None
+        url = _parse(text, base_url)
+        if url is None:
+            return None
+        url.path = [_canon_escapes(seg) for seg in url.path]
+        out = url.serialize()
+    except (_Failure, ValueError, UnicodeError, RecursionError):
+        return None
+    if len(out) > max_length:
+        return None
+    return out
+
+
+def split(url: str) -> tuple[str, str, int, str]:
+    """``(scheme, host, port, path?query)`` of a normalized URL."""
+    scheme, _, rest = url.partition("://")
+    slash = rest.find("/")
+    authority, pq = (rest, "/") if slash == -1 else (rest[:slash], rest[slash:])
+    authority = authority.rpartition("@")[2]
+    if authority.startswith("["):
+        close = authority.find("]")
+        host, port_text = authority[:close + 1], authority[close + 2:]
+    else:
+        host, _, port_text = authority.partition(":")
+    return scheme, host, int(port_text) if port_text else _DEFAULT_PORT[scheme], pq
+
+
+def fingerprint(url: str) -> int:
+    """A 64-bit fingerprint of ``url``, the same on every run and machine."""
+    return int.from_bytes(hashlib.blake2b(url.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                          "little")

@@ -1,0 +1,281 @@
+"""End-to-end: the real crawler against the synthetic web on loopback.
+
+Every test checks the crawl against the sim's own ground truth and request
+log: coverage, politeness, robots.txt obedience and conservation of URLs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter
+
+import pytest
+
+from larbin_py.config import parse_config_text
+from larbin_py.demo import crawl_rules
+from larbin_py.engine import Engine
+from larbin_py.robots import product_token
+from larbin_py.sim import Fault, Sim, SimConfig
+
+pytestmark = pytest.mark.slow
+
+#: Paths of robots.txt requests: the file, and where the sim's "redirect"
+#: robots profile sends it.
+ROBOTS_PATHS = frozenset({"/robots.txt", "/robots-rules.txt"})
+
+
+def page_requests(sim) -> list:
+    """The sim's logged requests that are not for robots.txt."""
+    return [r for r in sim.log.requests if r.path not in ROBOTS_PATHS]
+
+
+#: Server-side measurement slack: the sim logs a request when it arrives,
+#: after a connect or a write the crawler does not control.
+SLACK = 0.015
+
+
+def make_config(tmp_path, sim: Sim, **changes):
+    base = parse_config_text("", require_start_urls=False)
+    values = dict(
+        start_urls=tuple(sim.seeds),
+        dns_servers=(("127.0.0.1", sim.dns_port),),
+        save_dir=str(tmp_path / "save"),
+        state_dir=str(tmp_path / "state"),
+        http_port=0,
+        output_mode="stats",
+        wait_duration=0.2,
+        timeout_page=1.5,
+        connect_timeout=1.5,
+        forbidden_extensions=(),
+        get_cgi=True,
+        depth_by_site=True,
+        depth_in_site=max(5, sim.web.max_depth(True)),
+        pages_connexions=100,
+        dns_connexions=20,
+    )
+    values.update(changes)
+    return base.replace(**values)
+
+
+async def crawl(config, **kw):
+    engine = Engine(config, **kw)
+    summary = await engine.run()
+    return engine, summary
+
+
+def check_conservation(engine, summary):
+    fr = engine.frontier
+    taken, accounted = fr.conservation()
+    assert taken == accounted
+    assert summary.taken == summary.pages + sum(summary.forgotten.values()) + summary.queued + summary.in_flight
+    assert summary.queued == 0 and summary.in_flight == 0
+
+
+def check_politeness(sim: Sim, wait: float):
+    log = sim.log
+    for host, starts in log.starts_by_host().items():
+        assert log.min_gap(starts) >= wait - SLACK, f"host {host} asked too often"
+    for ip, starts in log.starts_by_ip().items():
+        assert log.min_gap(starts) >= wait - SLACK, f"IP {ip} asked too often"
+    for ip, spans in log.spans_by_ip().items():
+        for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
+            assert b0 >= a1 - SLACK, f"two connections open to {ip} at once"
+
+
+def check_robots_first(sim: Sim):
+    first: dict[str, str] = {}
+    for r in sim.log.requests:
+        first.setdefault(r.host, r.path)
+    for host, path in first.items():
+        assert path == "/robots.txt", f"{host}: first request was {path}"
+
+
+@pytest.mark.async_timeout(240)
+async def test_exact_coverage_politeness_and_robots(tmp_path):
+    agent = "larbin_py"
+    sim_cfg = SimConfig(seed=11, hosts=300, pages_per_host=(1, 3), hosts_per_ip=43, dns=True,
+                        robots_agent=agent, crawl_delay=(0.3, 0.4), trap=False)
+    async with Sim(sim_cfg) as sim:
+        assert len(sim.ips) == 8  # 7 for h0..h299, 1 for the extra hosts (IDN, subdomains...)
+        config = make_config(tmp_path, sim)
+        assert product_token(config.user_agent) == agent
+        engine, summary = await crawl(config)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        requested = [r.url for r in page_requests(sim)]
+        missing = truth.must_request - set(requested)
+        extra = set(requested) - truth.must_request
+        assert not missing, sorted(missing)[:20]
+        assert not extra, sorted(extra)[:20]
+        # nothing fetched twice (no faults here, so no retries either)
+        twice = [u for u, n in Counter(requested).items() if n > 1]
+        assert not twice, twice[:10]
+        assert not (truth.must_not_request & set(requested))
+        check_robots_first(sim)
+        check_politeness(sim, config.wait_duration)
+        # the crawl-delay of robots.txt spaces its host
+        for host, delay in truth.crawl_delay.items():
+            starts = sim.log.starts_by_host().get(host, [])
+            assert sim.log.min_gap(starts) >= delay - SLACK, host
+        check_conservation(engine, summary)
+        assert summary.pages == len(truth.saved)
+        for url, reason in truth.expected_reason.items():
+            if url in truth.must_request:
+                assert reason in summary.forgotten, (url, reason)
+        assert summary.failed is None and summary.stop_reason == "end of work"
+
+
+def covered_urls(sim: Sim) -> set[str]:
+    """URLs the sim answered normally at least once (no fault applied)."""
+    return {r.url for r in page_requests(sim) if not r.fault}
+
+
+@pytest.mark.async_timeout(240)
+async def test_transient_faults_of_every_kind_are_retried(tmp_path):
+    kinds = ["reset", "close", "stall", "500", "503", "429"]
+    faults = [Fault(kind, 0.02, transient=True, retry_after=1) for kind in kinds]  # 2 % of each kind
+    sim_cfg = SimConfig(seed=5, hosts=120, pages_per_host=(2, 6), hosts_per_ip=8, dns=True,
+                        robots_agent="larbin_py", trap=False, faults=faults,
+                        dns_servfail_rate=0.02, dns_drop_rate=0.02)
+    async with Sim(sim_cfg) as sim:
+        config = make_config(tmp_path, sim, wait_duration=0.05, dns_timeout=0.5)
+        engine = Engine(config)
+        misses: dict[str, str] = {}
+        record = engine.frontier.on_forget
+
+        def on_forget(rec, reason):
+            misses[rec.url] = reason
+            record(rec, reason)
+
+        engine.frontier.on_forget = on_forget
+        summary = await engine.run()
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        # faults were really injected, and really retried
+        assert sum(1 for r in sim.log.requests if r.fault) >= 20
+        assert sum(engine.frontier.retried.values()) >= 20
+        assert sim.dns.queries > len(sim.web.hosts)
+        expected_fetch = {u for u in truth.must_request if u not in truth.expected_reason}
+        got = covered_urls(sim)
+        missed = expected_fetch - got
+        assert len(got & expected_fetch) >= 0.999 * len(expected_fetch), sorted(missed)[:10]
+        for url in missed:
+            assert url in misses, f"{url} missed without a reason"
+        check_conservation(engine, summary)
+        check_politeness(sim, config.wait_duration)
+
+
+@pytest.mark.async_timeout(240)
+async def test_one_big_site_through_a_tiny_fifo_loses_nothing(tmp_path):
+    sim_cfg = SimConfig(seed=3, hosts=1, pages_per_host=(5000, 5000), links_per_page=(12, 20),
+                        dns=True, extras=False, trap=False, robots_mix={"absent": 1.0},
+                        p_nonhtml=0.0, p_redirect=0.0, p_loop=0.0, p_missing=0.0, p_dup=0.0,
+                        p_nofollow=0.0, p_query=0.0, robots_agent="larbin_py")
+    async with Sim(sim_cfg) as sim:
+        config = make_config(tmp_path, sim, wait_duration=0.0, max_urls_by_site=5, ram_urls=1000,
+                             depth_in_site=1000)
+        engine, summary = await crawl(config)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        pages = [r.url for r in page_requests(sim)]
+        assert len(truth.must_request) >= 5000
+        assert set(pages) == truth.must_request
+        assert len(pages) == len(set(pages))
+        # the wait store really carried the overflow, and RAM stayed bounded
+        assert engine.frontier.wait.pushed > 1000
+        bound = config.ram_urls + config.max_urls_by_site * len(engine.frontier.sites) + config.pages_connexions
+        assert 0 < engine.peak_urls_in_memory <= bound
+        check_conservation(engine, summary)
+
+
+@pytest.mark.async_timeout(120)
+async def test_spider_trap_stops_at_depth_and_redirect_loops_end(tmp_path):
+    sim_cfg = SimConfig(seed=9, hosts=6, pages_per_host=(3, 6), dns=True, trap=True,
+                        robots_mix={"absent": 1.0}, p_loop=0.3, p_redirect=0.2, robots_agent="larbin_py")
+    async with Sim(sim_cfg) as sim:
+        depth = sim.web.max_depth(True) + 2
+        config = make_config(tmp_path, sim, wait_duration=0.0, depth_in_site=depth)
+        engine, summary = await crawl(config)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        requested = {r.url for r in page_requests(sim)}
+        trap = [u for u in requested if "/cal/" in u]
+        assert trap, "the trap host was not reached"
+        assert requested == truth.must_request
+        assert summary.stop_reason == "end of work"
+        assert summary.forgotten.get("err30X", 0) > 0
+        check_conservation(engine, summary)
+
+
+def read_index(save_dir) -> dict[str, dict]:
+    """URL -> its parsed index.tsv line; each URL listed once."""
+    from larbin_py.output.base import INDEX_NAME, parse_index_line
+
+    out = {}
+    with open(os.path.join(save_dir, INDEX_NAME), encoding="utf-8") as f:
+        for line in f:
+            entry = parse_index_line(line.rstrip("\n"))
+            assert entry["url"] not in out, f"{entry['url']} listed twice in the index"
+            out[entry["url"]] = entry
+    return out
+
+
+def files_under(root) -> set[str]:
+    found = set()
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            found.add(os.path.relpath(os.path.join(dirpath, name), root))
+    return found
+
+
+@pytest.mark.async_timeout(240)
+@pytest.mark.parametrize("mode", ["mirror", "save", "warc"])
+async def test_outputs_hold_the_exact_bodies_and_hostile_urls_stay_inside(tmp_path, mode):
+    from larbin_py.sim.web import HOSTILE_LINKS
+
+    sim_cfg = SimConfig(seed=21, hosts=12, pages_per_host=(3, 8), hosts_per_ip=4, dns=True,
+                        robots_agent="larbin_py", trap=False, hostile=True)
+    async with Sim(sim_cfg) as sim:
+        jail = tmp_path / "jail"
+        save = jail / "save"
+        config = make_config(tmp_path, sim, output_mode=mode, save_dir=str(save),
+                             state_dir=str(jail / "state"), wait_duration=0.0,
+                             max_url_size=16000, files_per_dir=7)
+        engine, summary = await crawl(config)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        evil = {sim.web.url("evil.sim.test", pq) for _raw, pq in HOSTILE_LINKS}
+        # every hostile URL was found, normalized as WHATWG says, and fetched
+        assert evil <= truth.saved.keys()
+        assert evil <= set(sim.log.urls())
+        assert summary.pages == len(truth.saved)
+        # nothing outside the jail: only save/ and state/ in it, nothing beside it
+        assert sorted(os.listdir(jail)) == ["save", "state"]
+        assert sorted(os.listdir(tmp_path)) == ["jail"]
+        index = read_index(save)
+        assert set(index) == set(truth.saved), sorted(set(truth.saved) ^ set(index))[:5]
+        on_disk = files_under(save) - {"index.tsv"}
+        if mode in ("mirror", "save"):
+            assert {e["path"] for e in index.values()} == on_disk
+            for url, entry in index.items():
+                full = os.path.realpath(os.path.join(save, entry["path"]))
+                assert full.startswith(os.path.realpath(save) + os.sep)
+                with open(full, "rb") as f:
+                    body = f.read()
+                assert body == truth.saved[url], url
+                assert entry["length"] == len(body) and entry["status"] == 200
+            if mode == "save":
+                per_dir = Counter(os.path.dirname(p) for p in on_disk)
+                assert max(per_dir.values()) <= config.files_per_dir
+        else:
+            from warcio.archiveiterator import ArchiveIterator
+
+            bodies, requests = {}, set()
+            for name in sorted(on_disk):
+                assert name.endswith(".warc.gz"), name
+                with open(save / name, "rb") as f:
+                    for record in ArchiveIterator(f):
+                        uri = record.rec_headers.get_header("WARC-Target-URI")
+                        if record.rec_type == "response":
+                            bodies[uri] = record.content_stream().read()
+                        elif record.rec_type == "request":
+                            requests.add(uri)
+            assert bodies == truth.saved
+            assert requests == set(truth.saved)
+        check_conservation(engine, summary)

@@ -1,0 +1,191 @@
+"""Crash safety and --reload, end to end on the sim.
+
+The crawler runs as a real process (``python -m larbin_py -c FILE``) against
+a sim served by the test's own event loop; the test kills it with SIGKILL or
+SIGTERM at chosen points of the sim's request log and restarts it with
+``--reload``.  The sim's log is the ground truth of what was fetched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import random
+import signal
+import sys
+from collections import Counter
+
+import pytest
+
+from larbin_py.config import format_config
+from larbin_py.demo import crawl_rules
+from larbin_py.engine import Engine
+from larbin_py.output import OutputError, make_output
+from larbin_py.sim import Sim, SimConfig
+
+from test_e2e import ROBOTS_PATHS, files_under, make_config, read_index
+
+pytestmark = pytest.mark.slow
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def sim_config(seed: int) -> SimConfig:
+    return SimConfig(seed=seed, hosts=60, pages_per_host=(5, 15), hosts_per_ip=4, dns=True,
+                     robots_agent="larbin_py", trap=False, extras=False)
+
+
+def page_requests(log) -> list[str]:
+    return [r.url for r in log.requests if r.path not in ROBOTS_PATHS]
+
+
+async def start_crawler(conf: str, *args: str, cwd: str) -> asyncio.subprocess.Process:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    err = open(os.path.join(cwd, "crawler.err"), "ab")
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "larbin_py", "-c", conf, *args, cwd=cwd, env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=err)
+
+
+def write_conf(tmp_path, config) -> str:
+    path = str(tmp_path / "larbin.conf")
+    with open(path, "w") as f:
+        f.write(format_config(config))
+    return path
+
+
+def check_mirror(save: str, truth) -> dict:
+    index = read_index(save)  # fails on a page listed twice
+    assert set(index) == set(truth.saved)
+    for url, entry in index.items():
+        with open(os.path.join(save, entry["path"]), "rb") as f:
+            assert f.read() == truth.saved[url], url
+    return index
+
+
+@pytest.mark.async_timeout(280)
+async def test_three_sigkills_then_reload_fetch_the_ground_truth(tmp_path):
+    rng = random.Random(4)
+    async with Sim(sim_config(31)) as sim:
+        config = make_config(tmp_path, sim, output_mode="mirror", wait_duration=0.1,
+                             pages_connexions=20, checkpoint_interval=0.5)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        total = len(truth.must_request)
+        conf = write_conf(tmp_path, config)
+        refetch_bound = 0
+        args: tuple[str, ...] = ()
+        for fraction in sorted(rng.uniform(0.1, 0.85) for _ in range(3)):
+            proc = await start_crawler(conf, *args, cwd=str(tmp_path))
+            target = int(fraction * total)
+            await sim.log.wait_for(lambda log: len(page_requests(log)) >= target, timeout=120)
+            proc.kill()
+            assert await proc.wait() == -signal.SIGKILL
+            with open(tmp_path / "state" / "checkpoint.json") as f:
+                last = json.load(f)["time"]
+            # what a kill may cost: requests since the last checkpoint, and those in flight at it
+            since = sum(1 for r in sim.log.requests if r.path not in ROBOTS_PATHS and r.wall >= last)
+            refetch_bound += since + config.pages_connexions
+            args = ("--reload",)
+        proc = await start_crawler(conf, "--reload", cwd=str(tmp_path))
+        assert await asyncio.wait_for(proc.wait(), 200) == 0, (tmp_path / "crawler.err").read_text()
+        fetched = page_requests(sim.log)
+        assert set(fetched) == truth.must_request
+        twice = sum(n - 1 for n in Counter(fetched).values() if n > 1)
+        assert twice <= refetch_bound
+        check_mirror(config.save_dir, truth)
+        err = (tmp_path / "crawler.err").read_text()
+        assert err.count("continuing the crawl saved in") == 3
+
+
+@pytest.mark.async_timeout(200)
+async def test_sigterm_then_reload_fetches_nothing_twice(tmp_path):
+    async with Sim(sim_config(32)) as sim:
+        config = make_config(tmp_path, sim, output_mode="warc", wait_duration=0.1, pages_connexions=20)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        conf = write_conf(tmp_path, config)
+        proc = await start_crawler(conf, cwd=str(tmp_path))
+        await sim.log.wait_for(lambda log: len(page_requests(log)) >= len(truth.must_request) // 3, timeout=120)
+        proc.terminate()
+        assert await asyncio.wait_for(proc.wait(), 60) == 143
+        # a plain start refuses the folder now
+        again = await start_crawler(conf, cwd=str(tmp_path))
+        assert await asyncio.wait_for(again.wait(), 60) == 2
+        assert "--reload" in (tmp_path / "crawler.err").read_text()
+        proc = await start_crawler(conf, "--reload", cwd=str(tmp_path))
+        assert await asyncio.wait_for(proc.wait(), 200) == 0
+        fetched = page_requests(sim.log)
+        assert set(fetched) == truth.must_request
+        assert len(fetched) == len(set(fetched)), [u for u, n in Counter(fetched).items() if n > 1][:5]
+        index = read_index(config.save_dir)
+        assert set(index) == set(truth.saved)
+
+
+class FullDisk:
+    """An output that fails with ENOSPC after ``pages`` writes (a full disk)."""
+
+    def __init__(self, real, pages: int):
+        self.real, self.left = real, pages
+
+    def write(self, doc):
+        if self.left <= 0:
+            raise OutputError(f"cannot write {doc.url}: no space left on device (ENOSPC)", errno=errno.ENOSPC)
+        self.left -= 1
+        return self.real.write(doc)
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+@pytest.mark.async_timeout(200)
+async def test_a_full_disk_stops_cleanly_and_reload_continues(tmp_path):
+    async with Sim(sim_config(33)) as sim:
+        config = make_config(tmp_path, sim, output_mode="mirror", wait_duration=0.05, checkpoint_interval=0.3)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        err = open(tmp_path / "err.txt", "w+")
+        first = Engine(config, output=FullDisk(make_output(config), 40), err=err)
+        summary = await first.run()
+        assert summary.failed and "no space left on device" in summary.failed
+        assert summary.pages < len(truth.saved)
+        err.seek(0)
+        assert "no space left on device" in err.read()
+        second = Engine(config, reload=True, err=err)
+        summary = await second.run()
+        assert summary.failed is None and summary.stop_reason == "end of work"
+        assert set(page_requests(sim.log)) == truth.must_request
+        check_mirror(config.save_dir, truth)
+        assert summary.pages == len(truth.saved)
+
+
+@pytest.mark.async_timeout(200)
+async def test_a_torn_segment_tail_is_dropped_and_reported(tmp_path):
+    async with Sim(sim_config(34)) as sim:
+        config = make_config(tmp_path, sim, output_mode="stats", wait_duration=0.05, limit_page=60)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        await Engine(config).run()
+        main = tmp_path / "state" / "frontier" / "main"
+        last = sorted(os.listdir(main))[-1]
+        with open(main / last, "ab") as f:
+            f.write(b"0123abcd 3 3 http://torn.sim.test/half-a-rec")
+        err = open(tmp_path / "err.txt", "w+")
+        summary = await Engine(config.replace(limit_page=0), reload=True, err=err).run()
+        err.seek(0)
+        text = err.read()
+        assert "damaged state dropped" in text and "store 1 records" in text
+        assert summary.stop_reason == "end of work"
+        assert set(page_requests(sim.log)) == truth.must_request
+
+
+def test_an_incompatible_state_is_refused(tmp_path):
+    from larbin_py.state import StateError, read_checkpoint
+
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "checkpoint.json").write_text(json.dumps({"format": "larbin_py-state", "version": 99}))
+    with pytest.raises(StateError, match="version 99"):
+        read_checkpoint(str(state))
+    (state / "checkpoint.json").write_text("{ torn")
+    with pytest.raises(StateError, match="unreadable"):
+        read_checkpoint(str(state))
+    assert files_under(state) == {"checkpoint.json"}
