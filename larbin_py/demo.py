@@ -89,7 +89,10 @@ async def run_demo(config, *, hosts: int = 30, seed: int = 7, out=None) -> int:
         demo = config.replace(
             start_urls=tuple(sim.seeds),
             dns_servers=(("127.0.0.1", sim.dns_port),),
-            depth_in_site=max(config.depth_in_site, sim.web.max_depth(config.depth_by_site)),
+            # Depth counted per site (Larbin's depthBySite), deep enough for
+            # every page of the sim; the spider-trap host stops at that depth.
+            depth_by_site=True,
+            depth_in_site=max(config.depth_in_site, sim.web.max_depth(True)),
             timeout_page=min(config.timeout_page, 3.0),
             connect_timeout=min(config.connect_timeout, 3.0),
             http_port=http_port,
