@@ -16,11 +16,14 @@ Two controllers, both fed with the round-trip time ``R`` of every response
     minimum and maximum of the *previous* estimates, then ``S`` is updated.
 
 :class:`ServerPace` — per-server frequency control.
-    Each IP keeps its own smoothed RTT.  The delay between two request starts
-    to it is ``max(wait_duration, crawl_delay, rtt_factor * srtt)`` once the
-    server is slower than ``rtt_factor`` allows, times a *penalty* that 429 and
-    503 answers double (``Retry-After`` honoured, up to ``max_penalty``) and
-    that decays back towards 1 after each success.
+    Each IP keeps its own smoothed RTT and the lowest it has seen (its
+    unloaded round trip).  While the smoothed RTT is more than ``slow_ratio``
+    times that floor -- the server slowed down -- the delay between two
+    request starts to it is ``max(wait_duration, crawl_delay, rtt_factor *
+    srtt)``; once it recovers, the plain politeness delay again.  That delay
+    is multiplied by a *penalty* that 429 and 503 answers double
+    (``Retry-After`` honoured, up to ``max_penalty``) and that decays back
+    towards 1 after each success.
 """
 
 from __future__ import annotations
@@ -117,14 +120,24 @@ class ServerPace:
 
     alpha: float = 0.2
     rtt_factor: float = 0.0  # 0 = the RTT never stretches the delay
+    slow_ratio: float = 2.0
     max_penalty: float = 32.0
     decay: float = 0.8
     srtt: float | None = None
+    floor: float | None = None  # lowest smoothed RTT seen: the unloaded round trip
     penalty: float = 1.0
     retry_until: float = 0.0
 
     def observe(self, rtt: float) -> None:
         self.srtt = rtt if self.srtt is None else (1.0 - self.alpha) * self.srtt + self.alpha * rtt
+        if self.floor is None or self.srtt < self.floor:
+            self.floor = self.srtt
+
+    @property
+    def slowed(self) -> bool:
+        """True while the server answers markedly slower than its best."""
+        return (self.srtt is not None and self.floor is not None
+                and self.srtt > self.slow_ratio * self.floor)
 
     def success(self) -> None:
         """A normal answer: the penalty decays towards 1."""
@@ -140,7 +153,7 @@ class ServerPace:
     def delay(self, base: float) -> float:
         """Seconds between two request starts, for a base politeness delay."""
         d = base
-        if self.rtt_factor and self.srtt is not None:
+        if self.rtt_factor and self.slowed:
             d = max(d, self.rtt_factor * self.srtt)
         return d * self.penalty
 

@@ -22,8 +22,10 @@ What is served:
   capacity)`` it is a server of ``capacity`` workers sharing its time, so
   the answer comes after ``base * max(1, in_flight / capacity) + per_request
   * in_flight``: beyond its capacity a server gets no faster, only slower to
-  answer.  ``peak_in_flight[host]`` records the most concurrent requests
-  each host ever had (every host, loaded or not).
+  answer.  A key of ``load`` may also be a server IP: then the requests in
+  flight to all the hosts on that IP count.  ``peak_in_flight[host]`` and
+  ``peak_in_flight_ip[ip]`` record the most concurrent requests each host
+  and each IP ever had (loaded or not).
 
 Every request and connection is recorded in a
 :class:`~larbin_py.sim.log.RequestLog`.
@@ -76,6 +78,8 @@ class SimServer:
         self.ips: list[str] = []
         self.in_flight: dict[str, int] = {}
         self.peak_in_flight: dict[str, int] = {}
+        self.in_flight_ip: dict[str, int] = {}  # the same, per server IP
+        self.peak_in_flight_ip: dict[str, int] = {}
         self._servers: list[asyncio.AbstractServer] = []
         self._conns: set["_HTTPConn"] = set()
         self._cache: dict[tuple, tuple[bytes, bytes]] = {}
@@ -204,6 +208,7 @@ class _HTTPConn(asyncio.Protocol):
         self.closed = True
         if self.stalled is not None:
             self.srv.in_flight[self.stalled] -= 1
+            self.srv.in_flight_ip[self.ip] -= 1
             self.stalled = None
         self.srv._conns.discard(self)
         self.srv.log.close(self.id, time.monotonic())
@@ -284,12 +289,20 @@ class _HTTPConn(asyncio.Protocol):
         decision = srv.faults.decide(url, host.name, robots) if srv.faults else None
         fault = decision.fault if decision is not None else None
         delay = decision.delay if decision is not None else 0.0
-        load = srv.load.get(host.name)
         name = host.name
         inflight = srv.in_flight.get(name, 0) + 1
         srv.in_flight[name] = inflight
         if inflight > srv.peak_in_flight.get(name, 0):
             srv.peak_in_flight[name] = inflight
+        on_ip = srv.in_flight_ip.get(self.ip, 0) + 1
+        srv.in_flight_ip[self.ip] = on_ip
+        if on_ip > srv.peak_in_flight_ip.get(self.ip, 0):
+            srv.peak_in_flight_ip[self.ip] = on_ip
+        load = srv.load.get(name)
+        if load is None:
+            load = srv.load.get(self.ip)  # a loaded server IP: all its hosts share it
+            if load is not None:
+                inflight = on_ip
         if load is not None:
             if len(load) > 2:
                 delay += load[0] * max(1.0, inflight / load[2]) + load[1] * inflight
@@ -353,6 +366,7 @@ class _HTTPConn(asyncio.Protocol):
         srv = self.srv
         if host is not None:
             srv.in_flight[host] = srv.in_flight.get(host, 1) - 1
+            srv.in_flight_ip[self.ip] = srv.in_flight_ip.get(self.ip, 1) - 1
         self.busy = False
         if self.closed:
             return
