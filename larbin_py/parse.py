@@ -19,7 +19,9 @@ else UTF-8; an unknown or wrong declaration falls back to the next source,
 and undecodable bytes are replaced, never fatal.
 
 Nothing raises: a page lxml cannot make sense of gives a Page without links
-and with ``error`` set.
+and with ``error`` set.  A page nested deeper than libxml2's limit (2048
+levels) loses its deep part from the tree; its links are then also looked
+for by a plain scan of the text, so none is lost.
 """
 
 from __future__ import annotations
@@ -130,10 +132,34 @@ _PARSER = etree.HTMLParser(recover=True, no_network=True, remove_comments=True, 
 _BAD_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
+# Links in the raw text, for what the tree lost (nesting deeper than libxml2's
+# limit of 2048): tag, attribute, value.
+_RAW_LINK = re.compile(
+    r"""<(a|area|frame|iframe)\b([^>]*?)\b(?:href|src)\s*=\s*("[^"]*"|'[^']*'|[^\s>]+)""", re.I)
+
+
 def _parse_tree(text: str):
+    """The document tree, and whether libxml2 gave up part of it (too deep)."""
     if _BAD_XML.search(text):
         text = _BAD_XML.sub(" ", text)
-    return etree.fromstring(text, _PARSER)
+    root = etree.fromstring(text, _PARSER)
+    truncated = any(e.type_name == "ERR_RESOURCE_LIMIT" for e in _PARSER.error_log)
+    return root, text, truncated
+
+
+def _raw_links(text: str) -> list[str]:
+    """href/src values of link tags found by a plain scan of the text."""
+    import html
+
+    out = []
+    for m in _RAW_LINK.finditer(text):
+        if "nofollow" in m.group(2).lower():
+            continue
+        value = m.group(3)
+        if value[:1] in "\"'":
+            value = value[1:-1]
+        out.append(html.unescape(value))
+    return out
 
 
 def extract(body: bytes, url: str, content_type: str | None = None, *, get_images: bool = False,
@@ -144,17 +170,17 @@ def extract(body: bytes, url: str, content_type: str | None = None, *, get_image
         page.charset = detect_charset(body, content_type)
         if not body.strip():
             return page
-        root = _parse_tree(_decode(body, page.charset))
+        root, text, truncated = _parse_tree(_decode(body, page.charset))
         if root is None:
             return page
-        _walk(root, page, url, get_images, max_url_size)
+        _walk(root, page, url, get_images, max_url_size, _raw_links(text) if truncated else ())
     except Exception as exc:  # lxml or a codec on hostile input: no links, never a crash
         page.links = []
         page.error = f"{type(exc).__name__}: {exc}"[:200]
     return page
 
 
-def _walk(root, page: Page, url: str, get_images: bool, max_url_size: int) -> None:
+def _walk(root, page: Page, url: str, get_images: bool, max_url_size: int, extra=()) -> None:
     base = url
     base_set = False
     raw_links: list[str] = []
@@ -214,6 +240,7 @@ def _walk(root, page: Page, url: str, get_images: bool, max_url_size: int) -> No
                         base = resolved
     page.base = base
     page.nofollow_links = nofollow
+    raw_links.extend(extra)
     if isinstance(page.canonical, tuple):
         page.canonical = normalize(page.canonical[1], base, max_length=max_url_size)
     if page.refresh is not None:

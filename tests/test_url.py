@@ -1,0 +1,184 @@
+"""larbin_py.url: WHATWG resolution, the crawler's canonical form, fingerprints."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+
+from larbin_py.url import fingerprint, normalize, split
+
+CASES = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "conformance", "url_cases.json")
+
+
+@pytest.mark.parametrize("href, base, want", [
+    # whitespace: C0 and space stripped at the ends, tab/newline removed anywhere
+    ("  \t http://a.test/x \n", None, "http://a.test/x"),
+    ("http://a.te\tst/p\na\rth", None, "http://a.test/path"),
+    ("\x00\x1fhttp://a.test/\x01", None, "http://a.test/"),
+    # backslashes are slashes; any number of slashes after the scheme
+    ("http:\\\\a.test\\b\\c", None, "http://a.test/b/c"),
+    ("http:///a.test/", None, "http://a.test/"),
+    ("https:a.test", None, "https://a.test/"),
+    # relative forms
+    ("b/c", "http://a.test/x/y", "http://a.test/x/b/c"),
+    ("../c", "http://a.test/x/y/z", "http://a.test/x/c"),
+    ("/c", "http://a.test/x/y", "http://a.test/c"),
+    ("//b.test/c", "https://a.test/x", "https://b.test/c"),
+    ("?q=1", "http://a.test/x/y?old", "http://a.test/x/y?q=1"),
+    ("", "http://a.test/x?q#f", "http://a.test/x?q"),
+    ("#frag", "http://a.test/x?q", "http://a.test/x?q"),
+    ("http:y", "http://a.test/x/", "http://a.test/x/y"),
+    ("http:/y", "http://a.test/x/", "http://a.test/y"),
+    # dot segments, plain and encoded
+    ("/a/./b/../c", None, None),
+    ("http://a.test/a/./b/../c", None, "http://a.test/a/c"),
+    ("http://a.test/a/%2e/b/%2E%2e/c", None, "http://a.test/a/c"),
+    ("http://a.test/a/b/c/.%2E/d", None, "http://a.test/a/b/d"),
+    ("http://a.test/a/.%2e/.%2E/c/..", None, "http://a.test/"),
+    ("http://a.test/../../x", None, "http://a.test/x"),
+    # percent-encoding sets
+    ("http://a.test/a b\"<>`{}|^", None, "http://a.test/a%20b%22%3C%3E%60%7B%7D|%5E"),
+    ("http://a.test/p?a b\"'<>", None, "http://a.test/p?a%20b%22%27%3C%3E"),
+    ("http://a.test/caf\u00e9?x=\u00e9", None, "http://a.test/caf%C3%A9?x=%C3%A9"),
+    # canonical escapes: unreserved decoded, others upper-cased (path); query as is
+    ("http://a.test/%7euser/%41%2f%3a", None, "http://a.test/~user/A%2F%3A"),
+    ("http://a.test/p?x=%7e%2f", None, "http://a.test/p?x=%7e%2f"),
+    # case, default port, empty path, fragment
+    ("HTTP://A.Test:80", None, "http://a.test/"),
+    ("https://a.test:443/x#y", None, "https://a.test/x"),
+    ("http://a.test:8080/", None, "http://a.test:8080/"),
+    ("http://a.test:0080/", None, "http://a.test/"),
+    # IPv4 in all its forms
+    ("http://0x7f.1/", None, "http://127.0.0.1/"),
+    ("http://2130706433/", None, "http://127.0.0.1/"),
+    ("http://0177.0.0.1/", None, "http://127.0.0.1/"),
+    ("http://127.1/", None, "http://127.0.0.1/"),
+    ("http://1.2.3.4./", None, "http://1.2.3.4/"),
+    # IPv6
+    ("http://[::1]:8080/", None, "http://[::1]:8080/"),
+    ("http://[0:0:0:0:0:0:0:1]/", None, "http://[::1]/"),
+    ("http://[::ffff:1.2.3.4]/", None, "http://[::ffff:102:304]/"),
+    ("http://[2001:DB8::A]/", None, "http://[2001:db8::a]/"),
+    # IDNA and percent-encoded hosts
+    ("http://b\u00fccher.test/", None, "http://xn--bcher-kva.test/"),
+    ("http://B\u00dcCHER.test/", None, "http://xn--bcher-kva.test/"),
+    ("http://%62%C3%BCcher.test/", None, "http://xn--bcher-kva.test/"),
+    ("http://\uff21.test/", None, "http://a.test/"),  # full-width A maps to a
+    # userinfo is kept, encoded
+    ("http://us er:p@ss@a.test/", None, "http://us%20er:p%40ss@a.test/"),
+])
+def test_resolution_and_canonical_form(href, base, want):
+    assert normalize(href, base) == want
+
+
+@pytest.mark.parametrize("href, base", [
+    ("mailto:someone@a.test", None),
+    ("javascript:void(0)", "http://a.test/"),
+    ("JavaScript:alert(1)", "http://a.test/"),
+    ("data:text/html,<b>x</b>", "http://a.test/"),
+    ("ftp://a.test/pub/", None),
+    ("file:///etc/passwd", "http://a.test/"),
+    ("tel:+15550100", "http://a.test/"),
+    ("relative/without/base", None),
+    ("http://", None),
+    ("http://a.test:65536/", None),
+    ("http://a.test:8x/", None),
+    ("http://a b.test/", None),
+    ("http://a<b.test/", None),
+    ("http://a%00b.test/", None),
+    ("http://1.2.3.256/", None),
+    ("http://0x100000000/", None),
+    ("http://[1::2::3]/", None),
+    ("http://[::1/", None),
+    ("http://user@/", None),
+    ("x", "not a url"),
+    ("x", "mailto:a@b"),
+])
+def test_not_crawlable_gives_none(href, base):
+    assert normalize(href, base) is None
+
+
+def test_max_length():
+    long = "http://a.test/" + "x" * 3000
+    assert normalize(long) is None
+    assert normalize(long, max_length=4000) == long
+    assert normalize("http://a.test/x", max_length=15) == "http://a.test/x"
+    assert normalize("http://a.test/xy", max_length=15) is None
+
+
+def test_normalize_is_idempotent_on_its_output():
+    rng = random.Random(3)
+    parts = ["a", "%7e", "%2f", "..", ".", "b c", "\u00e9", "?", "#", "//", "\\", "%41", "q=1&r=%2F"]
+    for _ in range(2000):
+        href = "".join(rng.choice(parts) for _ in range(rng.randint(1, 8)))
+        once = normalize(href, "http://Host.test:80/dir/page?x")
+        if once is not None:
+            assert normalize(once) == once, href
+
+
+def test_never_raises_on_any_input():
+    rng = random.Random(7)
+    alphabet = "ab:/\\?#%@[]. \t\n\x00\x7f\u00e9\ud800\uffff0123456789xX-_~!$&'()*+,;="
+    for _ in range(5000):
+        href = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        base = rng.choice([None, "http://a.test/b/c", "https://[::1]:8443/x?y", "http://%zz/", "junk"])
+        for h in (href, "http://" + href, "//" + href):
+            result = normalize(h, base)
+            assert result is None or result.startswith(("http://", "https://"))
+    assert normalize("http://a.test/" + "\ud800") is not None  # lone surrogate: U+FFFD, no crash
+    assert normalize("http://" + "a." * 10000 + "test/") is None  # too long, no crash
+
+
+def test_fingerprint_is_stable_64_bit_and_distinct():
+    # Golden values: a change of algorithm would split the seen sets of old
+    # crawls (--reload), so it must show up here.
+    assert fingerprint("http://a.test/") == 0x11A0A897F0977205
+    assert fingerprint("https://b.test/x?y=1") == 0x9320F7507B16FB6E
+    values = {fingerprint(f"http://a.test/{i}") for i in range(10000)}
+    assert len(values) == 10000
+    assert all(0 <= v < 2**64 for v in values)
+
+
+def test_split():
+    assert split("http://a.test/x?y") == ("http", "a.test", 80, "/x?y")
+    assert split("https://u:p@[::1]:8443/") == ("https", "[::1]", 8443, "/")
+    assert split("http://a.test") == ("http", "a.test", 80, "/")
+
+
+def test_the_whatwg_conformance_corpus():
+    """The shared corpus, scored like ../shared/conformance/check_urls.py."""
+    if not os.path.exists(CASES):
+        pytest.fail(f"{CASES} is missing: the conformance corpus ships beside the project")
+    import re
+
+    unreserved = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+    def canon(url: str) -> str:
+        url = url.split("#", 1)[0]
+        url = re.sub(r"%([0-9A-Fa-f]{2})",
+                     lambda m: chr(int(m.group(1), 16)) if chr(int(m.group(1), 16)) in unreserved
+                     else "%" + m.group(1).upper(), url)
+        m = re.match(r"^(https?)://([^/?#]*)(.*)$", url, re.S)
+        scheme, authority, rest = m.groups()
+        port = {"http": ":80", "https": ":443"}[scheme]
+        if authority.endswith(port):
+            authority = authority[: -len(port)]
+        return f"{scheme}://{authority}{rest if rest.startswith('/') else '/' + rest}"
+
+    with open(CASES, encoding="utf-8") as f:
+        cases = json.load(f)
+    failures = []
+    for case in cases:
+        got = normalize(case["input"], case["base"])
+        href = case.get("href")
+        if case.get("failure") or not (href or "").lower().startswith(("http:", "https:")):
+            ok = got is None
+        else:
+            ok = got is not None and canon(got) == canon(href)
+        if not ok:
+            failures.append((case["id"], case["input"], got, href))
+    assert not failures, failures[:10]
+    assert len(cases) == 482
