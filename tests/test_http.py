@@ -1,0 +1,406 @@
+"""larbin_py.net.http: the h11 fetcher against the sim and hostile servers.
+
+Each hostile server is a few lines of asyncio on 127.0.0.1 that misbehaves
+in one precise way; the fetcher must turn every misbehaviour into a typed
+result, never an exception, and keep its memory bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import time
+import zlib
+
+import pytest
+
+from larbin_py.net.http import Fetcher
+from larbin_py.sim import Sim, SimConfig
+
+
+class Server:
+    """A scripted TCP server: ``handler(reader, writer, request_head)`` per request."""
+
+    def __init__(self, handler):
+        self.handler = handler
+        self.heads: list[bytes] = []
+        self.connections = 0
+        self.server = None
+
+    async def __aenter__(self):
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc):
+        self.server.close()
+
+    async def _serve(self, reader, writer):
+        self.connections += 1
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                self.heads.append(head)
+                if await self.handler(reader, writer, head) is False:
+                    return
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+
+def reply(body: bytes = b"<html>ok</html>", *, status: bytes = b"200 OK", headers: bytes = b"",
+          close: bool = False):
+    async def handler(reader, writer, head):
+        length = b"" if b"content-length" in headers.lower() or b"chunked" in headers.lower() \
+            else b"Content-Length: %d\r\n" % len(body)
+        writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: text/html\r\n" + length + headers
+                     + (b"Connection: close\r\n" if close else b"") + b"\r\n" + body)
+        await writer.drain()
+        return not close
+    return handler
+
+
+def fetcher(**kw) -> Fetcher:
+    args = dict(user_agent="larbin_py/test (+http://example.test/bot)", from_addr="bot@example.test",
+                connect_timeout=2.0, timeout_page=2.0, timeout_incr=2000, max_page_size=100_000)
+    args.update(kw)
+    return Fetcher(**args)
+
+
+async def get(f: Fetcher, srv: Server, path: str = "/", host: str = "site.test"):
+    return await f.fetch(f"http://{host}:{srv.port}{path}", "127.0.0.1", srv.port)
+
+
+async def test_request_headers_and_a_plain_answer():
+    async with Server(reply(b"<html>hello</html>", headers=b"X-A: 1\r\n")) as srv:
+        f = fetcher()
+        res = await get(f, srv, "/a?b=1")
+        await f.close()
+    assert res.error is None and res.status == 200 and res.body == b"<html>hello</html>"
+    assert res.content_type == "text/html" and (b"x-a", b"1") in res.headers
+    head = srv.heads[0].decode().lower()
+    assert head.startswith("get /a?b=1 http/1.1\r\n")
+    assert f"host: site.test:{srv.port}" in head
+    assert "user-agent: larbin_py/test" in head and "from: bot@example.test" in head
+    assert "accept-encoding: gzip, deflate" in head and "accept: text/html" in head
+    assert res.rtt is not None and 0 <= res.rtt <= res.elapsed
+
+
+async def test_connection_refused_is_no_connection():
+    async with Server(reply()) as srv:
+        port = srv.port
+    f = fetcher()
+    res = await f.fetch(f"http://x.test:{port}/", "127.0.0.1", port)
+    await f.close()
+    assert res.error == "noConnection" and res.status is None
+
+
+@pytest.mark.async_timeout(20)
+async def test_a_server_that_never_answers_times_out():
+    async def silent(reader, writer, head):
+        await asyncio.sleep(30)
+
+    async with Server(silent) as srv:
+        f = fetcher(timeout_page=0.5)
+        t0 = time.monotonic()
+        res = await get(f, srv)
+        took = time.monotonic() - t0
+        await f.close()
+    assert res.error == "timeout"
+    assert 0.5 <= took < 0.5 + 1.0
+
+
+@pytest.mark.async_timeout(20)
+async def test_slow_drip_gets_more_time_per_byte_then_times_out():
+    """Larbin's rule: deadline = timeoutPage + bytes received / timeoutIncr."""
+    async def drip(reader, writer, head):
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+        for _ in range(100):
+            writer.write(b"x" * 100)
+            await writer.drain()
+            await asyncio.sleep(0.2)
+        return False
+
+    async with Server(drip) as srv:
+        f = fetcher(timeout_page=0.5, timeout_incr=1000)  # +1 s per 1000 bytes
+        t0 = time.monotonic()
+        res = await get(f, srv)
+        took = time.monotonic() - t0
+        await f.close()
+    assert res.error == "timeout"
+    # 500 bytes/s push the deadline 0.5 s per second: it meets the clock near 1 s, not 0.5 s
+    assert 0.8 < took < 2.5
+    assert 0 < res.bytes_read < 100000
+
+
+async def test_endless_body_stops_at_max_page_size():
+    async def endless(reader, writer, head):
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n")
+        try:
+            while True:
+                writer.write(b"y" * 65536)
+                await writer.drain()
+        except ConnectionError:
+            return False
+
+    async with Server(endless) as srv:
+        f = fetcher(max_page_size=200_000)
+        res = await get(f, srv)
+        await f.close()
+    assert res.error == "tooBig" and res.status == 200
+    assert len(res.body) == 200_000
+
+
+async def test_reset_mid_body():
+    async def cut(reader, writer, head):
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"z" * 300)
+        await writer.drain()
+        writer.transport.abort()
+        return False
+
+    async with Server(cut) as srv:
+        f = fetcher()
+        res = await get(f, srv)
+        await f.close()
+    assert res.error == "reset"
+
+
+@pytest.mark.parametrize("answer", [
+    b"garbage\r\n\r\n",
+    b"HTTP/1.1 abc Nope\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nBad Header Line\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
+])
+async def test_garbage_answers_are_bad_response(answer):
+    async def bad(reader, writer, head):
+        writer.write(answer)
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        return False
+
+    async with Server(bad) as srv:
+        f = fetcher()
+        res = await get(f, srv)
+        await f.close()
+    assert res.error == "badResponse", res
+
+
+async def test_enormous_headers():
+    async def huge(reader, writer, head):
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        for i in range(5000):
+            writer.write(b"X-Filler-%d: %s\r\n" % (i, b"f" * 100))
+        writer.write(b"\r\n")
+        await writer.drain()
+        return False
+
+    async with Server(huge) as srv:
+        f = fetcher(max_header_size=16 * 1024)
+        res = await get(f, srv)
+        await f.close()
+    assert res.error == "headerTooBig"
+
+
+async def test_gzip_bomb_is_capped_without_inflating_it_all():
+    bomb = gzip.compress(b"\0" * 50_000_000, compresslevel=9)  # 50 MB in ~50 KB
+    async with Server(reply(bomb, headers=b"Content-Encoding: gzip\r\n")) as srv:
+        f = fetcher(max_page_size=1_000_000)
+        res = await get(f, srv)
+        await f.close()
+    assert res.error == "tooBig"
+    assert len(res.body) <= 1_000_000
+
+
+@pytest.mark.parametrize("encode", [
+    lambda b: gzip.compress(b),
+    lambda b: zlib.compress(b),  # "deflate" as the RFC says: zlib-wrapped
+    lambda b: zlib.compress(b)[2:-4],  # "deflate" as some servers send it: raw
+])
+async def test_gzip_and_both_deflates_are_decoded(encode):
+    body = b"<html>" + b"compressible text " * 500 + b"</html>"
+    name = b"gzip" if encode(b"x")[:2] == b"\x1f\x8b" else b"deflate"
+    async with Server(reply(encode(body), headers=b"Content-Encoding: " + name + b"\r\n")) as srv:
+        f = fetcher()
+        res = await get(f, srv)
+        await f.close()
+    assert res.error is None and res.body == body
+
+
+async def test_corrupt_gzip_is_bad_response():
+    async with Server(reply(b"\x1f\x8bnot really gzip at all", headers=b"Content-Encoding: gzip\r\n")) as srv:
+        f = fetcher()
+        res = await get(f, srv)
+        await f.close()
+    assert res.error == "badResponse"
+
+
+async def test_short_body_then_close_is_reset():
+    async def short(reader, writer, head):
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n" + b"s" * 100)
+        await writer.drain()
+        return False  # closes cleanly
+
+    async with Server(short) as srv:
+        f = fetcher()
+        res = await get(f, srv)
+        await f.close()
+    assert res.error == "reset"
+
+
+async def test_longer_body_than_declared_keeps_the_declared_part_and_drops_the_connection():
+    async def long(reader, writer, head):
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloEXTRA GARBAGE")
+        await writer.drain()
+
+    async with Server(long) as srv:
+        f = fetcher()
+        first = await get(f, srv, "/1")
+        second = await get(f, srv, "/2")
+        await f.close()
+    assert first.error is None and first.body == b"hello"
+    # the garbage after the body must not be read as the next answer
+    assert second.error is None or second.error in ("reset", "badResponse")
+    assert second.body in (b"hello", b"")
+
+
+async def test_broken_chunked_encoding_is_bad_response():
+    async with Server(reply(b"5\r\nhello\r\nZZZ\r\nbroken\r\n0\r\n\r\n",
+                            headers=b"Transfer-Encoding: chunked\r\n")) as srv:
+        f = fetcher()
+        res = await get(f, srv)
+        await f.close()
+    assert res.error == "badResponse"
+
+
+async def test_good_chunked_encoding():
+    async with Server(reply(b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+                            headers=b"Transfer-Encoding: chunked\r\n")) as srv:
+        f = fetcher()
+        res = await get(f, srv)
+        await f.close()
+    assert res.error is None and res.body == b"hello world"
+
+
+async def test_http10_server_that_closes_to_end_the_body():
+    async def old(reader, writer, head):
+        writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/html\r\n\r\n<html>1.0 body</html>")
+        await writer.drain()
+        return False
+
+    async with Server(old) as srv:
+        f = fetcher()
+        res = await get(f, srv)
+        await f.close()
+    assert res.error is None and res.body == b"<html>1.0 body</html>"
+
+
+async def test_keep_alive_reuses_one_connection():
+    async with Server(reply()) as srv:
+        f = fetcher(keep_alive_idle=5.0)
+        for i in range(3):
+            res = await get(f, srv, f"/{i}")
+            assert res.error is None
+        await f.close()
+    assert len(srv.heads) == 3 and srv.connections == 1
+
+
+@pytest.mark.async_timeout(20)
+async def test_idle_connection_older_than_keep_alive_idle_is_not_reused():
+    async with Server(reply()) as srv:
+        f = fetcher(keep_alive_idle=0.3)
+        await get(f, srv, "/1")
+        # wait for the idle sweep to drop it (event: the fetcher's pool empties)
+        deadline = time.monotonic() + 5
+        while f.open_to("127.0.0.1") and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await get(f, srv, "/2")
+        await f.close()
+    assert srv.connections == 2
+
+
+async def test_connection_close_is_honoured():
+    async with Server(reply(close=True)) as srv:
+        f = fetcher()
+        await get(f, srv, "/1")
+        await get(f, srv, "/2")
+        await f.close()
+    assert srv.connections == 2
+
+
+async def test_proxy_gets_absolute_form_requests():
+    async with Server(reply(b"via proxy")) as proxy:
+        f = fetcher(proxy=("127.0.0.1", proxy.port))
+        res = await f.fetch("http://far.test:8080/x?y=1", "203.0.113.9", 8080)
+        await f.close()
+    assert res.error is None and res.body == b"via proxy"
+    head = proxy.heads[0].decode()
+    assert head.startswith("GET http://far.test:8080/x?y=1 HTTP/1.1\r\n")
+    assert "host: far.test:8080" in head.lower()
+
+
+@pytest.mark.async_timeout(30)
+async def test_bandwidth_cap_slows_reading():
+    body = b"b" * 1_200_000
+    async with Server(reply(body)) as srv:
+        f = fetcher(bond_width=400_000, max_page_size=2_000_000, timeout_page=20)
+        t0 = time.monotonic()
+        res = await get(f, srv)
+        took = time.monotonic() - t0
+        await f.close()
+    assert res.error is None and len(res.body) == 1_200_000
+    # 1.2 MB at 400 KB/s: 3 s, or 2 s after a first second's burst; never much faster
+    assert took >= 1.8
+
+
+@pytest.mark.parametrize("header, want", [
+    (b"Retry-After: 120\r\n", 120.0),
+    (b"Retry-After: Wed, 21 Oct 2015 07:28:00 GMT\r\n", 0.0),  # in the past: no wait
+    (b"Retry-After: soon\r\n", None),
+])
+async def test_retry_after_and_location(header, want):
+    async with Server(reply(b"", status=b"503 Busy", headers=header + b"Location: /moved\r\n")) as srv:
+        f = fetcher()
+        res = await get(f, srv)
+        await f.close()
+    assert res.status == 503 and res.error is None
+    assert res.retry_after == want
+    assert res.location == "/moved"
+
+
+async def test_cancelling_a_fetch_closes_its_connection():
+    async def silent(reader, writer, head):
+        await asyncio.sleep(30)
+
+    async with Server(silent) as srv:
+        f = fetcher()
+        task = asyncio.get_running_loop().create_task(get(f, srv))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert f.open_connections == 0
+        await f.close()
+
+
+async def test_against_the_sim_gzip_chunked_and_keep_alive():
+    async with Sim(SimConfig(seed=2, hosts=8, hosts_per_ip=4, extras=False, trap=False,
+                             gzip_ratio=0.5, chunked_ratio=0.5)) as sim:
+        f = fetcher(max_page_size=5_000_000)
+        got = 0
+        for url in sim.web.all_urls():
+            host = url.split("/")[2].split(":")[0]
+            res = await f.fetch(url, sim.web.hosts[host].ip, sim.port)
+            resource = sim.web.lookup(url)
+            assert res.error is None, (url, res.error, res.error_detail)
+            assert res.status == resource.status
+            if resource.status == 200:
+                assert res.body == resource.body
+                got += 1
+        await f.close()
+    assert got > 20
+    assert len(sim.log.connections) < len(sim.log.requests)  # kept alive
