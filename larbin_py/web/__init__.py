@@ -1,0 +1,31 @@
+"""The stats web server and friends (Larbin's port-8081 webserver, today).
+
+* :class:`StatsServer` — h11 server on the crawl's loop: dashboard, JSON,
+  Prometheus metrics, health check, URL input (``server.py``).
+* :class:`InputServer` — Larbin's plain TCP URL input port (``input.py``).
+* :class:`StatsHistory` — time series sampled from the source (``history.py``).
+* :func:`render_metrics` — snapshot -> Prometheus text (``metrics.py``).
+* :class:`StatusLine`, :func:`format_status` — printStats (``terminal.py``).
+* :class:`StatsSource` — what the engine implements (``source.py``); the
+  snapshot schema is documented in ``docs/stats.md``.
+"""
+
+from .history import StatsHistory
+from .input import InputServer
+from .metrics import render_metrics
+from .server import StatsServer
+from .source import FakeSource, StatsSource, check_snapshot, empty_snapshot
+from .terminal import StatusLine, format_status
+
+__all__ = [
+    "FakeSource",
+    "InputServer",
+    "StatsHistory",
+    "StatsServer",
+    "StatsSource",
+    "StatusLine",
+    "check_snapshot",
+    "empty_snapshot",
+    "format_status",
+    "render_metrics",
+]

@@ -1,0 +1,310 @@
+"""The stats web server: JSON, metrics, routes, limits, URL input, the dashboard.
+
+Server tests talk HTTP over real sockets on 127.0.0.1; the browser test
+loads the dashboard in headless Chromium during a real sim crawl.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import re
+import shutil
+import socket
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from larbin_py.engine import Engine
+from larbin_py.sim import Sim, SimConfig
+from larbin_py.web import (FakeSource, InputServer, StatsServer, check_snapshot, format_status,
+                           render_metrics)
+
+from test_e2e import make_config
+
+
+async def http(port: int, request: bytes, *, read_timeout: float = 5.0) -> tuple[int, dict, bytes]:
+    """Send raw ``request``; (status, headers, body) of the answer (connection closed by us)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), read_timeout)
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        if ":" in line:
+            k, v = line.split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+    body = b""
+    if "content-length" in headers:
+        body = await asyncio.wait_for(reader.readexactly(int(headers["content-length"])), read_timeout)
+    writer.close()
+    return status, headers, body
+
+
+def get(path: str, extra: bytes = b"") -> bytes:
+    return b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\n" + extra + b"\r\n"
+
+
+def post(path: str, body: bytes, ctype: bytes = b"text/plain", extra: bytes = b"") -> bytes:
+    return (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: " + ctype
+            + b"\r\nContent-Length: %d\r\n" % len(body) + extra + b"\r\n" + body)
+
+
+class running:
+    """``async with running(StatsServer(...)) as srv``."""
+
+    def __init__(self, server):
+        self.server = server
+
+    async def __aenter__(self):
+        await self.server.start()
+        return self.server
+
+    async def __aexit__(self, *exc):
+        await self.server.close()
+
+
+# -- JSON and metrics ---------------------------------------------------------------
+
+def test_fake_and_edge_snapshots_follow_the_schema():
+    src = FakeSource()
+    src.advance(10, tooDeep=3, err40X=1)
+    assert check_snapshot(src.snapshot()) == []
+    bad = src.snapshot()
+    bad["pages"]["fetched"] = "many"
+    assert check_snapshot(bad)
+
+
+def test_metrics_parse_as_prometheus_text():
+    src = FakeSource()
+    src.advance(42, bytes_per_page=100, tooDeep=3)
+    text = render_metrics(src.snapshot())
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert all(name.startswith("larbin_") for name in families)
+    kinds = {name: f.type for name, f in families.items()}
+    counters = [n for n, t in kinds.items() if t == "counter"]
+    gauges = [n for n, t in kinds.items() if t == "gauge"]
+    assert counters and gauges
+    values = {s.name: s.value for f in families.values() for s in f.samples}
+    assert any(v == 42 for k, v in values.items() if "pages" in k)
+    forgotten = [s for f in families.values() for s in f.samples if s.labels.get("reason") == "tooDeep"]
+    assert forgotten and forgotten[0].value == 3
+
+
+@pytest.mark.async_timeout(120)
+async def test_the_engine_snapshot_follows_the_schema_and_renders(tmp_path):
+    async with Sim(SimConfig(seed=5, hosts=10, dns=True, robots_agent="larbin_py", trap=False)) as sim:
+        config = make_config(tmp_path, sim, wait_duration=0.05)
+        engine = Engine(config)
+        snaps = []
+        task = asyncio.get_running_loop().create_task(engine.run())
+        await sim.log.wait_requests(20, timeout=60)
+        snaps.append(engine.snapshot())
+        summary = await task
+        snaps.append(engine.snapshot())
+    for snap in snaps:
+        assert check_snapshot(snap) == [], check_snapshot(snap)
+        list(text_string_to_metric_families(render_metrics(snap)))
+    assert snaps[-1]["pages"]["fetched"] == summary.pages > 0
+    assert snaps[-1]["state"] == "finished"
+
+
+# -- the server ------------------------------------------------------------------------
+
+async def test_routes_and_security_headers():
+    src = FakeSource()
+    async with running(StatsServer(src, port=0)) as srv:
+        status, headers, body = await http(srv.port, get("/"))
+        assert status == 200 and headers["content-type"].startswith("text/html")
+        csp = headers["content-security-policy"]
+        assert "default-src 'self'" in csp and "unsafe-inline" not in csp.split("script-src")[-1].split(";")[0]
+        assert headers["x-content-type-options"] == "nosniff"
+        assert b"<script" in body and b"src=\"/dashboard.js\"" in body.replace(b"'", b'"')
+        status, headers, body = await http(srv.port, get("/stats.json"))
+        assert status == 200 and headers["content-type"].startswith("application/json")
+        data = json.loads(body)
+        assert check_snapshot({k: v for k, v in data.items() if k != "history"}) == []
+        status, headers, body = await http(srv.port, get("/metrics"))
+        assert status == 200 and headers["content-type"].startswith("text/plain")
+        list(text_string_to_metric_families(body.decode()))
+        assert (await http(srv.port, get("/healthz")))[0] == 200
+        assert (await http(srv.port, get("/nowhere")))[0] == 404
+        assert (await http(srv.port, b"PUT / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"))[0] == 405
+        assert (await http(srv.port, b"DELETE /stats.json HTTP/1.1\r\nHost: x\r\n\r\n"))[0] == 405
+        src.data["state"] = "failed"
+        assert (await http(srv.port, get("/healthz")))[0] == 503
+
+
+async def test_keep_alive_serves_several_requests_on_one_connection():
+    async with running(StatsServer(FakeSource(), port=0)) as srv:
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+        for _ in range(3):
+            writer.write(get("/healthz"))
+            await writer.drain()
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            assert head.startswith(b"HTTP/1.1 200")
+            length = int(re.search(rb"content-length: (\d+)", head, re.I).group(1))
+            await reader.readexactly(length)
+        writer.close()
+
+
+async def test_oversized_requests_are_refused_and_closed():
+    async with running(StatsServer(FakeSource(), port=0, max_header_bytes=4096,
+                                   accept_urls=True, max_body_bytes=1000)) as srv:
+        status, _h, _b = await http(srv.port, get("/", b"X-Big: " + b"a" * 10000 + b"\r\n"))
+        assert status == 431
+        status, _h, _b = await http(srv.port, post("/urls", b"http://a.test/\n" * 200))
+        assert status == 413
+
+
+@pytest.mark.async_timeout(20)
+async def test_a_slow_client_is_disconnected():
+    async with running(StatsServer(FakeSource(), port=0, header_timeout=0.3, idle_timeout=0.3)) as srv:
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+        writer.write(b"GET / HTTP/1.1\r\nHo")  # half a request, then nothing
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), 5)  # the server closes: EOF
+        assert data == b"" or data.startswith(b"HTTP/1.1 408")
+        assert srv.counters["timeouts"] >= 1
+        writer.close()
+
+
+async def test_url_input_lines_json_and_verdicts():
+    src = FakeSource()
+    async with running(StatsServer(src, port=0, accept_urls=True)) as srv:
+        status, _h, body = await http(srv.port, post("/urls", b"http://a.test/\n# comment\nmailto:x\n\nhttp://a.test/\n"))
+        assert status == 200
+        assert [(v["url"], v["result"]) for v in json.loads(body)] == [
+            ("http://a.test/", "accepted"), ("mailto:x", "rejected"), ("http://a.test/", "duplicate")]
+        status, _h, body = await http(srv.port, post("/urls", b'["http://b.test/"]', b"application/json"))
+        assert status == 200 and json.loads(body)[0]["result"] == "accepted"
+        assert (await http(srv.port, post("/urls", b"{bad json", b"application/json")))[0] == 400
+        assert (await http(srv.port, post("/urls", b"x", b"image/png")))[0] == 415
+        assert (await http(srv.port, get("/urls")))[0] == 405
+    assert src.submitted == ["http://a.test/", "http://b.test/"]
+
+
+async def test_url_input_is_off_unless_enabled():
+    src = FakeSource()
+    async with running(StatsServer(src, port=0)) as srv:
+        assert (await http(srv.port, post("/urls", b"http://a.test/\n")))[0] == 403
+    assert src.submitted == []
+
+
+async def test_beyond_loopback_url_input_needs_a_token():
+    with pytest.raises(ValueError, match="token"):
+        StatsServer(FakeSource(), host="0.0.0.0", port=0, accept_urls=True)
+    src = FakeSource()
+    # bound to loopback here, but with a token: the token is then required
+    async with running(StatsServer(src, port=0, accept_urls=True, token="s3cret-token")) as srv:
+        assert (await http(srv.port, post("/urls", b"http://a.test/\n")))[0] == 401
+        wrong = b"Authorization: Bearer nope\r\n"
+        assert (await http(srv.port, post("/urls", b"http://a.test/\n", extra=wrong)))[0] == 401
+        right = b"Authorization: Bearer s3cret-token\r\n"
+        assert (await http(srv.port, post("/urls", b"http://a.test/\n", extra=right)))[0] == 200
+    assert src.submitted == ["http://a.test/"]
+
+
+async def test_the_plain_input_port_takes_one_url_per_line():
+    src = FakeSource()
+    server = InputServer(src, port=0)
+    await server.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"http://a.test/\nnot a url\nhttp://a.test/\n")
+        await writer.drain()
+        answers = [await asyncio.wait_for(reader.readline(), 5) for _ in range(3)]
+        writer.close()
+    finally:
+        await server.close()
+    text = b"".join(answers).decode()
+    assert "accepted" in answers[0].decode() and "rejected" in answers[1].decode()
+    assert "duplicate" in answers[2].decode()
+    assert src.submitted == ["http://a.test/"]
+    assert text.count("\n") == 3
+
+
+def test_status_line_and_progress_bar():
+    src = FakeSource()
+    src.advance(250)
+    snap = src.snapshot()
+    snap["pages"]["limit"] = 1000
+    line = format_status(snap, width=100, tty=True)
+    assert "250" in line and "25" in line  # pages and percent
+    assert len(line) <= 100
+    plain = format_status(src.snapshot(), width=100, tty=False)
+    assert "250" in plain
+
+
+# -- the dashboard in a real browser ---------------------------------------------------
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.fail("headless Chromium is needed for the dashboard test: apt-get install chromium "
+                "(.ci/run installs it)")
+
+
+async def dump_dom(browser: str, url: str, tmp_path, screenshot: str | None = None) -> str:
+    profile = tmp_path / f"profile-{os.urandom(4).hex()}"
+    args = [browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            f"--user-data-dir={profile}", "--virtual-time-budget=4000", "--window-size=1280,1000"]
+    args += [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
+    proc = await asyncio.create_subprocess_exec(*args, url, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.DEVNULL)
+    out, _ = await asyncio.wait_for(proc.communicate(), 90)
+    return out.decode("utf-8", "replace")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.async_timeout(280)
+async def test_dashboard_in_headless_chromium_during_a_sim_crawl(tmp_path):
+    browser = chromium()
+    sim_cfg = SimConfig(seed=8, hosts=20, dns=True, robots_agent="larbin_py", trap=False, hostile=True,
+                        seeds=2)
+    async with Sim(sim_cfg) as sim:
+        evil = sim.web.url("evil.sim.test", "/")
+        config = make_config(tmp_path, sim, wait_duration=0.3, http_port=free_port(),
+                             start_urls=(evil,) + tuple(sim.seeds))
+        engine = Engine(config, err=io.StringIO())
+        task = asyncio.get_running_loop().create_task(engine.run())
+        try:
+            await sim.log.wait_requests(30, timeout=60)
+            url = f"http://127.0.0.1:{config.http_port}/"
+
+            def counter(dom: str) -> int:
+                m = re.search(r'id="pages-fetched"[^>]*>([^<]*)<', dom)
+                assert m, dom[:2000]
+                return int(re.sub(r"[^0-9]", "", m.group(1)) or "0")
+
+            first = await dump_dom(browser, url, tmp_path)
+            seen = len(sim.log.requests)
+            await sim.log.wait_for(lambda log: len(log.requests) >= seen + 10, timeout=60)
+            second = await dump_dom(browser, url, tmp_path)
+            assert counter(second) > counter(first) > 0
+            # a URL carrying <script> and quotes shows as text, never as markup
+            await sim.log.wait_for(lambda log: any("script" in r.target for r in log.requests), timeout=60)
+            await asyncio.sleep(0)  # let the engine record it
+            third = await dump_dom(browser, url, tmp_path)
+            assert "%3Cscript%3Ealert(%22x%22)%3C/script%3E" in third
+            assert "<script>alert(" not in third
+            shot = tmp_path / "dashboard.png"
+            await dump_dom(browser, url, tmp_path, screenshot=str(shot))
+            assert shot.exists() and shot.stat().st_size > 10_000
+            if os.environ.get("LARBIN_SAVE_SCREENSHOT"):
+                shutil.copy(shot, os.path.join(os.path.dirname(__file__), "..", "docs", "dashboard.png"))
+        finally:
+            engine.request_stop("test over")
+            await task
