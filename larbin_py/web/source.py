@@ -79,6 +79,8 @@ SCHEMA: dict[str, Any] = {
         "rtt_min": _OPT_NUM,
         "rtt_max": _OPT_NUM,
         "max_requests": _INT,
+        "rtt_p50": _OPT_NUM,
+        "rtt_p95": _OPT_NUM,
     },
     "hosts": {
         "busiest": [{"host": (str,), "pages": _INT}],
@@ -206,6 +208,8 @@ def empty_snapshot(now: float | None = None) -> dict:
             "srtt": None,
             "rtt_min": None,
             "rtt_max": None,
+            "rtt_p50": None,
+            "rtt_p95": None,
             "max_requests": 0,
         },
         "hosts": {"busiest": [], "failing": []},
