@@ -425,6 +425,84 @@ def _parse(text: str, base: _Url | None) -> _Url | None:
 # Parsed bases, by string: a page's links all share one base.
 _BASES: dict[str, _Url | None] = {}
 
+# -- the fast path --------------------------------------------------------------
+# Most links are already clean: an absolute http(s) URL with a lower-case
+# host, or a relative path, made only of characters that need no encoding,
+# without escapes, dot segments or backslashes.  Those are resolved by string
+# operations; anything else takes the full parser above (the tests check
+# both give the same answer).
+_PCHARS = r"A-Za-z0-9\-._~!$&()*+,;=:@"
+_FAST_ABS = re.compile(
+    r"(https?)://([a-z0-9](?:[a-z0-9.\-]*[a-z0-9])?)(?::([1-9][0-9]{0,4}))?"
+    rf"(/[{_PCHARS}/]*)?(\?[{_PCHARS}/?]*)?\Z")
+_FAST_REL = re.compile(rf"([{_PCHARS}/]*)(\?[{_PCHARS}/?]*)?\Z")
+_DOTTED_QUAD = re.compile(r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}"
+                          r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\Z")
+# base string -> (origin "scheme://host[:port]", directory "scheme://host/dir/", scheme)
+_FAST_BASES: dict[str, tuple[str, str, str] | None] = {}
+
+
+def _fast_host_ok(host: str) -> bool:
+    last = host.rsplit(".", 1)[-1]
+    if last.isdigit() or last.startswith("0x"):
+        return _DOTTED_QUAD.match(host) is not None
+    return "xn--" not in host and ".." not in host
+
+
+def _fast_base(base: str) -> tuple[str, str, str] | None:
+    info = _FAST_BASES.get(base, False)
+    if info is False:
+        url = _base(base)
+        if url is None:
+            info = None
+        else:
+            origin = url.scheme + "://" + (url.userinfo + "@" if url.userinfo else "") + url.host + (
+                ":%d" % url.port if url.port is not None else "")
+            directory = origin + "/" + "".join(_canon_escapes(seg) + "/" for seg in url.path[:-1])
+            info = (origin, directory, url.scheme)
+        if len(_FAST_BASES) >= 256:
+            _FAST_BASES.clear()
+        _FAST_BASES[base] = info
+    return info
+
+
+def _fast(text: str, base: str | None) -> str | None:
+    """The normalized URL by string operations, or None to use the parser."""
+    if "#" in text:
+        text = text.split("#", 1)[0]
+    m = _FAST_ABS.match(text)
+    if m is not None:
+        scheme, host, port, path, query = m.groups()
+        if path and ("/." in path) or not _fast_host_ok(host):
+            return None
+        if port is not None:
+            n = int(port)
+            if n > 65535:
+                return None
+            port = "" if n == _DEFAULT_PORT[scheme] else ":" + port
+        else:
+            port = ""
+        return scheme + "://" + host + port + (path or "/") + (query or "")
+    if base is None or not text or text[0] in "/?" and text[:2] == "//":
+        return None
+    c = text[0]
+    if c == "/" or c == "?":
+        if text[:2] == "//" or "/." in text.split("?", 1)[0]:
+            return None
+    elif ":" in text.split("/", 1)[0].split("?", 1)[0] or text[0] == "." or "/." in text.split("?", 1)[0]:
+        return None
+    if _FAST_REL.match(text) is None:
+        return None
+    info = _fast_base(base)
+    if info is None:
+        return None
+    origin, directory, _scheme = info
+    if c == "/":
+        return origin + text
+    if c == "?":
+        return None  # keeps the base's path: rare enough for the parser
+    return directory + text
+
 
 def _base(base: str) -> _Url | None:
     url = _BASES.get(base)
@@ -445,6 +523,9 @@ def normalize(href: str, base: str | None = None, *, max_length: int = DEFAULT_M
         text = href.strip(_STRIP)
         if "\t" in text or "\n" in text or "\r" in text:
             text = text.translate(_TABNL)
+        out = _fast(text, base)
+        if out is not None:
+            return out if len(out) <= max_length else None
         base_url = None
         if base is not None:
             base_url = _base(base)

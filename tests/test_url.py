@@ -182,3 +182,28 @@ def test_the_whatwg_conformance_corpus():
             failures.append((case["id"], case["input"], got, href))
     assert not failures, failures[:10]
     assert len(cases) == 482
+
+
+def test_fast_path_agrees_with_the_full_parser(monkeypatch):
+    """Every href the fast path answers gets the same answer from the parser."""
+    from larbin_py import url as url_mod
+    from larbin_py.sim import SimConfig
+    from larbin_py.sim.web import SimWeb
+
+    pairs = []
+    web = SimWeb.generate(SimConfig(seed=4, hosts=30, hostile=True), 8080)
+    for host in web.hosts.values():
+        for res in host.resources.values():
+            pairs.extend((link.raw, link.base) for link in res.links)
+    rng = random.Random(9)
+    pieces = ["a", "B", "0", "-", ".", "..", "/", "//", "?", "#", ":", "@", "%41", "~", "x.html", "127.0.0.1",
+              "http://", "https://", "HTTP://", "h.test", "h.test:80", "h.test:0080", ":443", "'", "!", "$"]
+    bases = ["http://a.test/d/p.html?q", "https://b.test:8443/", "http://c.test/%7Ex/y/", "http://[::1]/a/b"]
+    for _ in range(20000):
+        pairs.append(("".join(rng.choice(pieces) for _ in range(rng.randint(1, 7))), rng.choice(bases)))
+    fast = [(href, base, url_mod._fast(href.strip(url_mod._STRIP), base)) for href, base in pairs]
+    answered = [(h, b, f) for h, b, f in fast if f is not None]
+    assert len(answered) > 1000
+    monkeypatch.setattr(url_mod, "_fast", lambda text, base: None)
+    for href, base, got in answered:
+        assert normalize(href, base, max_length=100_000) == got, (href, base)
