@@ -254,6 +254,7 @@ class Engine:
                 bond_width=c.bond_width,
                 keep_alive_idle=max(5.0, 2 * c.wait_duration),
                 keep_raw=c.output_mode == "warc",
+                clock=self._loop.time,  # the scheduler's clock: send times compare with starts
             )
         if self._output is None:
             position = self._checkpoint_doc.get("output") if self._checkpoint_doc else None
@@ -424,6 +425,8 @@ class Engine:
                 self.requests += 1
             res = await self._fetcher.fetch(url, ip, port)
             self._count_bytes(res)
+            if not hop:
+                fr.sent_late(req, res.sent_at)
             status = res.status if (res.error is None or res.error == "tooBig") else None
             decision = robots_mod.robots_decision(status)
             if decision is robots_mod.RobotsDecision.PARSE:
@@ -471,6 +474,7 @@ class Engine:
 
     def _observe(self, req: Request, res, now: float) -> None:
         """Feed the answer's round-trip time to the flow controllers."""
+        self.frontier.sent_late(req, res.sent_at)
         rtt = res.rtt
         if rtt is not None:
             self.rtts.append(rtt)

@@ -483,6 +483,23 @@ class Frontier:
             self._make_ready(site, now)
             self._schedule_ip(ip, now)
 
+    def sent_late(self, req: Request, sent_at: float | None) -> None:
+        """``req`` reached the wire at ``sent_at``, after its start (a connect).
+
+        Politeness is about what the server sees: the next allowed times set
+        at the start move by that lag, so two requests never arrive closer
+        than the delay because the first one waited for its connection.
+        """
+        if sent_at is None:
+            return
+        lag = sent_at - req.started
+        if lag <= 0:
+            return
+        req.site.next_allowed += lag
+        ip = self.ips.get(req.ip)
+        if ip is not None:
+            ip.next_allowed += lag
+
     def follow_up_delay(self, req: Request, now: float) -> float:
         """Seconds before ``req`` may send a follow-up request to its server.
 

@@ -105,6 +105,7 @@ class FetchResult:
     location: str | None = None
     retry_after: float | None = None
     rtt: float | None = None
+    sent_at: float | None = None  # clock time the request was written (after any connect)
     elapsed: float = 0.0
     started_at: float = 0.0
     bytes_read: int = 0
@@ -250,7 +251,7 @@ class _Conn(asyncio.Protocol):
         data = h.send(request) + h.send(h11.EndOfMessage())
         if f.keep_raw:
             res.raw_request = data
-        self.sent_at = f._clock()
+        self.sent_at = res.sent_at = f._clock()
         self.transport.write(data)
         return waiter
 
