@@ -81,6 +81,7 @@ class Summary:
     robots_requests: int = 0
     stop_reason: str = ""
     failed: str | None = None
+    peak_rss: int = 0
 
     @property
     def pages_per_second(self) -> float:
@@ -96,6 +97,7 @@ class Summary:
             f"  requests        {self.requests} (robots.txt {self.robots_requests})",
             f"  hosts           {self.hosts}",
             f"  DNS queries     {self.dns_queries}",
+            f"  peak RSS        {self.peak_rss / 2**20:.1f} MB",
         ]
         if self.forgotten:
             lines.append("  forgotten       " + ", ".join(f"{k} {v}" for k, v in sorted(self.forgotten.items())))
@@ -805,6 +807,7 @@ class Engine:
             robots_requests=self.robots_requests,
             stop_reason=self.stop_reason,
             failed=self.failed,
+            peak_rss=_peak_rss(),
         )
 
     # ------------------------------------------------------------------
@@ -898,6 +901,18 @@ def _stat(stats, name: str) -> int:
     if isinstance(value, dict):
         return sum(value.values())
     return int(value or 0)
+
+
+def _peak_rss() -> int:
+    """Peak resident memory of this process since it started (VmHWM), bytes."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _rss() -> int:

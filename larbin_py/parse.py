@@ -162,6 +162,34 @@ def _raw_links(text: str) -> list[str]:
     return out
 
 
+# libxml2's names for the codecs detect_charset returns, where they differ.
+_LIBXML_NAMES = {"cp1252": "windows-1252", "utf_8": "utf-8", "iso8859-1": "iso-8859-1"}
+_BYTE_PARSERS: dict[str, object] = {}
+
+
+def _byte_parser(charset: str):
+    """An HTML parser reading bytes in ``charset`` (libxml2 decodes: no str copy)."""
+    parser = _BYTE_PARSERS.get(charset)
+    if parser is None:
+        parser = etree.HTMLParser(encoding=_LIBXML_NAMES.get(charset, charset), recover=True,
+                                  no_network=True, remove_comments=True, remove_pis=True, huge_tree=True,
+                                  default_doctype=False)
+        _BYTE_PARSERS[charset] = parser
+    return parser
+
+
+def _parse_bytes(body: bytes, charset: str):
+    """Parse ``body`` as bytes when libxml2 knows the charset; None to use the str path."""
+    if charset not in ("utf-8", "cp1252", "utf_8"):
+        return None
+    if body[:3] == codecs.BOM_UTF8:
+        body = body[3:]
+    parser = _byte_parser(charset)
+    root = etree.fromstring(body, parser)
+    truncated = any(e.type_name == "ERR_RESOURCE_LIMIT" for e in parser.error_log)
+    return root, truncated
+
+
 def extract(body: bytes, url: str, content_type: str | None = None, *, get_images: bool = False,
             max_url_size: int = DEFAULT_MAX_LENGTH) -> Page:
     """The links and page-level directives of HTML ``body`` fetched from ``url``."""
@@ -170,7 +198,12 @@ def extract(body: bytes, url: str, content_type: str | None = None, *, get_image
         page.charset = detect_charset(body, content_type)
         if not body.strip():
             return page
-        root, text, truncated = _parse_tree(_decode(body, page.charset))
+        parsed = _parse_bytes(body, page.charset)
+        if parsed is not None:
+            root, truncated = parsed
+            text = _decode(body, page.charset) if truncated else ""
+        else:
+            root, text, truncated = _parse_tree(_decode(body, page.charset))
         if root is None:
             return page
         _walk(root, page, url, get_images, max_url_size, _raw_links(text) if truncated else ())

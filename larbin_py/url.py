@@ -432,14 +432,15 @@ _BASES: dict[str, _Url | None] = {}
 # operations; anything else takes the full parser above (the tests check
 # both give the same answer).
 _PCHARS = r"A-Za-z0-9\-._~!$&()*+,;=:@"
+_ESC = r"%[0-9A-Fa-f]{2}"
 _FAST_ABS = re.compile(
     r"(https?)://([a-z0-9](?:[a-z0-9.\-]*[a-z0-9])?)(?::([1-9][0-9]{0,4}))?"
-    rf"(/[{_PCHARS}/]*)?(\?[{_PCHARS}/?]*)?\Z")
-_FAST_REL = re.compile(rf"([{_PCHARS}/]*)(\?[{_PCHARS}/?]*)?\Z")
+    rf"(/(?:[{_PCHARS}/]|{_ESC})*)?(\?(?:[{_PCHARS}/?]|{_ESC})*)?\Z", re.I)
+_FAST_REL = re.compile(rf"((?:[{_PCHARS}/]|{_ESC})*)(\?(?:[{_PCHARS}/?]|{_ESC})*)?\Z")
 _DOTTED_QUAD = re.compile(r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}"
                           r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\Z")
-# base string -> (origin "scheme://host[:port]", directory "scheme://host/dir/", scheme)
-_FAST_BASES: dict[str, tuple[str, str, str] | None] = {}
+# base string -> (origin "scheme://host[:port]", directory path "/dir/")
+_FAST_BASES: dict[str, tuple[str, str] | None] = {}
 
 
 def _fast_host_ok(host: str) -> bool:
@@ -449,7 +450,7 @@ def _fast_host_ok(host: str) -> bool:
     return "xn--" not in host and ".." not in host
 
 
-def _fast_base(base: str) -> tuple[str, str, str] | None:
+def _fast_base(base: str) -> tuple[str, str] | None:
     info = _FAST_BASES.get(base, False)
     if info is False:
         url = _base(base)
@@ -458,22 +459,60 @@ def _fast_base(base: str) -> tuple[str, str, str] | None:
         else:
             origin = url.scheme + "://" + (url.userinfo + "@" if url.userinfo else "") + url.host + (
                 ":%d" % url.port if url.port is not None else "")
-            directory = origin + "/" + "".join(_canon_escapes(seg) + "/" for seg in url.path[:-1])
-            info = (origin, directory, url.scheme)
+            info = (origin, "/" + "".join(_canon_escapes(seg) + "/" for seg in url.path[:-1]))
         if len(_FAST_BASES) >= 256:
             _FAST_BASES.clear()
         _FAST_BASES[base] = info
     return info
 
 
+def _remove_dots(path: str) -> str:
+    """RFC 3986 dot-segment removal on a plain path (no escapes, no backslashes)."""
+    out: list[str] = []
+    segments = path[1:].split("/")
+    last = len(segments) - 1
+    for i, seg in enumerate(segments):
+        if seg == "..":
+            if out:
+                out.pop()
+            if i == last:
+                out.append("")
+        elif seg == ".":
+            if i == last:
+                out.append("")
+        else:
+            out.append(seg)
+    return "/" + "/".join(out)
+
+
+def _fast_path(path: str) -> str | None:
+    """A clean path made canonical, or None (encoded dots: the parser decides)."""
+    if "%" in path:
+        low = path.lower()
+        if "%2e" in low:
+            return None
+        path = _canon_escapes(path)
+    if "/." in path:
+        path = _remove_dots(path)
+    return path
+
+
 def _fast(text: str, base: str | None) -> str | None:
-    """The normalized URL by string operations, or None to use the parser."""
+    """The normalized URL by string operations, or None to use the parser.
+
+    Most links are already clean: an absolute http(s) URL or a relative
+    reference made only of characters that need no encoding (escapes
+    allowed), without backslashes, encoded dots, userinfo or odd hosts.
+    Those are resolved by string operations; anything else takes the full
+    parser (the tests check both agree).
+    """
     if "#" in text:
         text = text.split("#", 1)[0]
     m = _FAST_ABS.match(text)
     if m is not None:
         scheme, host, port, path, query = m.groups()
-        if path and ("/." in path) or not _fast_host_ok(host):
+        scheme, host = scheme.lower(), host.lower()
+        if not _fast_host_ok(host):
             return None
         if port is not None:
             n = int(port)
@@ -482,26 +521,32 @@ def _fast(text: str, base: str | None) -> str | None:
             port = "" if n == _DEFAULT_PORT[scheme] else ":" + port
         else:
             port = ""
-        return scheme + "://" + host + port + (path or "/") + (query or "")
-    if base is None or not text or text[0] in "/?" and text[:2] == "//":
+        path = _fast_path(path) if path else "/"
+        if path is None:
+            return None
+        return scheme + "://" + host + port + path + (query or "")
+    if base is None or not text or text[:2] == "//":
         return None
     c = text[0]
-    if c == "/" or c == "?":
-        if text[:2] == "//" or "/." in text.split("?", 1)[0]:
-            return None
-    elif ":" in text.split("/", 1)[0].split("?", 1)[0] or text[0] == "." or "/." in text.split("?", 1)[0]:
-        return None
-    if _FAST_REL.match(text) is None:
+    if c == "?":
+        return None  # keeps the base's path: rare enough for the parser
+    if c != "/":
+        head = text.split("/", 1)[0].split("?", 1)[0]
+        if ":" in head:
+            return None  # a scheme (or something the parser must judge)
+    m = _FAST_REL.match(text)
+    if m is None:
         return None
     info = _fast_base(base)
     if info is None:
         return None
-    origin, directory, _scheme = info
-    if c == "/":
-        return origin + text
-    if c == "?":
-        return None  # keeps the base's path: rare enough for the parser
-    return directory + text
+    origin, directory = info
+    path, query = m.groups()
+    path = path if c == "/" else directory + path
+    path = _fast_path(path)
+    if path is None:
+        return None
+    return origin + path + (query or "")
 
 
 def _base(base: str) -> _Url | None:

@@ -154,3 +154,10 @@ def test_many_links_all_found():
 def test_is_html():
     assert is_html("text/html; charset=utf-8") and is_html("application/xhtml+xml")
     assert not is_html("text/plain") and not is_html(None) and not is_html("")
+
+
+def test_invalid_utf8_and_nul_do_not_hide_later_links():
+    body = b'<a href=a>x</a>\xff\xfe\xc3<a href=b>y</a>\x00<a href=c>z</a>'
+    assert links(body) == ["http://a.test/dir/a", "http://a.test/dir/b", "http://a.test/dir/c"]
+    cp = '<a href="caf\u00e9">y</a> \u20ac'.encode("cp1252")
+    assert links(cp, ctype="text/html; charset=windows-1252") == ["http://a.test/dir/caf%C3%A9"]

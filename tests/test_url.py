@@ -197,7 +197,8 @@ def test_fast_path_agrees_with_the_full_parser(monkeypatch):
             pairs.extend((link.raw, link.base) for link in res.links)
     rng = random.Random(9)
     pieces = ["a", "B", "0", "-", ".", "..", "/", "//", "?", "#", ":", "@", "%41", "~", "x.html", "127.0.0.1",
-              "http://", "https://", "HTTP://", "h.test", "h.test:80", "h.test:0080", ":443", "'", "!", "$"]
+              "http://", "https://", "HTTP://", "h.test", "H.Test", "h.test:80", "h.test:0080", ":443", "'",
+              "!", "$", "%2e", "%2E", "%7E", "%7e", "./", "../", "%zz", "%", "x/..", "/."]
     bases = ["http://a.test/d/p.html?q", "https://b.test:8443/", "http://c.test/%7Ex/y/", "http://[::1]/a/b"]
     for _ in range(20000):
         pairs.append(("".join(rng.choice(pieces) for _ in range(rng.randint(1, 7))), rng.choice(bases)))

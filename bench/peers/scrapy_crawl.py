@@ -59,7 +59,9 @@ class BenchSpider(CrawlSpider):
     name = "bench"
     start_urls = JOB["start_urls"]
     allowed_domains = sorted(HOSTS)
-    rules = (Rule(LinkExtractor(allow_domains=sorted(HOSTS)), callback="parse_item", follow=True),)
+    # Not LinkExtractor(allow_domains=...): it compares the netloc, port included;
+    # allowed_domains (the offsite middleware) compares host names.
+    rules = (Rule(LinkExtractor(), callback="parse_item", follow=True),)
     pages = 0
     latencies: list[float] = []
 
@@ -82,9 +84,18 @@ class BenchSpider(CrawlSpider):
         return None
 
 
+def peak_rss_mb() -> float:
+    """VmHWM: this process's peak RSS since exec (ru_maxrss would count the forked parent)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def main() -> None:
     settings = {
-        "LOG_LEVEL": "ERROR",
+        "LOG_LEVEL": os.environ.get("SCRAPY_LOG_LEVEL", "ERROR"),
         "ROBOTSTXT_OBEY": True,
         "DNS_RESOLVER": "__main__.MapResolver",
         "TELNETCONSOLE_ENABLED": False,
@@ -105,7 +116,7 @@ def main() -> None:
             "pages": BenchSpider.pages,
             "wall_s": wall,
             "cpu_s": cpu,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_rss_mb": peak_rss_mb(),
             "latencies": BenchSpider.latencies,
         }, f)
 

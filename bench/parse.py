@@ -1,0 +1,123 @@
+"""Link extraction speed on the sim's pages: larbin_py.parse against alternatives.
+
+    python bench/parse.py [--quick] [--pages N]
+
+Pages come from the sim (10-60 KB, 30-150 links, its usual mix of link
+forms, charsets and malformed HTML).  Approaches, run turn by turn over the
+same pages (A, B, C, D, A, B, C, D...):
+
+* ``larbin_py``: :func:`larbin_py.parse.extract` (lxml HTMLParser tree,
+  ``iter`` over the link tags, URL normalization included);
+* ``lxml.html iterlinks``: ``lxml.html.document_fromstring`` +
+  ``iterlinks()`` + the same normalization (lxml's own link walker);
+* ``lxml tree only``: the parse alone, no link work (the floor);
+* ``html.parser``: the standard library's parser collecting href/src, with
+  the same normalization (the pure-Python peer).
+
+Figures: µs per page and pages/s for each, and links found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from html.parser import HTMLParser
+
+from common import report, table
+
+from larbin_py.parse import _PARSER, extract
+from larbin_py.sim.web import SimConfig, SimWeb
+from larbin_py.url import normalize
+
+
+def pages(n: int) -> list[tuple[bytes, str, str]]:
+    hosts = max(1, n // 50)
+    web = SimWeb.generate(SimConfig(seed=5, hosts=hosts, pages_per_host=(50, 50), body_size=(10_000, 60_000),
+                                    links_per_page=(30, 150), extras=False, trap=False), 8080)
+    out = []
+    for host in web.hosts.values():
+        for pq, res in host.resources.items():
+            if res.is_html:
+                out.append((res.body, web.url(host.name, pq), res.content_type))
+    return out[:n]
+
+
+def ours(body, url, ctype):
+    return len(extract(body, url, ctype).links)
+
+
+def lxml_iterlinks(body, url, ctype):
+    import lxml.html
+
+    doc = lxml.html.document_fromstring(body)
+    found = set()
+    for _el, _attr, link, _pos in doc.iterlinks():
+        u = normalize(link, url)
+        if u is not None:
+            found.add(u)
+    return len(found)
+
+
+def lxml_tree_only(body, url, ctype):
+    from lxml import etree
+
+    etree.fromstring(body, _PARSER)
+    return 0
+
+
+class _Collect(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.raw = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("a", "area", "frame", "iframe", "link"):
+            for k, v in attrs:
+                if k in ("href", "src") and v:
+                    self.raw.append(v)
+
+
+def stdlib(body, url, ctype):
+    p = _Collect()
+    p.feed(body.decode("utf-8", "replace"))
+    found = {u for u in (normalize(r, url) for r in p.raw) if u is not None}
+    return len(found)
+
+
+APPROACHES = [("larbin_py", ours), ("lxml.html iterlinks", lxml_iterlinks), ("lxml tree only", lxml_tree_only),
+              ("html.parser", stdlib)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="100 pages, one round")
+    ap.add_argument("--pages", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    if args.quick:
+        args.pages, args.rounds = 100, 1
+    sample = pages(args.pages)
+    size = sum(len(b) for b, _u, _c in sample) / len(sample)
+    times = {name: [] for name, _f in APPROACHES}
+    links = {}
+    for _ in range(args.rounds):
+        for name, fn in APPROACHES:
+            t0 = time.perf_counter()
+            total = sum(fn(b, u, c) for b, u, c in sample)
+            times[name].append(time.perf_counter() - t0)
+            links[name] = total
+    rows, figures = [], {}
+    for name, _f in APPROACHES:
+        best = min(times[name])
+        us = best / len(sample) * 1e6
+        figures[name] = {"us_per_page": us, "pages_s": len(sample) / best, "links": links[name]}
+        rows.append([name, us, len(sample) / best, links[name]])
+    print(table(f"link extraction: {len(sample)} sim pages, {size / 1024:.1f} KB average (best of {args.rounds})",
+                ["approach", "µs/page", "pages/s", "links"], rows))
+    report("parse", {"approaches": figures, "pages": len(sample), "avg_bytes": size, "quick": args.quick})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

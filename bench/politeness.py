@@ -1,0 +1,131 @@
+"""The polite regime: how close to the politeness bound a crawl runs.
+
+    python bench/politeness.py [--quick] [--hosts 2000] [--ips 50] [--wait 1] [--no-peer]
+
+The sim serves ``--hosts`` hosts on ``--ips`` loopback IPs, ``--pages``
+pages each, every answer after ``--latency`` seconds.  With waitDuration
+``--wait`` and one connection per IP, the crawl can make at most one request
+per IP per wait: the bound is ``ips / wait`` requests per second.  larbin_py
+(``python -m larbin_py``) and Scrapy with the equivalent settings
+(DOWNLOAD_DELAY = wait, one request per IP at a time, no random delay) crawl
+it in the same run.  Figures: requests, wall s, requests/s and the share of
+the bound (aim >= 95 %), and the smallest gap between two requests to one IP
+as the server saw it (must be >= wait).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+
+from common import peer_python, report, table
+
+from larbin_py.config import format_config, parse_config_text
+from larbin_py.sim import Fault, Sim, SimConfig
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def sim_config(args) -> SimConfig:
+    return SimConfig(seed=31, hosts=args.hosts, hosts_per_ip=max(1, args.hosts // args.ips),
+                     pages_per_host=(args.pages, args.pages), dns=True, extras=False, trap=False,
+                     robots_mix={"absent": 1.0}, p_redirect=0.0, p_loop=0.0, p_missing=0.0,
+                     p_nonhtml=0.0, robots_agent="larbin_py",
+                     faults=[Fault("latency", 1.0, transient=True, delay=args.latency)])
+
+
+def measured(sim: Sim, wall: float, args) -> dict:
+    requests = len(sim.log.requests)
+    starts = sim.log.starts_by_ip()
+    gaps = [sim.log.min_gap(s) for s in starts.values() if len(s) > 1]
+    # the bound over the time the crawl really had work on every IP
+    first = min(r.t for r in sim.log.requests)
+    last = max(r.t for r in sim.log.requests)
+    span = max(last - first, 1e-9)
+    bound = len(starts) / args.wait
+    return {"requests": requests, "wall_s": wall, "requests_s": requests / span,
+            "share_of_bound": requests / span / bound, "min_gap_s": min(gaps) if gaps else None,
+            "ips": len(starts)}
+
+
+async def run_larbin(args, work: str) -> dict:
+    async with Sim(sim_config(args)) as sim:
+        config = parse_config_text("", require_start_urls=False).replace(
+            start_urls=tuple(sim.seeds), dns_servers=(("127.0.0.1", sim.dns_port),),
+            save_dir=os.path.join(work, "save"), state_dir=os.path.join(work, "state"), http_port=0,
+            output_mode="none", wait_duration=args.wait, pages_connexions=max(100, 2 * args.ips),
+            depth_in_site=sim.web.max_depth(True) + 1, depth_by_site=True, get_cgi=True,
+            forbidden_extensions=())
+        conf = os.path.join(work, "larbin.conf")
+        with open(conf, "w") as f:
+            f.write(format_config(config))
+        t0 = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "larbin_py", "-c", conf, cwd=work,
+                                                    stdout=asyncio.subprocess.DEVNULL,
+                                                    stderr=asyncio.subprocess.DEVNULL)
+        if await proc.wait() != 0:
+            raise RuntimeError("larbin_py failed")
+        return measured(sim, time.monotonic() - t0, args)
+
+
+async def run_scrapy(args, python: str, work: str) -> dict:
+    async with Sim(sim_config(args)) as sim:
+        job = {"start_urls": sim.seeds, "hosts": sim.resolve_map(), "save_dir": None,
+               "out": os.path.join(work, "scrapy.json"),
+               "settings": {"DOWNLOAD_DELAY": args.wait, "RANDOMIZE_DOWNLOAD_DELAY": False,
+                            "CONCURRENT_REQUESTS_PER_IP": 1, "CONCURRENT_REQUESTS": max(100, 2 * args.ips),
+                            "AUTOTHROTTLE_ENABLED": False}}
+        path = os.path.join(work, "job.json")
+        with open(path, "w") as f:
+            json.dump(job, f)
+        t0 = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(python, os.path.join(HERE, "peers", "scrapy_crawl.py"), path,
+                                                    stdout=asyncio.subprocess.DEVNULL,
+                                                    stderr=asyncio.subprocess.DEVNULL)
+        if await proc.wait() != 0:
+            raise RuntimeError("scrapy failed")
+        return measured(sim, time.monotonic() - t0, args)
+
+
+async def main_async(args) -> None:
+    python = None if args.no_peer else peer_python("scrapy")
+    figures, rows = {}, []
+    for label, key in [("larbin_py", "larbin")] + ([("scrapy", "scrapy")] if python else []):
+        with tempfile.TemporaryDirectory(prefix="larbin-bench-") as work:
+            f = await (run_larbin(args, work) if key == "larbin" else run_scrapy(args, python, work))
+        figures[key] = f
+        rows.append([label, f["requests"], f["wall_s"], f["requests_s"], 100 * f["share_of_bound"],
+                     f["min_gap_s"]])
+    print(table(f"politeness: {args.hosts} hosts on {args.ips} IPs, wait {args.wait:g} s, "
+                f"latency {args.latency:g} s; bound {args.ips / args.wait:g} requests/s",
+                ["crawler", "requests", "wall s", "requests/s", "% of bound", "min gap per IP s"], rows))
+    report("politeness", {"crawlers": figures, "hosts": args.hosts, "ips": args.ips, "wait": args.wait,
+                          "latency": args.latency, "quick": args.quick})
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="100 hosts on 10 IPs, wait 0.2 s, no peer")
+    p.add_argument("--hosts", type=int, default=2000)
+    p.add_argument("--ips", type=int, default=50)
+    p.add_argument("--pages", type=int, default=20)
+    p.add_argument("--wait", type=float, default=1.0)
+    p.add_argument("--latency", type=float, default=0.05)
+    p.add_argument("--no-peer", action="store_true")
+    args = p.parse_args()
+    if args.quick:
+        args.hosts, args.ips, args.pages, args.wait, args.no_peer = 100, 10, 3, 0.2, True
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()

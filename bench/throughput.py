@@ -1,0 +1,187 @@
+"""CPU-bound crawl: larbin_py against Scrapy on a static web served by nginx.
+
+    python bench/throughput.py [--quick] [--rounds N] [--hosts H] [--pages P] [--no-peer]
+
+A generated web (by default 200 hosts x 100 pages of 10-60 KB with 30-150
+links each) is exported as static files and served by nginx (Debian's
+package) on 50 loopback IPs.  larbin_py (``python -m larbin_py``, waitDuration
+0, mirror output, robots.txt obeyed, checkpoints on) and Scrapy (a
+CrawlSpider with a LinkExtractor, robots.txt obeyed, every body saved, in
+its own venv) crawl it turn by turn (A, B, A, B).  Each crawler is a child
+process: its CPU time and peak RSS come from ``wait4``.  Host names resolve
+through the sim's DNS server for larbin_py and through a fixed map for
+Scrapy (it has no way to use another DNS server).
+
+Figures: pages, wall s, CPU s, pages/s, pages per CPU-second, peak RSS, and
+the ratios.  Aims (issue 8): >= 1,000 pages/s, >= 10x Scrapy's pages per
+CPU-second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from common import median, peer_python, report, table
+
+from larbin_py.config import format_config, parse_config_text
+from larbin_py.sim.dns import SimDNSServer
+from larbin_py.sim.export import export
+from larbin_py.sim.web import SimConfig, SimWeb
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+
+
+def free_port(ip: str) -> int:
+    with socket.socket() as s:
+        s.bind((ip, 0))
+        return s.getsockname()[1]
+
+
+def run_child(args: list[str], cwd: str) -> dict:
+    """Run a child to its end: wall, CPU (user+sys) and peak RSS from wait4."""
+    err = open(os.path.join(cwd, "child.err"), "w+")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    wall = time.monotonic() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err.seek(0)
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024,
+            "code": proc.returncode, "stderr": err.read()}
+
+
+async def crawl_larbin(web: SimWeb, dns_port: int, work: str) -> dict:
+    save = os.path.join(work, "save")
+    config = parse_config_text("", require_start_urls=False).replace(
+        start_urls=tuple(web.seeds), dns_servers=(("127.0.0.1", dns_port),), save_dir=save,
+        state_dir=os.path.join(work, "state"), http_port=0, output_mode="mirror", wait_duration=0.0,
+        depth_in_site=web.max_depth(True) + 1, depth_by_site=True, get_cgi=True, pages_connexions=100,
+        timeout_page=30.0, forbidden_extensions=())
+    conf = os.path.join(work, "larbin.conf")
+    with open(conf, "w") as f:
+        f.write(format_config(config))
+    env_python = sys.executable
+    res = await asyncio.get_running_loop().run_in_executor(
+        None, run_child, [env_python, "-m", "larbin_py", "-c", conf], work)
+    m = re.search(r"pages fetched\s+(\d+)", res["stderr"])
+    if res["code"] != 0 or m is None:
+        raise RuntimeError(f"larbin_py failed ({res['code']}): {res['stderr'][-2000:]}")
+    res["pages"] = int(m.group(1))
+    # its own VmHWM: wait4's ru_maxrss would count this process, forked before exec
+    res["peak_rss_mb"] = float(re.search(r"peak RSS\s+([0-9.]+) MB", res["stderr"]).group(1))
+    return res
+
+
+async def crawl_scrapy(python: str, web: SimWeb, work: str) -> dict:
+    job = {
+        "start_urls": web.seeds,
+        "hosts": {h.name: h.ip for h in web.hosts.values()},
+        "save_dir": os.path.join(work, "save"),
+        "out": os.path.join(work, "scrapy.json"),
+        "settings": {"CONCURRENT_REQUESTS": 64, "CONCURRENT_REQUESTS_PER_DOMAIN": 4,
+                     "DOWNLOAD_DELAY": 0, "AUTOTHROTTLE_ENABLED": False, "DOWNLOAD_TIMEOUT": 30},
+    }
+    path = os.path.join(work, "job.json")
+    with open(path, "w") as f:
+        json.dump(job, f)
+    res = await asyncio.get_running_loop().run_in_executor(
+        None, run_child, [python, os.path.join(HERE, "peers", "scrapy_crawl.py"), path], work)
+    if res["code"] != 0:
+        raise RuntimeError(f"scrapy failed ({res['code']}): {res['stderr'][-2000:]}")
+    with open(job["out"]) as f:
+        out = json.load(f)
+    res["pages"] = out["pages"]
+    res["peak_rss_mb"] = out["peak_rss_mb"]  # its VmHWM (see crawl_larbin)
+    return res
+
+
+async def main_async(args) -> None:
+    if NGINX is None:
+        sys.exit("bench: nginx is needed (apt-get install nginx-light)")
+    ip_base = "127.0.5.1"
+    port = free_port(ip_base)
+    cfg = SimConfig(seed=12, hosts=args.hosts, pages_per_host=(args.pages, args.pages),
+                    body_size=(10_000, 60_000), links_per_page=(30, 150), hosts_per_ip=4, ip_base=ip_base,
+                    extras=False, trap=False, p_loop=0.0, robots_mix={"absent": 3.0, "rules": 1.0, "allow": 1.0},
+                    robots_agent="larbin_py")
+    web = SimWeb.generate(cfg, port)
+    python = None if args.no_peer else peer_python("scrapy")
+    with tempfile.TemporaryDirectory(prefix="larbin-bench-web-") as site_dir:
+        os.chmod(site_dir, 0o755)
+        export(web, site_dir)
+        nginx_args = ["-p", site_dir, "-e", os.path.join(site_dir, "logs", "error.log"),
+                      "-c", os.path.join(site_dir, "nginx.conf")]
+        nginx = subprocess.Popen([NGINX, *nginx_args, "-g", "daemon off;"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        dns = SimDNSServer(web.dns_records(), host="127.0.0.1", port=0)
+        await dns.start()
+        try:
+            for _ in range(500):  # until nginx listens (it gives no readiness signal)
+                try:
+                    socket.create_connection((web.hosts["h0.sim.test"].ip, port), timeout=1).close()
+                    break
+                except OSError:
+                    await asyncio.sleep(0.02)
+            settings = [("larbin_py", "larbin")] + ([("scrapy", "scrapy")] if python else [])
+            runs: dict[str, list[dict]] = {key: [] for _l, key in settings}
+            for _round in range(args.rounds):
+                for _label, key in settings:
+                    with tempfile.TemporaryDirectory(prefix="larbin-bench-") as work:
+                        if key == "larbin":
+                            runs[key].append(await crawl_larbin(web, dns.port, work))
+                        else:
+                            runs[key].append(await crawl_scrapy(python, web, work))
+        finally:
+            await dns.close()
+            nginx.terminate()
+            nginx.wait()
+    figures, rows = {}, []
+    for label, key in settings:
+        f = {name: median([r[name] for r in runs[key]]) for name in ("pages", "wall_s", "cpu_s", "peak_rss_mb")}
+        f["pages_s"] = f["pages"] / f["wall_s"]
+        f["pages_per_cpu_s"] = f["pages"] / f["cpu_s"]
+        figures[key] = f
+        rows.append([label, int(f["pages"]), f["wall_s"], f["cpu_s"], f["pages_s"], f["pages_per_cpu_s"],
+                     f["peak_rss_mb"]])
+    print(table(f"throughput: {args.hosts} hosts x {args.pages} pages on nginx ({args.rounds} rounds, medians)",
+                ["crawler", "pages", "wall s", "CPU s", "pages/s", "pages/CPU-s", "peak RSS MB"], rows))
+    ratios = {}
+    if "scrapy" in figures:
+        ratios = {"pages_s": figures["larbin"]["pages_s"] / figures["scrapy"]["pages_s"],
+                  "pages_per_cpu_s": figures["larbin"]["pages_per_cpu_s"] / figures["scrapy"]["pages_per_cpu_s"]}
+        print(f"larbin_py / scrapy: {ratios['pages_s']:.1f}x pages/s, "
+              f"{ratios['pages_per_cpu_s']:.1f}x pages per CPU-second (aim >= 10x)")
+    report("throughput", {"crawlers": figures, "ratios": ratios, "hosts": args.hosts, "pages": args.pages,
+                          "rounds": args.rounds, "quick": args.quick})
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="20 hosts x 10 pages, one round, no peer")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--hosts", type=int, default=200)
+    p.add_argument("--pages", type=int, default=100)
+    p.add_argument("--no-peer", action="store_true")
+    args = p.parse_args()
+    if args.quick:
+        args.rounds, args.hosts, args.pages, args.no_peer = 1, 20, 10, True
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()
