@@ -16,7 +16,8 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCHES = ["dns.py", "throughput.py", "politeness.py", "flow_control.py", "memory.py"]
+BENCHES = ["dns.py", "hotpath.py", "parse.py", "throughput.py", "politeness.py", "flow_control.py",
+           "concurrency.py", "memory.py"]
 
 
 def main() -> int:

@@ -1,0 +1,111 @@
+"""The per-page pieces, one by one: extraction, URL resolution, fingerprint, seen test.
+
+    python bench/hotpath.py [--quick]
+
+On the sim's pages (10-60 KB, 30-150 links of every form) and, when it is
+installed, on a real HTML corpus (Debian's python3-doc, /usr/share/doc/
+python3*/html): link extraction pages/s, URL resolution µs per link
+(larbin_py.url.normalize against the stdlib's urljoin + urldefrag as a
+peer, which neither validates nor canonicalizes), fingerprint ns per URL,
+and the seen test ns per link in page-sized batches.  Aim (issue 8): URL
+resolution <= 2 µs per link on the sim's links.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import random
+import sys
+import time
+from urllib.parse import urldefrag, urljoin
+
+from common import report, table
+
+from larbin_py.frontier.seen import SeenSet
+from larbin_py.parse import extract
+from larbin_py.sim.web import SimConfig, SimWeb
+from larbin_py.url import fingerprint, normalize
+
+
+def best(fn, rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def sim_corpus(n_pages: int):
+    web = SimWeb.generate(SimConfig(seed=5, hosts=max(1, n_pages // 50), pages_per_host=(50, 50),
+                                    body_size=(10_000, 60_000), links_per_page=(30, 150), extras=True,
+                                    trap=False), 8080)
+    pages, links = [], []
+    for host in web.hosts.values():
+        for pq, res in host.resources.items():
+            if res.is_html:
+                pages.append((res.body, web.url(host.name, pq), res.content_type))
+                links.extend((lk.raw, lk.base) for lk in res.links)
+    return pages[:n_pages], links
+
+
+def doc_corpus(limit: int):
+    files = sorted(glob.glob("/usr/share/doc/python3*/html/**/*.html", recursive=True))[:limit]
+    pages = []
+    for path in files:
+        with open(path, "rb") as f:
+            pages.append((f.read(), "http://docs.example.test/" + os.path.relpath(path, "/usr/share/doc"),
+                          "text/html"))
+    return pages
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    rounds = 1 if args.quick else 3
+    pages, links = sim_corpus(100 if args.quick else 1000)
+    docs = doc_corpus(100 if args.quick else 1000)
+    rows, figures = [], {}
+
+    def extraction(name, corpus):
+        found = [0]
+
+        def run():
+            found[0] = sum(len(extract(b, u, c).links) for b, u, c in corpus)
+        t = best(run, rounds)
+        figures[f"extract_{name}"] = {"pages_s": len(corpus) / t, "us_per_page": t / len(corpus) * 1e6,
+                                      "links_per_page": found[0] / len(corpus)}
+        rows.append([f"extract, {name} ({len(corpus)} pages)", t / len(corpus) * 1e6, len(corpus) / t, "µs/page"])
+
+    extraction("sim", pages)
+    if docs:
+        extraction("python3-doc", docs)
+    t = best(lambda: [normalize(h, b) for h, b in links], rounds)
+    ours = t / len(links) * 1e6
+    t = best(lambda: [urldefrag(urljoin(b, h))[0] for h, b in links], rounds)
+    peer = t / len(links) * 1e6
+    figures["normalize_us"] = ours
+    figures["urljoin_us"] = peer
+    rows.append([f"normalize, sim links ({len(links)})", ours, 1e6 / ours, "µs/link"])
+    rows.append(["urljoin + urldefrag (peer)", peer, 1e6 / peer, "µs/link"])
+    urls = [u for u in (normalize(h, b) for h, b in links) if u]
+    t = best(lambda: [fingerprint(u) for u in urls], rounds)
+    figures["fingerprint_ns"] = t / len(urls) * 1e9
+    rows.append([f"fingerprint ({len(urls)} URLs)", t / len(urls) * 1e9, len(urls) / t, "ns/URL"])
+    rng = random.Random(3)
+    seen = SeenSet(rng.getrandbits(64) for _ in range(200_000 if args.quick else 2_000_000))
+    fps = [fingerprint(u) for u in urls]
+    batches = [fps[i:i + 100] for i in range(0, len(fps), 100)]
+    t = best(lambda: [seen.add_many(b) for b in batches], 1)
+    figures["seen_ns"] = t / len(fps) * 1e9
+    rows.append([f"seen test, batches of 100 ({len(seen):,} known)", t / len(fps) * 1e9, len(fps) / t, "ns/link"])
+    print(table("hot path (best of %d)" % rounds, ["piece", "cost", "per second", "unit"], rows))
+    print(f"normalize is {peer / ours:.2f}x urljoin's speed; aim <= 2 µs per link: {ours:.2f} µs")
+    report("hotpath", {**figures, "quick": args.quick, "python3_doc": bool(docs)})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
