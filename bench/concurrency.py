@@ -11,9 +11,10 @@ DNS server.  Two clients open N connections at once and wait:
 * a thread-per-request baseline (``threading`` + ``http.client``, one
   thread per URL, started together).
 
-Each is a child process; its RSS is read from /proc when the server has
-all N requests in flight, and its CPU time from ``wait4`` at the end.
-Figures: RSS (MB), RSS per connection (KB), CPU s, for each N.
+Each is a child process; its RSS is sampled from /proc every 50 ms (the
+peak is kept), the server records the most requests it had in flight at
+once, and the CPU time comes from ``wait4`` at the end.  Figures: peak in
+flight, peak RSS (MB), RSS per connection in flight (KB), CPU s, for each N.
 """
 
 from __future__ import annotations
@@ -55,8 +56,6 @@ class SlowServer:
         self.delay = delay
         self.in_flight = 0
         self.peak = 0
-        self.event = asyncio.Event()
-        self.want = 0
 
     async def handle(self, reader, writer):
         try:
@@ -67,8 +66,6 @@ class SlowServer:
                     continue
                 self.in_flight += 1
                 self.peak = max(self.peak, self.in_flight)
-                if self.in_flight >= self.want:
-                    self.event.set()
                 await asyncio.sleep(self.delay)
                 self.in_flight -= 1
                 body = b"<html>slow</html>"
@@ -90,17 +87,22 @@ def rss_of(pid: int) -> int:
 
 
 async def measure(args_list: list[str], server: SlowServer, n: int, cwd: str) -> dict:
-    server.want, server.peak = n, 0
-    server.event.clear()
+    """Run a client to its end, sampling its RSS every 50 ms; peak RSS and peak in flight."""
+    server.peak = 0
     proc = subprocess.Popen(args_list, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        await asyncio.wait_for(server.event.wait(), 120)
-        rss = rss_of(proc.pid)
-    finally:
-        loop = asyncio.get_running_loop()
-        _pid, status, usage = await loop.run_in_executor(None, os.wait4, proc.pid, 0)
-    return {"rss_mb": rss / 2**20, "rss_kb_per_conn": rss / 1024 / n, "cpu_s": usage.ru_utime + usage.ru_stime,
-            "peak_in_flight": server.peak, "exit": os.waitstatus_to_exitcode(status)}
+    loop = asyncio.get_running_loop()
+    waiter = loop.run_in_executor(None, os.wait4, proc.pid, 0)
+    peak_rss = 0
+    while not waiter.done():
+        try:
+            peak_rss = max(peak_rss, rss_of(proc.pid))
+        except (OSError, ValueError):
+            pass
+        await asyncio.wait([waiter], timeout=0.05)
+    _pid, status, usage = await waiter
+    return {"rss_mb": peak_rss / 2**20, "rss_kb_per_conn": peak_rss / 1024 / max(1, server.peak),
+            "cpu_s": usage.ru_utime + usage.ru_stime, "peak_in_flight": server.peak,
+            "exit": os.waitstatus_to_exitcode(status)}
 
 
 async def main_async(args) -> None:

@@ -80,16 +80,20 @@ async def run_scrapy(args, python: str, work: str) -> dict:
                "out": os.path.join(work, "scrapy.json"),
                "settings": {"DOWNLOAD_DELAY": args.wait, "RANDOMIZE_DOWNLOAD_DELAY": False,
                             "CONCURRENT_REQUESTS_PER_IP": 1, "CONCURRENT_REQUESTS": max(100, 2 * args.ips),
-                            "AUTOTHROTTLE_ENABLED": False}}
+                            "AUTOTHROTTLE_ENABLED": False,
+                            # its default queue refuses CONCURRENT_REQUESTS_PER_IP
+                            "SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.ScrapyPriorityQueue"}}
         path = os.path.join(work, "job.json")
         with open(path, "w") as f:
             json.dump(job, f)
         t0 = time.monotonic()
+        err = open(os.path.join(work, "scrapy.err"), "w+")
         proc = await asyncio.create_subprocess_exec(python, os.path.join(HERE, "peers", "scrapy_crawl.py"), path,
-                                                    stdout=asyncio.subprocess.DEVNULL,
-                                                    stderr=asyncio.subprocess.DEVNULL)
-        if await proc.wait() != 0:
-            raise RuntimeError("scrapy failed")
+                                                    stdout=asyncio.subprocess.DEVNULL, stderr=err)
+        code = await proc.wait()
+        err.seek(0)
+        if code != 0 or not sim.log.requests:
+            raise RuntimeError(f"scrapy failed ({code}): {err.read()[-3000:]}")
         return measured(sim, time.monotonic() - t0, args)
 
 

@@ -24,6 +24,7 @@ import time
 
 from scrapy.crawler import CrawlerProcess
 from scrapy.linkextractors import LinkExtractor
+from scrapy.resolver import dnscache
 from scrapy.spiders import CrawlSpider, Rule
 from twisted.internet import defer
 from twisted.internet.error import DNSLookupError
@@ -52,6 +53,7 @@ class MapResolver:
         ip = HOSTS.get(name.lower())
         if ip is None:
             return defer.fail(DNSLookupError(name))
+        dnscache[name] = ip  # what CONCURRENT_REQUESTS_PER_IP keys its slots on
         return defer.succeed(ip)
 
 
@@ -61,9 +63,13 @@ class BenchSpider(CrawlSpider):
     allowed_domains = sorted(HOSTS)
     # Not LinkExtractor(allow_domains=...): it compares the netloc, port included;
     # allowed_domains (the offsite middleware) compares host names.
-    rules = (Rule(LinkExtractor(), callback="parse_item", follow=True),)
+    rules = (Rule(LinkExtractor(), callback="parse_item", follow=True, process_links="http_only"),)
     pages = 0
     latencies: list[float] = []
+
+    def http_only(self, links):
+        """Only http(s) links, as larbin_py (ftp: and the like are not crawled)."""
+        return [link for link in links if link.url.startswith(("http://", "https://"))]
 
     def parse_start_url(self, response):
         return self.parse_item(response)
