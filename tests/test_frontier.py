@@ -328,3 +328,28 @@ def test_a_slow_server_is_asked_less_often(tmp_path):
     # once slowed (smoothed RTT over twice its best), 3 x smoothed RTT between starts
     assert max(gaps) > 3 * 0.2
     assert len(sim.fetched) == 10
+
+
+def test_connect_lag_moves_the_next_start_without_adding_up(tmp_path):
+    f = make(tmp_path, wait_duration=0.0, conn_per_ip=10, obey_robots=False, jitter=0.0)
+    for i in range(5):
+        f.push(f"http://s{i}.test/", 3, 2)
+    f.load(0.0)
+    for site in f.take_dns_requests():
+        f.dns_resolved(site, ("10.0.0.9",), 300.0, 0.0)
+    reqs = []
+    while (req := f.next_request(0.0)) is not None:
+        reqs.append(req)
+    assert len(reqs) == 5  # waitDuration 0, ten connections per IP: all at once
+    for req in reqs:  # each waited 50 ms for its connection
+        f.sent_late(req, 0.05)
+    assert f.ips["10.0.0.9"].next_allowed == pytest.approx(0.05)  # not 5 x 0.05
+    g = make(tmp_path / "g", wait_duration=1.0, obey_robots=False, jitter=0.0)
+    g.push("http://a.test/", 3, 2)
+    g.load(0.0)
+    for site in g.take_dns_requests():
+        g.dns_resolved(site, ("10.0.0.8",), 300.0, 0.0)
+    req = g.next_request(0.0)
+    g.sent_late(req, 0.3)
+    assert g.ips["10.0.0.8"].next_allowed == pytest.approx(1.3)
+    assert req.site.next_allowed == pytest.approx(1.3)

@@ -486,19 +486,26 @@ class Frontier:
     def sent_late(self, req: Request, sent_at: float | None) -> None:
         """``req`` reached the wire at ``sent_at``, after its start (a connect).
 
-        Politeness is about what the server sees: the next allowed times set
-        at the start move by that lag, so two requests never arrive closer
-        than the delay because the first one waited for its connection.
+        Politeness is about what the server sees: the next request to the
+        site and to the IP may not start before ``sent_at`` plus their delay,
+        so two requests never arrive closer than the delay because the first
+        one waited for its connection.  (A maximum, not a sum: requests
+        running side by side to one IP must not push each other's lags.)
         """
-        if sent_at is None:
+        if sent_at is None or sent_at <= req.started:
             return
-        lag = sent_at - req.started
-        if lag <= 0:
-            return
-        req.site.next_allowed += lag
         ip = self.ips.get(req.ip)
+        site = req.site
         if ip is not None:
-            ip.next_allowed += lag
+            pace = ip.pace
+            ip_delay = pace.delay(self.wait_duration)
+            site_delay = pace.delay(max(self.wait_duration, site.crawl_delay))
+            if sent_at + ip_delay > ip.next_allowed:
+                ip.next_allowed = sent_at + ip_delay
+        else:
+            site_delay = max(self.wait_duration, site.crawl_delay)
+        if sent_at + site_delay > site.next_allowed:
+            site.next_allowed = sent_at + site_delay
 
     def follow_up_delay(self, req: Request, now: float) -> float:
         """Seconds before ``req`` may send a follow-up request to its server.
