@@ -432,11 +432,11 @@ _BASES: dict[str, _Url | None] = {}
 # operations; anything else takes the full parser above (the tests check
 # both give the same answer).
 _PCHARS = r"A-Za-z0-9\-._~!$&()*+,;=:@"
-_ESC = r"%[0-9A-Fa-f]{2}"
 _FAST_ABS = re.compile(
     r"(https?)://([a-z0-9](?:[a-z0-9.\-]*[a-z0-9])?)(?::([1-9][0-9]{0,4}))?"
-    rf"(/(?:[{_PCHARS}/]|{_ESC})*)?(\?(?:[{_PCHARS}/?]|{_ESC})*)?\Z", re.I)
-_FAST_REL = re.compile(rf"((?:[{_PCHARS}/]|{_ESC})*)(\?(?:[{_PCHARS}/?]|{_ESC})*)?\Z")
+    rf"(/[{_PCHARS}/%]*)?(\?[{_PCHARS}/?%]*)?\Z", re.I)
+_FAST_REL = re.compile(rf"([{_PCHARS}/%]*)(\?[{_PCHARS}/?%]*)?\Z")
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _DOTTED_QUAD = re.compile(r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}"
                           r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\Z")
 # base string -> (origin "scheme://host[:port]", directory path "/dir/")
@@ -508,6 +508,8 @@ def _fast(text: str, base: str | None) -> str | None:
     """
     if "#" in text:
         text = text.split("#", 1)[0]
+    if "%" in text and _BAD_ESCAPE.search(text):
+        return None  # a lone '%': the parser encodes it
     m = _FAST_ABS.match(text)
     if m is not None:
         scheme, host, port, path, query = m.groups()
