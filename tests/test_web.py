@@ -308,3 +308,57 @@ async def test_dashboard_in_headless_chromium_during_a_sim_crawl(tmp_path):
         finally:
             engine.request_stop("test over")
             await task
+
+
+@pytest.mark.slow
+@pytest.mark.async_timeout(120)
+async def test_url_input_feeds_a_live_crawl_despite_idle_clients_and_a_huge_post(tmp_path):
+    """POST /urls reaches the frontier of a running crawl; 500 silent clients
+    and a 10 MB request neither stop the crawl nor the server's answers."""
+    sim_cfg = SimConfig(seed=12, hosts=6, dns=True, robots_agent="larbin_py", trap=False,
+                        pages_per_host=(30, 30), seeds=1)
+    async with Sim(sim_cfg) as sim:
+        seed_host = sim.seeds[0].split("/")[2].split(":")[0]
+        other = next(h for h in sim.web.hosts if h != seed_host and not sim.web.hosts[h].cname)
+        wanted = sim.web.url(other, "/")
+        config = make_config(tmp_path, sim, wait_duration=0.2, http_port=free_port(), url_input=True,
+                             start_urls=(sim.seeds[0],), no_external_links=True)
+        engine = Engine(config, err=io.StringIO())
+        task = asyncio.get_running_loop().create_task(engine.run())
+        idle = []
+        try:
+            await sim.log.wait_requests(3, timeout=30)
+            assert not any(r.host == other for r in sim.log.requests)
+            # 500 clients that connect and never send a byte
+            for _ in range(500):
+                idle.append(await asyncio.open_connection("127.0.0.1", config.http_port))
+            before = len(sim.log.requests)
+            status, _h, body = await http(config.http_port, get("/stats.json"), read_timeout=10)
+            assert status == 200 and json.loads(body)["pages"]["fetched"] >= 1
+            # a 10 MB body is refused from its Content-Length, without being read
+            reader, writer = await asyncio.open_connection("127.0.0.1", config.http_port)
+            body10 = b"http://x.test/\n" * (10 * 1024 * 1024 // 15)
+            writer.write(b"POST /urls HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(body10))
+            await writer.drain()
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            assert head.startswith(b"HTTP/1.1 413")
+            try:  # the body the server refused: it is not read, the connection is cut
+                writer.write(body10)
+                await asyncio.wait_for(writer.drain(), 10)
+                assert await asyncio.wait_for(reader.read(), 10) == b""
+            except ConnectionError:
+                pass
+            writer.close()
+            # the server still answers, and the URL input works
+            status, _h, body = await http(config.http_port, post("/urls", wanted.encode() + b"\n"), read_timeout=10)
+            assert status == 200 and json.loads(body)[0]["result"] == "accepted"
+            await sim.log.wait_for(lambda log: any(r.host == other and r.target == "/" for r in log.requests),
+                                   timeout=30)
+            # the seed's site went on being crawled meanwhile
+            assert any(r.host == seed_host for r in sim.log.requests[before:])
+        finally:
+            for _r, w in idle:
+                w.close()
+            engine.request_stop("test over")
+            await task
