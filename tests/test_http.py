@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import shutil
+import ssl
+import subprocess
 import time
 import zlib
 
@@ -21,14 +24,15 @@ from larbin_py.sim import Sim, SimConfig
 class Server:
     """A scripted TCP server: ``handler(reader, writer, request_head)`` per request."""
 
-    def __init__(self, handler):
+    def __init__(self, handler, ssl_context=None):
         self.handler = handler
         self.heads: list[bytes] = []
         self.connections = 0
         self.server = None
+        self.ssl_context = ssl_context
 
     async def __aenter__(self):
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.ssl_context)
         self.port = self.server.sockets[0].getsockname()[1]
         return self
 
@@ -88,6 +92,51 @@ async def test_request_headers_and_a_plain_answer():
     assert "user-agent: larbin_py/test" in head and "from: bot@example.test" in head
     assert "accept-encoding: gzip, deflate" in head and "accept: text/html" in head
     assert res.rtt is not None and 0 <= res.rtt <= res.elapsed
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory):
+    """A self-signed certificate for ``secure.test`` (openssl, from Debian's package)."""
+    if shutil.which("openssl") is None:
+        pytest.fail("the https tests need the openssl command")
+    d = tmp_path_factory.mktemp("tls")
+    key, cert = d / "key.pem", d / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(cert), "-days", "2", "-subj", "/CN=secure.test",
+                    "-addext", "subjectAltName=DNS:secure.test"], check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+async def test_https_with_sni_and_keep_alive(certificate):
+    cert, key = certificate
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    names = []
+    server_ctx.sni_callback = lambda sock, name, ctx: names.append(name)
+    client_ctx = ssl.create_default_context(cafile=cert)
+    async with Server(reply(b"<html>secret</html>"), ssl_context=server_ctx) as srv:
+        f = fetcher(ssl_context=client_ctx)
+        url = f"https://secure.test:{srv.port}/"
+        first = await f.fetch(url, "127.0.0.1", srv.port)
+        second = await f.fetch(url + "b", "127.0.0.1", srv.port)
+        await f.close()
+    assert first.error is None and first.status == 200 and first.body == b"<html>secret</html>"
+    assert second.error is None and second.conn_reused and srv.connections == 1
+    assert names == ["secure.test"]  # SNI carries the host name, not the IP we dialled
+    assert srv.heads[0].lower().startswith(b"get / http/1.1") and b"host: secure.test" in srv.heads[0].lower()
+
+
+async def test_https_with_an_untrusted_certificate_is_no_connection(certificate):
+    cert, key = certificate
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    async with Server(reply(), ssl_context=server_ctx) as srv:
+        f = fetcher()  # the system's trust store: a self-signed certificate fails
+        res = await f.fetch(f"https://secure.test:{srv.port}/", "127.0.0.1", srv.port)
+        await f.close()
+    assert res.error == "noConnection" and res.status is None
+    assert "certificate" in (res.error_detail or "").lower()
+    assert srv.heads == []
 
 
 async def test_connection_refused_is_no_connection():
