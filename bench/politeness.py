@@ -5,12 +5,14 @@
 The sim serves ``--hosts`` hosts on ``--ips`` loopback IPs, ``--pages``
 pages each, every answer after ``--latency`` seconds.  With waitDuration
 ``--wait`` and one connection per IP, the crawl can make at most one request
-per IP per wait: the bound is ``ips / wait`` requests per second.  larbin_py
+per IP per wait: the crawl cannot be shorter than the busiest IP's requests
+one wait apart (the bound), nor faster than ``ips / wait`` requests per
+second.  larbin_py
 (``python -m larbin_py``) and Scrapy with the equivalent settings
 (DOWNLOAD_DELAY = wait, one request per IP at a time, no random delay) crawl
-it in the same run.  Figures: requests, wall s, requests/s and the share of
-the bound (aim >= 95 %), and the smallest gap between two requests to one IP
-as the server saw it (must be >= wait).
+it in the same run.  Figures: requests, wall s, requests/s, the share of
+the bound (aim >= 95 %), requests/s over ``ips / wait``, and the smallest
+gap between two requests to one IP as the server saw it (must be >= wait).
 """
 
 from __future__ import annotations
@@ -41,17 +43,27 @@ def sim_config(args) -> SimConfig:
 
 
 def measured(sim: Sim, wall: float, args) -> dict:
+    """The crawl's pace against the bound politeness sets.
+
+    Each IP takes at most one request per wait, so the crawl cannot take less
+    than ``(n - 1) * wait`` where ``n`` is the request count of its busiest
+    IP: ``share_of_bound`` is that time over the time the crawl took (first
+    to last request).  ``share_of_ips_rate`` is the older, stricter figure,
+    requests/s over ``ips / wait``: it also counts against the crawler that
+    the sim gives some IPs more requests than others.
+    """
     requests = len(sim.log.requests)
     starts = sim.log.starts_by_ip()
     gaps = [sim.log.min_gap(s) for s in starts.values() if len(s) > 1]
-    # the bound over the time the crawl really had work on every IP
     first = min(r.t for r in sim.log.requests)
     last = max(r.t for r in sim.log.requests)
     span = max(last - first, 1e-9)
-    bound = len(starts) / args.wait
+    busiest = max(len(s) for s in starts.values())
     return {"requests": requests, "wall_s": wall, "requests_s": requests / span,
-            "share_of_bound": requests / span / bound, "min_gap_s": min(gaps) if gaps else None,
-            "ips": len(starts)}
+            "share_of_bound": (busiest - 1) * args.wait / span,
+            "share_of_ips_rate": requests / span / (len(starts) / args.wait),
+            "min_gap_s": min(gaps) if gaps else None, "ips": len(starts), "busiest_ip_requests": busiest,
+            "mean_ip_requests": requests / len(starts)}
 
 
 async def run_larbin(args, work: str) -> dict:
@@ -104,11 +116,14 @@ async def main_async(args) -> None:
         with tempfile.TemporaryDirectory(prefix="larbin-bench-") as work:
             f = await (run_larbin(args, work) if key == "larbin" else run_scrapy(args, python, work))
         figures[key] = f
+        print(f"politeness: {label} done: {f['requests']} requests in {f['wall_s']:.0f} s, "
+              f"{100 * f['share_of_bound']:.1f} % of the bound", file=sys.stderr, flush=True)
         rows.append([label, f["requests"], f["wall_s"], f["requests_s"], 100 * f["share_of_bound"],
-                     f["min_gap_s"]])
+                     100 * f["share_of_ips_rate"], f["min_gap_s"]])
     print(table(f"politeness: {args.hosts} hosts on {args.ips} IPs, wait {args.wait:g} s, "
-                f"latency {args.latency:g} s; bound {args.ips / args.wait:g} requests/s",
-                ["crawler", "requests", "wall s", "requests/s", "% of bound", "min gap per IP s"], rows))
+                f"latency {args.latency:g} s; at most {args.ips / args.wait:g} requests/s",
+                ["crawler", "requests", "wall s", "requests/s", "% of bound", "% of ips/wait", "min gap per IP s"],
+                rows))
     report("politeness", {"crawlers": figures, "hosts": args.hosts, "ips": args.ips, "wait": args.wait,
                           "latency": args.latency, "quick": args.quick})
 

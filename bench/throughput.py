@@ -1,6 +1,7 @@
 """CPU-bound crawl: larbin_py against Scrapy on a static web served by nginx.
 
     python bench/throughput.py [--quick] [--rounds N] [--hosts H] [--pages P] [--no-peer]
+                               [--profile FILE]
 
 A generated web (by default 200 hosts x 100 pages of 10-60 KB with 30-150
 links each) is exported as static files and served by nginx (Debian's
@@ -11,6 +12,11 @@ its own venv) crawl it turn by turn (A, B, A, B).  Each crawler is a child
 process: its CPU time and peak RSS come from ``wait4``.  Host names resolve
 through the sim's DNS server for larbin_py and through a fixed map for
 Scrapy (it has no way to use another DNS server).
+
+``--profile FILE`` runs larbin_py under py-spy (``pip install py-spy``) and
+writes its samples to FILE as collapsed stacks (one ``frame;frame;... count``
+line per stack, for flamegraph tools); the profiled run's figures include
+py-spy's own cost and are not comparable.
 
 Figures: pages, wall s, CPU s, pages/s, pages per CPU-second, peak RSS, and
 the ratios.  Aims (issue 8): >= 1,000 pages/s, >= 10x Scrapy's pages per
@@ -62,7 +68,15 @@ def run_child(args: list[str], cwd: str) -> dict:
             "code": proc.returncode, "stderr": err.read()}
 
 
-async def crawl_larbin(web: SimWeb, dns_port: int, work: str) -> dict:
+def profiler(out: str) -> list[str]:
+    """The py-spy command prefix that samples a child into ``out``."""
+    spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(spy):
+        sys.exit("bench: --profile needs py-spy (pip install py-spy)")
+    return [spy, "record", "--format", "raw", "--rate", "250", "--nonblocking", "-o", os.path.abspath(out), "--"]
+
+
+async def crawl_larbin(web: SimWeb, dns_port: int, work: str, profile: str | None = None) -> dict:
     save = os.path.join(work, "save")
     config = parse_config_text("", require_start_urls=False).replace(
         start_urls=tuple(web.seeds), dns_servers=(("127.0.0.1", dns_port),), save_dir=save,
@@ -73,8 +87,10 @@ async def crawl_larbin(web: SimWeb, dns_port: int, work: str) -> dict:
     with open(conf, "w") as f:
         f.write(format_config(config))
     env_python = sys.executable
-    res = await asyncio.get_running_loop().run_in_executor(
-        None, run_child, [env_python, "-m", "larbin_py", "-c", conf], work)
+    command = [env_python, "-m", "larbin_py", "-c", conf]
+    if profile:
+        command = profiler(profile) + command
+    res = await asyncio.get_running_loop().run_in_executor(None, run_child, command, work)
     m = re.search(r"pages fetched\s+(\d+)", res["stderr"])
     if res["code"] != 0 or m is None:
         raise RuntimeError(f"larbin_py failed ({res['code']}): {res['stderr'][-2000:]}")
@@ -140,7 +156,7 @@ async def main_async(args) -> None:
                 for _label, key in settings:
                     with tempfile.TemporaryDirectory(prefix="larbin-bench-") as work:
                         if key == "larbin":
-                            runs[key].append(await crawl_larbin(web, dns.port, work))
+                            runs[key].append(await crawl_larbin(web, dns.port, work, args.profile))
                         else:
                             runs[key].append(await crawl_scrapy(python, web, work))
         finally:
@@ -174,6 +190,7 @@ def main() -> None:
     p.add_argument("--hosts", type=int, default=200)
     p.add_argument("--pages", type=int, default=100)
     p.add_argument("--no-peer", action="store_true")
+    p.add_argument("--profile", metavar="FILE", help="sample larbin_py with py-spy into FILE (collapsed stacks)")
     args = p.parse_args()
     if args.quick:
         args.rounds, args.hosts, args.pages, args.no_peer = 1, 20, 10, True

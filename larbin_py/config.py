@@ -231,6 +231,7 @@ class Config:
     depth_by_site: bool = False
     no_external_links: bool = False
     wait_duration: float = 2.0
+    wait_jitter: float = 0.05
     proxy: tuple[str, int] | None = None
     bond_width: int = 0
     limit_time: float = 0.0
@@ -395,11 +396,11 @@ class _Seconds(_Key):
 
 
 class _Fraction(_Seconds):
-    """A number in (0, 1]."""
+    """A number in (0, 1], or in [0, 1] with ``zero``."""
 
-    def __init__(self, name: str, attr: str):
-        super().__init__(name, attr, 0.0, above=True)
-        self.expected = "a number in (0, 1]"
+    def __init__(self, name: str, attr: str, *, zero: bool = False):
+        super().__init__(name, attr, 0.0, above=not zero)
+        self.expected = "a number in [0, 1]" if zero else "a number in (0, 1]"
 
     def coerce(self, value: Any) -> float:
         number = super().coerce(value)
@@ -594,6 +595,7 @@ KEYS: tuple[_Key, ...] = (
     _Seconds("dnsTimeout", "dns_timeout", above=True),
     _Seconds("dnsValidTime", "dns_valid_time"),
     _Seconds("waitDuration", "wait_duration"),
+    _Fraction("waitJitter", "wait_jitter", zero=True),
     _Seconds("connectTimeout", "connect_timeout", above=True),
     _Seconds("timeoutPage", "timeout_page", above=True),
     _Int("timeoutIncr", "timeout_incr", 0),

@@ -169,6 +169,7 @@ class Engine:
             max_urls_by_site=config.max_urls_by_site,
             max_requests=config.pages_connexions,
             wait_duration=config.wait_duration,
+            jitter=config.wait_jitter,
             conn_per_ip=config.connexions_per_ip,
             agent=self.agent,
             obey_robots=not config.ignore_robots,

@@ -15,6 +15,14 @@ Two controllers, both fed with the round-trip time ``R`` of every response
     clamped to ``[min_requests, max_requests]``.  ``R`` is compared with the
     minimum and maximum of the *previous* estimates, then ``S`` is updated.
 
+    At most one step per round trip: after a step, the rule rests until ``S``
+    seconds have passed (``S`` and the window keep following every answer).
+    A step shows in ``R`` only one round trip later, through the requests it
+    let start; stepping on every answer in between acts on the same stale
+    news dozens of times, and the cap swings from one bound to the other
+    (seen on the load-model benchmark: 2 to 44 and back every few seconds).
+    This is TCP's rule of one window change per round trip.
+
 :class:`ServerPace` — per-server frequency control.
     Each IP keeps its own smoothed RTT and the lowest it has seen (its
     unloaded round trip).  While the smoothed RTT is more than ``slow_ratio``
@@ -39,7 +47,7 @@ class RttController:
     __slots__ = (
         "alpha", "interval", "rtt_min", "rtt_max", "increase", "decrease",
         "min_requests", "max_requests", "limit", "srtt", "window_min", "window_max",
-        "_window_end", "samples", "increases", "decreases",
+        "_window_end", "_rest_until", "samples", "increases", "decreases",
     )
 
     def __init__(
@@ -72,6 +80,7 @@ class RttController:
         self.window_min: float | None = None
         self.window_max: float | None = None
         self._window_end = float("-inf")
+        self._rest_until = float("-inf")
         self.samples = 0
         self.increases = 0
         self.decreases = 0
@@ -87,16 +96,19 @@ class RttController:
         if now >= self._window_end:
             self.window_min = self.window_max = self.srtt
             self._window_end = now + self.interval
-        if rtt < self.window_min or rtt < self.rtt_min:
-            new = min(self.max_requests, self.limit + self.increase)
-            if new > self.limit:
-                self.increases += 1
-            self.limit = new
-        elif rtt > self.window_max or rtt > self.rtt_max:
-            new = max(self.min_requests, self.limit - self.decrease)
-            if new < self.limit:
-                self.decreases += 1
-            self.limit = new
+        if now >= self._rest_until:
+            if rtt < self.window_min or rtt < self.rtt_min:
+                new = min(self.max_requests, self.limit + self.increase)
+                if new > self.limit:
+                    self.increases += 1
+                    self.limit = new
+                    self._rest_until = now + self.srtt
+            elif rtt > self.window_max or rtt > self.rtt_max:
+                new = max(self.min_requests, self.limit - self.decrease)
+                if new < self.limit:
+                    self.decreases += 1
+                    self.limit = new
+                    self._rest_until = now + self.srtt
         s = (1.0 - self.alpha) * self.srtt + self.alpha * rtt
         self.srtt = s
         if s < self.window_min:

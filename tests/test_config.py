@@ -97,6 +97,7 @@ NON_DEFAULTS = {
     "depth_by_site": True,
     "no_external_links": True,
     "wait_duration": 0.2,
+    "wait_jitter": 0.0,
     "proxy": ("cache.example", 3128),
     "bond_width": 123456,
     "limit_time": 90.5,
@@ -438,3 +439,13 @@ def test_flow_control_keys_are_checked_with_their_line():
     assert "rttMin" in str(err.value)
     config = parse_config_text("startUrl http://a.test/\nflowControl false\nrttAlpha 1\n")
     assert config.flow_control is False and config.rtt_alpha == 1.0
+
+
+def test_wait_jitter_is_a_fraction_from_zero_to_one():
+    assert parse_config_text("startUrl http://a.test/\n").wait_jitter == 0.05
+    assert parse_config_text("startUrl http://a.test/\nwaitJitter 0\n").wait_jitter == 0.0
+    with pytest.raises(ConfigError) as err:
+        parse_config_text("startUrl http://a.test/\nwaitJitter 1.5\n", "f.conf")
+    assert "f.conf:2: waitJitter" in str(err.value) and "[0, 1]" in str(err.value)
+    with pytest.raises(ConfigError):
+        parse_config_text("startUrl http://a.test/\nwaitJitter -0.1\n")

@@ -135,8 +135,10 @@ def test_robots_first_then_pages_and_politeness_per_host(tmp_path):
     assert sorted(sim.fetched) == sorted(f"http://a.test/{i}" for i in range(5))
     times = [t for t, _, _, _ in sim.starts]
     assert all(b - a >= 1.0 - 1e-9 for a, b in zip(times, times[1:]))
-    # jitter is at most 10 % of the delay
-    assert all(b - a <= 1.1 + sim.latency + 1e-9 for a, b in zip(times, times[1:]))
+    # the jitter is at most 5 % of the delay by default, and it does vary
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert all(g <= 1.05 + sim.latency + 1e-9 for g in gaps)
+    assert len({round(g, 6) for g in gaps}) > 1
     assert f.idle() and f.conservation()[0] == f.conservation()[1] == 5
 
 

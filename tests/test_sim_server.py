@@ -325,6 +325,8 @@ async def test_load_model_with_a_capacity_shares_the_server_time():
         # within the capacity: the base time; beyond it: base * in_flight / capacity
         assert 0.1 - 0.01 <= await timed(2) < 0.25
         assert 0.1 * 6 / 2 - 0.01 <= await timed(6) < 0.6
+        # the server's own record of the answer times it gave
+        assert sorted(sim.server.load_delays) == pytest.approx(sorted([0.1, 0.1] + [0.1 * max(1, k / 2) for k in range(1, 7)]))
 
 
 # -- DNS ---------------------------------------------------------------------------

@@ -20,7 +20,7 @@ def test_increases_while_fast():
 
 def test_decreases_while_slow_and_respects_floor():
     c = RttController(rtt_min=0.01, rtt_max=0.5, min_requests=3, max_requests=50, start=40, decrease=2)
-    feed(c, [1.0] * 40)
+    feed(c, [1.0] * 40, step=1.1)  # one answer per round trip
     assert c.limit == 3
     assert c.decreases == (40 - 3 + 1) // 2
 
@@ -36,17 +36,32 @@ def test_bounds_are_kept():
 
 
 def test_window_min_max_follow_the_estimate_and_reset_each_interval():
-    c = RttController(alpha=0.5, interval=1.0, rtt_min=0.0, rtt_max=100.0, start=10, max_requests=100)
+    c = RttController(alpha=0.5, interval=2.0, rtt_min=0.0, rtt_max=100.0, start=10, max_requests=100)
     c.observe(1.0, 0.0)  # S = 1
-    c.observe(3.0, 0.1)  # above max (1): decrease; S = 2, max = 2
+    c.observe(3.0, 0.1)  # above max (1): decrease; S = 2, max = 2; rest until 0.1 + 1
     assert c.limit == 8 and c.srtt == 2.0 and c.window_max == 2.0 and c.window_min == 1.0
-    c.observe(1.5, 0.2)  # between min and max: no change; S = 1.75
+    c.observe(1.5, 1.2)  # between min and max: no change; S = 1.75
     assert c.limit == 8
     # a new interval: min = max = S (1.75); R = 1.7 is below it: increase
-    c.observe(1.7, 1.5)
+    c.observe(1.7, 2.5)
     assert c.limit == 9
     assert c.window_min == pytest.approx(1.725)
     assert c.window_max == pytest.approx(1.75)
+
+
+def test_steps_at_most_once_per_round_trip():
+    """A burst of answers inside one round trip moves the cap once, not per answer."""
+    c = RttController(alpha=0.1, rtt_min=0.5, rtt_max=5.0, max_requests=100, start=10)
+    c.observe(0.2, 0.0)  # seeds S = 0.2
+    feed(c, [0.1] * 20, start=0.01, step=0.005)  # 20 fast answers within 0.1 s < S
+    assert c.limit == 11 and c.increases == 1
+    assert c.srtt < 0.2 and c.samples == 21  # the estimator followed every one
+    c.observe(0.1, 0.3)  # a round trip (S was 0.2 at the step) later: the next step
+    assert c.limit == 12
+    # the same for decreases
+    c.observe(9.0, 1.0)
+    c.observe(9.0, 1.01)
+    assert c.limit == 10 and c.decreases == 1
 
 
 def test_converges_on_a_load_model():

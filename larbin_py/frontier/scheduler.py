@@ -26,7 +26,8 @@ The data path (Larbin's, with its one failure mode removed)::
   robots.txt; no page request starts until the rules are known.
 * **Politeness**: two request starts to one host name are at least
   ``max(wait_duration, crawl-delay)`` apart, two to one IP at least
-  ``wait_duration`` apart (each stretched by a random jitter of up to 10 %), and
+  ``wait_duration`` apart (each stretched by a random jitter of up to ``jitter``,
+  a fraction: waitJitter, 5 % by default), and
   at most ``conn_per_ip`` requests run to one IP.
 * **Retries**: a URL whose DNS, connection or server failed goes back to the
   tail of its site's FIFO with one retry fewer, and is forgotten with its
@@ -137,7 +138,7 @@ class Frontier:
         obey_robots: bool = True,
         dns_retry_base: float = 2.0,
         robots_retry_base: float = 1.0,
-        jitter: float = 0.1,
+        jitter: float = 0.05,
         rng: random.Random | None = None,
         on_forget: Callable[[UrlRecord, str], None] | None = None,
         segment_bytes: int = 64 * 1024 * 1024,

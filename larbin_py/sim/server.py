@@ -25,7 +25,9 @@ What is served:
   answer.  A key of ``load`` may also be a server IP: then the requests in
   flight to all the hosts on that IP count.  ``peak_in_flight[host]`` and
   ``peak_in_flight_ip[ip]`` record the most concurrent requests each host
-  and each IP ever had (loaded or not).
+  and each IP ever had (loaded or not); ``load_delays`` lists the answer
+  time the load model gave each request to a loaded host, in order: the
+  server's own view of how loaded it was.
 
 Every request and connection is recorded in a
 :class:`~larbin_py.sim.log.RequestLog`.
@@ -80,6 +82,7 @@ class SimServer:
         self.peak_in_flight: dict[str, int] = {}
         self.in_flight_ip: dict[str, int] = {}  # the same, per server IP
         self.peak_in_flight_ip: dict[str, int] = {}
+        self.load_delays: list[float] = []
         self._servers: list[asyncio.AbstractServer] = []
         self._conns: set["_HTTPConn"] = set()
         self._cache: dict[tuple, tuple[bytes, bytes]] = {}
@@ -305,9 +308,11 @@ class _HTTPConn(asyncio.Protocol):
                 inflight = on_ip
         if load is not None:
             if len(load) > 2:
-                delay += load[0] * max(1.0, inflight / load[2]) + load[1] * inflight
+                extra = load[0] * max(1.0, inflight / load[2]) + load[1] * inflight
             else:
-                delay += load[0] + load[1] * inflight
+                extra = load[0] + load[1] * inflight
+            srv.load_delays.append(extra)
+            delay += extra
         applied = "+".join(decision.applied) if decision is not None else ""
         if fault is not None:
             kind = fault.kind
