@@ -43,7 +43,8 @@ class SimProcess:
             pickle.dump(self.config, f)
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, os.path.join(HERE, "simproc.py"), self._path,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            limit=1 << 28)  # the last line lists every answer time
         line = await asyncio.wait_for(self.proc.stdout.readline(), 120)
         if not line:
             await self.proc.wait()

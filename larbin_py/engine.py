@@ -429,7 +429,10 @@ class Engine:
             res = await self._fetcher.fetch(url, ip, port)
             self._count_bytes(res)
             if not hop:
-                fr.sent_late(req, res.sent_at)
+                # a robots.txt request loads the server like a page: it feeds
+                # the flow controllers too (a new crawl's first answers are
+                # all robots.txt; the cap must not sit at its floor meanwhile)
+                self._observe(req, res, self._now())
             status = res.status if (res.error is None or res.error == "tooBig") else None
             decision = robots_mod.robots_decision(status)
             if decision is robots_mod.RobotsDecision.PARSE:

@@ -81,3 +81,8 @@ async def test_flow_control_settles_near_the_servers_capacity(tmp_path):
     assert capacity / 2 <= flow_load <= 2 * capacity, (flow_load, capacity)
     assert engine.flow.decreases > 0 and engine.flow.increases > 0
     assert min(caps) >= 2 and max(caps) <= 100
+    # every answer fed the controller, robots.txt ones included: the cap rose
+    # during the robots.txt phase that opens the crawl
+    assert engine.flow.samples == engine.requests
+    robots_phase = caps[: len(caps) // 10]
+    assert max(robots_phase) > 2 * min(robots_phase)
