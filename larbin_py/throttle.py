@@ -20,7 +20,7 @@ Two controllers, both fed with the round-trip time ``R`` of every response
     A step shows in ``R`` only one round trip later, through the requests it
     let start; stepping on every answer in between acts on the same stale
     news dozens of times, and the cap swings from one bound to the other
-    (seen on the load-model benchmark: 2 to 44 and back every few seconds).
+    (in a model of bench/flow_control.py: 2 to 44 and back every few seconds).
     This is TCP's rule of one window change per round trip.
 
 :class:`ServerPace` — per-server frequency control.
