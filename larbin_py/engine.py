@@ -15,8 +15,10 @@ Outcomes of a page request (issue "The crawl engine"):
 * 3xx with a Location: the target goes through all the rules (keeping the
   depth); the original URL is forgotten as ``err30X``.
 * 404/410 and other 4xx: ``err40X``.
-* 5xx and 429: retried after Retry-After (capped) or a backoff, forgotten as
-  ``err50X`` when retries run out.
+* 429, 500, 502, 503, 504 (a server busy or failing for now): retried after
+  Retry-After (capped) or a backoff, forgotten as ``err50X`` when retries
+  run out.  Any other 5xx (501 Not Implemented, 505, ...) says the request
+  itself will not work: ``err50X`` at once.
 * DNS failure, connection refused or reset, timeout: back to the tail of the
   site's queue with one retry fewer; forgotten as ``noDNS``, ``noConnection``,
   ``timeout`` (``reset``) when none are left.
@@ -51,6 +53,8 @@ from .url import fingerprint, normalize
 __all__ = ["Engine", "Summary", "StateDirInUse", "StateError", "crawl_main", "HTML_TYPES"]
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+#: Answers retried after a wait: the server is busy or failing for now.
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 #: Longest Retry-After honoured, seconds.
 MAX_RETRY_AFTER = 600.0
 #: How long in-flight requests may finish after a stop was asked, seconds.
@@ -516,7 +520,7 @@ class Engine:
                 target = normalize(res.location, req.url, max_length=self.config.max_url_size)
                 if target is not None:
                     self._add_links((target,), req.url, rec.depth, redirect=True)
-        elif status == 429 or status >= 500:
+        elif status in RETRY_STATUSES:
             reason = "err50X"  # 429 too: a server that asks to slow down
             if res.retry_after is not None:
                 delay = min(res.retry_after, MAX_RETRY_AFTER)
@@ -524,6 +528,9 @@ class Engine:
                 delay = max(self.config.wait_duration, 1.0) * (2 ** max(0, self.config.retries - rec.retries))
             retried = fr.retry(req, reason, now, delay)
             self._log(req, res, f"retry {reason}" if retried else reason)
+        elif status >= 500:
+            fr.forget(req, "err50X", now)
+            self._log(req, res, "err50X")
         else:
             fr.forget(req, "err40X", now)
             self._log(req, res, "err40X")

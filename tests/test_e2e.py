@@ -279,3 +279,30 @@ async def test_outputs_hold_the_exact_bodies_and_hostile_urls_stay_inside(tmp_pa
             assert bodies == truth.saved
             assert requests == set(truth.saved)
         check_conservation(engine, summary)
+
+
+@pytest.mark.parametrize("status, requests, retried", [
+    (503, 1 + 1 + 2, True),   # robots.txt, then the page and its 2 retries
+    (502, 1 + 1 + 2, True),
+    (501, 1 + 1, False),      # Not Implemented: asking again cannot help
+    (505, 1 + 1, False),
+])
+async def test_which_5xx_answers_are_retried(tmp_path, status, requests, retried):
+    from test_http import Server
+
+    async def handler(reader, writer, head):
+        if head.startswith(b"GET /robots.txt"):
+            writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+        else:
+            writer.write(b"HTTP/1.1 %d Nope\r\nContent-Length: 0\r\nRetry-After: 0\r\n\r\n" % status)
+        await writer.drain()
+
+    async with Server(handler) as srv:
+        config = parse_config_text("", require_start_urls=False).replace(
+            start_urls=(f"http://127.0.0.1:{srv.port}/page",), save_dir=str(tmp_path / "save"),
+            state_dir=str(tmp_path / "state"), http_port=0, output_mode="stats", wait_duration=0.0,
+            retries=2, timeout_page=5.0)
+        engine, summary = await crawl(config)
+    assert len(srv.heads) == requests
+    assert summary.forgotten == {"err50X": 1}
+    assert (engine.frontier.retried["err50X"] == 2) is retried
