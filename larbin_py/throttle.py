@@ -97,18 +97,18 @@ class RttController:
             self.window_min = self.window_max = self.srtt
             self._window_end = now + self.interval
         if now >= self._rest_until:
+            new = self.limit
             if rtt < self.window_min or rtt < self.rtt_min:
                 new = min(self.max_requests, self.limit + self.increase)
-                if new > self.limit:
-                    self.increases += 1
-                    self.limit = new
-                    self._rest_until = now + self.srtt
             elif rtt > self.window_max or rtt > self.rtt_max:
                 new = max(self.min_requests, self.limit - self.decrease)
-                if new < self.limit:
+            if new != self.limit:
+                if new > self.limit:
+                    self.increases += 1
+                else:
                     self.decreases += 1
-                    self.limit = new
-                    self._rest_until = now + self.srtt
+                self.limit = new
+                self._rest_until = now + self.srtt
         s = (1.0 - self.alpha) * self.srtt + self.alpha * rtt
         self.srtt = s
         if s < self.window_min:
