@@ -157,9 +157,14 @@ async def test_transient_faults_of_every_kind_are_retried(tmp_path):
         expected_fetch = {u for u in truth.must_request if u not in truth.expected_reason}
         got = covered_urls(sim)
         missed = expected_fetch - got
-        assert len(got & expected_fetch) >= 0.999 * len(expected_fetch), sorted(missed)[:10]
+        # A URL is lost only when every attempt failed: ~11 % of requests
+        # are faulted, so 1 + 3 retries all failing is ~0.02 % per URL, more
+        # as DNS failures cost retries too: about one run in ten loses one of
+        # these ~500 URLs, forgotten with the reason of its last failure.
+        assert len(got & expected_fetch) >= 0.99 * len(expected_fetch), sorted(missed)[:10]
         for url in missed:
             assert url in misses, f"{url} missed without a reason"
+            assert misses[url] in {"noConnection", "timeout", "reset", "err50X", "noDNS"}, (url, misses[url])
         check_conservation(engine, summary)
         check_politeness(sim, config.wait_duration)
 

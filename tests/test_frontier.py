@@ -14,6 +14,7 @@ from collections import defaultdict
 import pytest
 
 from larbin_py import robots
+from larbin_py.frontier import scheduler as frontier_mod
 from larbin_py.frontier.scheduler import PAGE, ROBOTS, Frontier, site_key
 
 
@@ -200,6 +201,103 @@ def test_full_site_fifo_parks_urls_and_loses_none(tmp_path):
     # RAM: store windows (<= ram_urls) + site FIFOs (<= ram_urls) + in flight
     assert sim.max_mem <= 2 * 50 + 50
     assert f.wait.pushed > 0  # the wait store really was used
+
+
+def check_parking(f):
+    """The wait store holds exactly the records the sites count as parked."""
+    assert sum(site.overflow for site in f.sites.values()) == len(f.wait)
+    assert f._parked_sites == sum(1 for site in f.sites.values() if site.overflow > 0)
+    assert all(site.overflow > 0 for site in f._wanting)
+
+
+class LinkSim(Sim):
+    """A Sim whose fetched pages link to further pages (a growing frontier)."""
+
+    def __init__(self, f, *, links, **kw):
+        super().__init__(f, **kw)
+        self.links = links  # url -> list of urls it links to
+        self.pushed = set()
+
+    def pump(self):
+        super().pump()
+        check_parking(self.f)
+
+    def answer(self, req):
+        before = len(self.fetched)
+        super().answer(req)
+        if len(self.fetched) > before:
+            for link in self.links.get(req.url, ()):
+                if link not in self.pushed:
+                    self.pushed.add(link)
+                    self.f.push(link, 3, 2)
+
+
+def linked_web(rng, sites, pages, out_links):
+    urls = {s: [f"http://w{s}.test/{p}" for p in range(pages)] for s in range(sites)}
+    links = {}
+    for s, own in urls.items():
+        for u in own:
+            links[u] = rng.sample(own, min(out_links, pages)) + [rng.choice(urls[rng.randrange(sites)])]
+    return urls, links
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_refills_keep_the_parked_counts_exact_and_lose_nothing(tmp_path, seed):
+    rng = random.Random(seed)
+    bound = rng.choice([1, 2, 3, 5, 8])
+    sites = rng.choice([3, 12, 40])
+    urls, links = linked_web(rng, sites, rng.choice([5, 20, 60]), rng.choice([2, 6, 15]))
+    f = make(tmp_path, ram_urls=rng.choice([8, 30, 200]), max_urls_by_site=bound, wait_duration=0.01,
+             rng=rng, max_requests=rng.choice([2, 10, 50]))
+    sim = LinkSim(f, links=links, ips={f"w{s}.test": f"10.0.7.{s % 5}" for s in range(sites)},
+                  latency=0.003, page_outcome=lambda req, n: rng.choice(["ok", "ok", "ok", "timeout"]))
+    for s in range(sites):
+        sim.pushed.add(urls[s][0])
+        f.push(urls[s][0], 3, 2)
+    sim.run()
+    assert f.idle()
+    taken, accounted = f.conservation()
+    assert taken == accounted == len(sim.pushed)
+    assert len(f.wait) == 0 and not f._wanting and f._parked_sites == 0
+
+
+def test_refills_rotate_the_wait_store_in_batches(tmp_path):
+    # 100 full sites, each with far more URLs than its bound: Larbin's rotation
+    # popped about one record per full site for every page fetched.
+    rng = random.Random(5)
+    f = make(tmp_path, ram_urls=5000, max_urls_by_site=10, wait_duration=0.0, max_requests=20)
+    hosts = {f"b{i}.test": f"10.0.8.{i}" for i in range(100)}
+    urls = [f"http://{h}/{n}" for n in range(60) for h in hosts]
+    rng.shuffle(urls)
+    for url in urls:
+        f.push(url, 3, 2)
+
+    class Varied(Sim):  # servers answer in 5 to 15 ms
+        latency = property(lambda self: rng.uniform(0.005, 0.015), lambda self, value: None)
+
+    sim = Varied(f, ips=hosts)
+    sim.run()
+    assert len(sim.fetched) == 6000
+    assert len(f.wait) == 0 and f.wait.pushed > 4000  # the sites really overflowed
+    print("wait-store pops per page:", f.wait.popped / len(sim.fetched))
+    assert f.wait.popped / len(sim.fetched) < 2 * frontier_mod.REFILL_SHARE
+
+
+def test_a_site_that_runs_dry_is_refilled_at_once(tmp_path):
+    # One fast site among 40 slow parked ones (crawl-delay 30 s): the batch
+    # share is never reached, yet the fast site must not stall waiting for it.
+    f = make(tmp_path, ram_urls=5000, max_urls_by_site=4, wait_duration=0.0)
+    hosts = {"fast.test": "10.0.9.1", **{f"slow{i}.test": f"10.0.9.{i + 2}" for i in range(40)}}
+    for n in range(40):
+        for h in hosts:
+            f.push(f"http://{h}/{n}", 3, 2)
+    slow = "User-agent: *\nCrawl-delay: 30\n"
+    sim = Sim(f, ips=hosts, latency=0.01, robots_body={h: slow for h in hosts if h.startswith("slow")})
+    sim.run(until=60.0)
+    fast = [t for t, kind, h, _i in sim.starts if kind == PAGE and h == "fast.test"]
+    assert len(fast) == 40
+    # one request after the other, each as soon as the last answered
+    assert max(b - a for a, b in zip(fast, fast[1:])) <= 0.01 + 1e-9
 
 
 def test_retries_then_forgotten_with_reason(tmp_path):

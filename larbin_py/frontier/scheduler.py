@@ -22,6 +22,16 @@ The data path (Larbin's, with its one failure mode removed)::
   (``max_urls_by_site``, in-flight URLs included) is appended to the *wait
   store* (Larbin's ``URLsDiskWait``) and comes back when that site has room.
   Nothing is ever dropped for lack of room.
+* **Refills in batches**: the wait store mixes every full site's URLs, so
+  finding one site's next URL means rotating past the others (a miss is
+  popped and appended again).  Larbin rotated for every freed slot: with a
+  few hundred full sites that is dozens of misses per page fetched.  Here a
+  site *wants* a refill only once it has drained to half its bound
+  (``refill_block`` free slots), and the rotation starts only when at least
+  one in :data:`REFILL_SHARE` of the sites with parked URLs wants one, or
+  when a wanting site has nothing left to send.  One rotation then fills
+  many sites, and stops as soon as none wants more or a whole turn of the
+  store found nothing that fits.
 * **Robots first**: the first request to a site whose rules are unknown is its
   robots.txt; no page request starts until the rules are known.
 * **Politeness**: two request starts to one host name are at least
@@ -58,6 +68,11 @@ ROBOTS = "robots"
 
 #: Largest robots.txt crawl-delay honoured, seconds (a larger one is clamped).
 MAX_CRAWL_DELAY = 120.0
+
+#: A rotation of the wait store starts once one in this many sites with
+#: parked URLs wants a refill (or a wanting site has nothing left to send):
+#: a rotation then pops about this many records per record placed.
+REFILL_SHARE = 4
 
 
 def site_key(url: str) -> tuple[str, str, str, int] | None:
@@ -189,7 +204,11 @@ class Frontier:
         self.in_flight = 0  # page records taken and not finished
         self.requests = 0  # requests running (robots.txt included)
         self._running: dict[int, Request] = {}  # id -> running request
-        self._wait_credit = 0
+        # Refills from the wait store (see "Refills in batches" above).
+        self.refill_block = max(1, max_urls_by_site // 2)
+        self._parked_sites = 0  # sites with overflow > 0
+        self._wanting: set[NamedSite] = set()  # parked sites drained to refill_block
+        self._rotating = False
         self._wait_misses = 0
         # Counters for conservation and stats.
         self.taken = 0
@@ -226,7 +245,7 @@ class Frontier:
             elif self._wait_replay > 0 and len(self.wait):
                 rec, from_wait = self.wait.pop(), False
                 self._wait_replay -= 1
-            elif self._wait_credit > 0 and len(self.wait):
+            elif self._rotating and len(self.wait):
                 rec, from_wait = self.wait.pop(), True
             elif len(self.main):
                 rec, from_wait = self.main.pop(), False
@@ -238,15 +257,29 @@ class Frontier:
             if self._place(rec, now, from_wait):
                 placed += 1
                 if from_wait:
-                    self._wait_credit -= 1
                     self._wait_misses = 0
+                    if not self._wanting:
+                        self._rotating = False
             elif from_wait:
                 self._wait_misses += 1
                 if self._wait_misses >= len(self.wait):
-                    # A whole cycle found nothing that fits: stop until more room.
-                    self._wait_credit = 0
-                    self._wait_misses = 0
+                    self._end_rotation()
+        if self._rotating and not len(self.wait):
+            self._end_rotation()
         return placed
+
+    def _end_rotation(self) -> None:
+        """A whole turn of the wait store found nothing for the wanting sites.
+
+        So none of them has a record parked (their counts were off: records
+        lost to a damaged store): they stop wanting.
+        """
+        for site in self._wanting:
+            self._parked_sites -= 1
+            site.overflow = 0
+        self._wanting.clear()
+        self._rotating = False
+        self._wait_misses = 0
 
     def _site_for(self, url: str) -> NamedSite | None:
         parsed = site_key(url)
@@ -266,12 +299,21 @@ class Frontier:
         if site.room(self.max_urls_by_site):
             site.fifo.append(rec)
             self.in_sites += 1
-            if from_wait:
-                site.overflow -= 1
+            if site.overflow > 0:
+                if from_wait:
+                    site.overflow -= 1
+                    if site.overflow == 0:
+                        self._parked_sites -= 1
+                        self._wanting.discard(site)
+                # A full site wants nothing (whichever store filled it).
+                if not site.room(self.max_urls_by_site):
+                    self._wanting.discard(site)
             self._on_work(site, now)
             return True
         if not from_wait:
             site.overflow += 1
+            if site.overflow == 1:
+                self._parked_sites += 1
         self.wait.push(rec)
         return False
 
@@ -285,8 +327,18 @@ class Frontier:
 
     def _freed(self, site: NamedSite) -> None:
         """A slot of ``site`` became free: parked URLs of it may come back."""
-        if site.overflow > 0:
-            self._wait_credit += 1
+        if site.overflow <= 0:
+            return
+        wanting = self._wanting
+        if site not in wanting:
+            if len(site.fifo) + site.in_flight > self.max_urls_by_site - self.refill_block:
+                return
+            wanting.add(site)
+            # A turn counts from here: earlier misses may be this site's.
+            self._wait_misses = 0
+        if not self._rotating and (len(wanting) * REFILL_SHARE >= self._parked_sites or not site.fifo):
+            self._rotating = True
+            self._wait_misses = 0
 
     # ------------------------------------------------------------------
     # DNS
