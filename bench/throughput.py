@@ -64,7 +64,8 @@ def run_child(args: list[str], cwd: str) -> dict:
     wall = time.monotonic() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
     err.seek(0)
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024,
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "user_s": usage.ru_utime,
+            "sys_s": usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024,
             "code": proc.returncode, "stderr": err.read()}
 
 
@@ -165,14 +166,15 @@ async def main_async(args) -> None:
             nginx.wait()
     figures, rows = {}, []
     for label, key in settings:
-        f = {name: median([r[name] for r in runs[key]]) for name in ("pages", "wall_s", "cpu_s", "peak_rss_mb")}
+        f = {name: median([r[name] for r in runs[key]]) for name in ("pages", "wall_s", "cpu_s", "user_s", "sys_s", "peak_rss_mb")}
         f["pages_s"] = f["pages"] / f["wall_s"]
         f["pages_per_cpu_s"] = f["pages"] / f["cpu_s"]
         figures[key] = f
-        rows.append([label, int(f["pages"]), f["wall_s"], f["cpu_s"], f["pages_s"], f["pages_per_cpu_s"],
-                     f["peak_rss_mb"]])
+        rows.append([label, int(f["pages"]), f["wall_s"], f["cpu_s"], f["user_s"], f["sys_s"], f["pages_s"],
+                     f["pages_per_cpu_s"], f["peak_rss_mb"]])
     print(table(f"throughput: {args.hosts} hosts x {args.pages} pages on nginx ({args.rounds} rounds, medians)",
-                ["crawler", "pages", "wall s", "CPU s", "pages/s", "pages/CPU-s", "peak RSS MB"], rows))
+                ["crawler", "pages", "wall s", "CPU s", "user s", "sys s", "pages/s", "pages/CPU-s",
+                 "peak RSS MB"], rows))
     ratios = {}
     if "scrapy" in figures:
         ratios = {"pages_s": figures["larbin"]["pages_s"] / figures["scrapy"]["pages_s"],

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
-from .url import DEFAULT_MAX_LENGTH, normalize
+from .url import DEFAULT_MAX_LENGTH, normalize, normalize_links
 
 __all__ = ["Page", "extract", "detect_charset", "is_html"]
 
@@ -278,17 +278,7 @@ def _walk(root, page: Page, url: str, get_images: bool, max_url_size: int, extra
         page.canonical = normalize(page.canonical[1], base, max_length=max_url_size)
     if page.refresh is not None:
         page.refresh = normalize(page.refresh, base, max_length=max_url_size)
-    raw_seen: set[str] = set()
-    found: set[str] = set()
-    links = page.links
-    for raw in raw_links:
-        if raw in raw_seen:
-            continue
-        raw_seen.add(raw)
-        link = normalize(raw, base, max_length=max_url_size)
-        if link is not None and link not in found:
-            found.add(link)
-            links.append(link)
+    page.links = normalize_links(raw_links, base, max_length=max_url_size)
     title = root.find(".//title")
     if title is not None and title.text:
         page.title = title.text.strip()[:500]

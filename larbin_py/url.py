@@ -36,7 +36,7 @@ import hashlib
 import ipaddress
 import re
 
-__all__ = ["normalize", "fingerprint", "split", "DEFAULT_MAX_LENGTH"]
+__all__ = ["normalize", "normalize_links", "fingerprint", "split", "DEFAULT_MAX_LENGTH"]
 
 DEFAULT_MAX_LENGTH = 2048
 _DEFAULT_PORT = {"http": 80, "https": 443}
@@ -426,31 +426,53 @@ def _parse(text: str, base: _Url | None) -> _Url | None:
 _BASES: dict[str, _Url | None] = {}
 
 # -- the fast path --------------------------------------------------------------
-# Most links are already clean: an absolute http(s) URL with a lower-case
-# host, or a relative path, made only of characters that need no encoding,
-# without escapes, dot segments or backslashes.  Those are resolved by string
+# Most links are already clean: an absolute or scheme-relative http(s) URL,
+# or a relative path or query, made only of characters that need no encoding
+# and well-formed escapes, without backslashes or encoded dots.  One match
+# of _LINK classifies such a link and _fast_resolve finishes it by string
 # operations; anything else takes the full parser above (the tests check
 # both give the same answer).
 _PCHARS = r"A-Za-z0-9\-._~!$&()*+,;=:@"
-_FAST_ABS = re.compile(
-    r"(https?)://([a-z0-9](?:[a-z0-9.\-]*[a-z0-9])?)(?::([1-9][0-9]{0,4}))?"
-    rf"(/[{_PCHARS}/%]*)?(\?[{_PCHARS}/?%]*)?\Z", re.I)
-_FAST_REL = re.compile(rf"([{_PCHARS}/%]*)(\?[{_PCHARS}/?%]*)?\Z")
-_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
-_DOTTED_QUAD = re.compile(r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}"
-                          r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\Z")
-# base string -> (origin "scheme://host[:port]", directory path "/dir/")
-_FAST_BASES: dict[str, tuple[str, str] | None] = {}
+_ESC_TAIL = "(?:%[0-9A-Fa-f]{2}[" + _PCHARS + "/]*)*"
+_LINK = re.compile(
+    # groups: 1 scheme, 2 host, 3 port, 4 path (absolute or "//" forms)
+    r"(?:(?:(https?):)?//([a-z0-9](?:[a-z0-9.\-]*[a-z0-9])?)(?::([1-9][0-9]{0,4}))?"
+    rf"(/[{_PCHARS}/]*{_ESC_TAIL})?"
+    # or 5: a relative path (maybe empty)
+    rf"|([{_PCHARS}/]*{_ESC_TAIL}))"
+    # 6: the query; a fragment is dropped
+    rf"(\?[{_PCHARS}/?]*(?:%[0-9A-Fa-f]{{2}}[{_PCHARS}/?]*)*)?(?:#.*)?\Z", re.I | re.S)
+# A host the fast path cannot judge by its look (IDNA, numbers) -> canonical?
+_HOSTS_OK: dict[str, bool] = {}
+# base string -> (origin "scheme://[user@]host[:port]", directory "/dir/",
+#                 scheme, path "/dir/leaf", query "?q" or ""), or None
+_FAST_BASES: dict[str, tuple[str, str, str, str, str] | None] = {}
 
 
-def _fast_host_ok(host: str) -> bool:
-    last = host.rsplit(".", 1)[-1]
-    if last.isdigit() or last.startswith("0x"):
-        return _DOTTED_QUAD.match(host) is not None
-    return "xn--" not in host and ".." not in host
+def _host_ok(host: str) -> bool:
+    """True when a lower-case host of letters, digits, dots and dashes is canonical.
+
+    Most are by their look; one that ends in a digit, holds ``0x``, ``xn--``
+    or ``..`` is asked of the parser (IDNA, IPv4 forms).  Answers are cached.
+    """
+    ok = _HOSTS_OK.get(host)
+    if ok is None:
+        if host[-1].isdigit() or "0x" in host or "xn--" in host or ".." in host:
+            try:
+                url = _parse_absolute("//" + host + "/", "http")
+            except (_Failure, ValueError, UnicodeError):
+                url = None
+            ok = url is not None and url.host == host
+        else:
+            ok = True
+        if len(_HOSTS_OK) >= 4096:
+            _HOSTS_OK.clear()
+        _HOSTS_OK[host] = ok
+    return ok
 
 
-def _fast_base(base: str) -> tuple[str, str] | None:
+def _fast_base(base: str):
+    """What relative links need of ``base`` (cached), or None when it is unusable."""
     info = _FAST_BASES.get(base, False)
     if info is False:
         url = _base(base)
@@ -459,7 +481,9 @@ def _fast_base(base: str) -> tuple[str, str] | None:
         else:
             origin = url.scheme + "://" + (url.userinfo + "@" if url.userinfo else "") + url.host + (
                 ":%d" % url.port if url.port is not None else "")
-            info = (origin, "/" + "".join(_canon_escapes(seg) + "/" for seg in url.path[:-1]))
+            segments = [_canon_escapes(seg) for seg in url.path]
+            info = (origin, "/" + "".join(seg + "/" for seg in segments[:-1]), url.scheme,
+                    "/" + "/".join(segments), "?" + url.query if url.query is not None else "")
         if len(_FAST_BASES) >= 256:
             _FAST_BASES.clear()
         _FAST_BASES[base] = info
@@ -497,24 +521,21 @@ def _fast_path(path: str) -> str | None:
     return path
 
 
-def _fast(text: str, base: str | None) -> str | None:
-    """The normalized URL by string operations, or None to use the parser.
+def _fast_resolve(m: re.Match, info) -> str | None:
+    """The normalized URL of a :data:`_LINK` match, or None to use the parser.
 
-    Most links are already clean: an absolute http(s) URL or a relative
-    reference made only of characters that need no encoding (escapes
-    allowed), without backslashes, encoded dots, userinfo or odd hosts.
-    Those are resolved by string operations; anything else takes the full
-    parser (the tests check both agree).
+    ``info`` is :func:`_fast_base` of the base URL (None: no usable base).
     """
-    if "#" in text:
-        text = text.split("#", 1)[0]
-    if "%" in text and _BAD_ESCAPE.search(text):
-        return None  # a lone '%': the parser encodes it
-    m = _FAST_ABS.match(text)
-    if m is not None:
-        scheme, host, port, path, query = m.groups()
-        scheme, host = scheme.lower(), host.lower()
-        if not _fast_host_ok(host):
+    scheme, host, port, path, rel, query = m.groups()
+    if host is not None:  # "scheme://host..." or "//host..."
+        if scheme is not None:
+            scheme = scheme.lower()
+        elif info is not None:
+            scheme = info[2]
+        else:
+            return None
+        host = host.lower()
+        if not _host_ok(host):
             return None
         if port is not None:
             n = int(port)
@@ -527,28 +548,31 @@ def _fast(text: str, base: str | None) -> str | None:
         if path is None:
             return None
         return scheme + "://" + host + port + path + (query or "")
-    if base is None or not text or text[:2] == "//":
-        return None
-    c = text[0]
-    if c == "?":
-        return None  # keeps the base's path: rare enough for the parser
-    if c != "/":
-        head = text.split("/", 1)[0].split("?", 1)[0]
-        if ":" in head:
-            return None  # a scheme (or something the parser must judge)
-    m = _FAST_REL.match(text)
-    if m is None:
-        return None
-    info = _fast_base(base)
     if info is None:
         return None
-    origin, directory = info
-    path, query = m.groups()
-    path = path if c == "/" else directory + path
-    path = _fast_path(path)
-    if path is None:
+    if not rel:  # "", "?query", "#fragment": the base's own path
+        return info[0] + info[3] + (query if query is not None else info[4])
+    if rel[0] == "/":
+        if rel[1:2] == "/":
+            return None  # "//" and a host the pattern refused
+        path = rel
+    elif ":" in rel and ":" in rel.split("/", 1)[0]:
+        return None  # a scheme, or something the parser must judge
+    else:
+        path = info[1] + rel
+    if "%" in path or "/." in path:
+        path = _fast_path(path)
+        if path is None:
+            return None
+    return info[0] + path + (query or "")
+
+
+def _fast(text: str, base: str | None) -> str | None:
+    """The normalized URL of stripped ``text`` by string operations, or None."""
+    m = _LINK.match(text)
+    if m is None:
         return None
-    return origin + path + (query or "")
+    return _fast_resolve(m, _fast_base(base) if base is not None else None)
 
 
 def _base(base: str) -> _Url | None:
@@ -587,6 +611,40 @@ def normalize(href: str, base: str | None = None, *, max_length: int = DEFAULT_M
         return None
     if len(out) > max_length:
         return None
+    return out
+
+
+def normalize_links(hrefs, base: str, *, max_length: int = DEFAULT_MAX_LENGTH) -> list[str]:
+    """The distinct normalized links of ``hrefs`` (in order) resolved against ``base``.
+
+    The same as ``normalize(href, base)`` for each href, dropping None and
+    repeats, but one page's links are resolved in one loop: the base is
+    looked at once, and each link in a common shape (a clean absolute or
+    "//" URL, a clean relative path, a query or a fragment) costs one
+    regular-expression match and a few string operations.  Anything else
+    goes through :func:`normalize` (the tests check both agree).
+    """
+    info = _fast_base(base)
+    link_match = _LINK.match
+    resolve = _fast_resolve
+    seen_raw: set[str] = set()
+    found: set[str] = set()
+    out: list[str] = []
+    for raw in hrefs:
+        if raw in seen_raw:
+            continue
+        seen_raw.add(raw)
+        m = link_match(raw)
+        link = resolve(m, info) if m is not None else None
+        if link is None:
+            link = normalize(raw, base, max_length=max_length)
+            if link is None:
+                continue
+        elif len(link) > max_length:
+            continue
+        if link not in found:
+            found.add(link)
+            out.append(link)
     return out
 
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from larbin_py.url import fingerprint, normalize, split
+from larbin_py.url import fingerprint, normalize, normalize_links, split
 
 CASES = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "conformance", "url_cases.json")
 
@@ -208,3 +208,39 @@ def test_fast_path_agrees_with_the_full_parser(monkeypatch):
     monkeypatch.setattr(url_mod, "_fast", lambda text, base: None)
     for href, base, got in answered:
         assert normalize(href, base, max_length=100_000) == got, (href, base)
+
+
+def test_normalize_links_agrees_with_normalize_link_by_link():
+    """The batch resolver gives what normalize gives, on every kind of href."""
+    from larbin_py.sim import SimConfig
+    from larbin_py.sim.web import SimWeb
+
+    pairs = []
+    web = SimWeb.generate(SimConfig(seed=4, hosts=30, hostile=True), 8080)
+    for host in web.hosts.values():
+        for res in host.resources.values():
+            pairs.extend((link.raw, link.base) for link in res.links)
+    with open(CASES, encoding="utf-8") as f:
+        pairs.extend((case["input"], case["base"]) for case in json.load(f) if case["base"])
+    rng = random.Random(10)
+    pieces = ["a", "B", "0", "-", ".", "..", "/", "//", "?", "#", "#x", ":", "@", "%41", "~", "x.html", "1.2.3",
+              "http://", "https://", "HTTP://", "h.test", "H.Test", "h.test:80", ":99999", ":443", "'", " ", "\t",
+              "\n", "\\", "!", "$", "%2e", "%2E", "%7E", "%7e", "./", "../", "%zz", "%", "x/..", "/.", "xn--a",
+              "\x00", "\u00e9", "[::1]", "mailto:", "javascript:"]
+    bases = ["http://a.test/d/p.html?q", "https://b.test:8443/", "http://c.test/%7Ex/y/", "http://[::1]/a/b",
+             "http://u:p@d.test/x", "not a base", "http://e.test"]
+    for _ in range(30000):
+        pairs.append(("".join(rng.choice(pieces) for _ in range(rng.randint(0, 7))), rng.choice(bases)))
+    answered_fast = 0
+    for href, base in pairs:
+        want = normalize(href, base, max_length=60)
+        assert normalize_links([href], base, max_length=60) == ([want] if want is not None else []), (href, base)
+        answered_fast += want is not None
+    assert answered_fast > 5000
+
+
+def test_normalize_links_keeps_document_order_and_drops_repeats():
+    base = "http://a.test/d/p.html"
+    hrefs = ["b.html", "#top", "./b.html", "B.html", "http://A.test/d/b.html#x", "mailto:x", "", "b.html"]
+    assert normalize_links(hrefs, base) == ["http://a.test/d/b.html", "http://a.test/d/p.html",
+                                            "http://a.test/d/B.html"]
