@@ -218,3 +218,58 @@ def test_symlinks_inside_save_dir_are_not_followed(tmp_path):
     assert r2 == "k/x" and not os.path.islink(save_dir / r2)
     assert (save_dir / r2).read_bytes() == b"two"
     assert r3 == "k/sub%%d/x" and (save_dir / r3).read_bytes() == b"three"
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_safe_tree_keeps_few_directories_open_and_reuses_them(tmp_path, monkeypatch):
+    from larbin_py.output.paths import SafeTree
+
+    tree = SafeTree(str(tmp_path / "save"), dir_cache_size=3)
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda path, flags, *a, **k: (opened.append(path), real_open(path, flags, *a, **k))[1])
+    before = open_fds()
+    for i in range(20):
+        assert tree.write(["h.test", "docs", "sub"], f"p{i}.html", b"x") == f"h.test/docs/sub/p{i}.html"
+    # the directories are opened for the first page only; then one file per page
+    assert set(opened) == {"h.test", "docs", "sub", "%%tmp"} and opened.count("%%tmp") == 20
+    assert len(opened) - 20 == 6  # each directory: a miss, then the open after mkdir
+    for i in range(10):  # more directories than the cache holds
+        tree.write(["h.test", f"d{i}"], "index.html", b"y")
+    assert open_fds() - before <= 3
+    tree.close()
+    assert open_fds() < before
+    for i in range(20):
+        assert (tmp_path / "save" / "h.test" / "docs" / "sub" / f"p{i}.html").read_bytes() == b"x"
+    assert sorted(os.listdir(tmp_path / "save" / "h.test")) == ["d%d" % i for i in range(10)] + ["docs"]
+
+
+def test_safe_tree_reopens_a_directory_removed_behind_its_back(tmp_path):
+    import shutil
+
+    from larbin_py.output.paths import SafeTree
+
+    tree = SafeTree(str(tmp_path / "save"))
+    tree.write(["h.test", "a"], "one.html", b"1")
+    shutil.rmtree(tmp_path / "save" / "h.test")
+    assert tree.write(["h.test", "a"], "two.html", b"2") == "h.test/a/two.html"
+    assert (tmp_path / "save" / "h.test" / "a" / "two.html").read_bytes() == b"2"
+    tree.close()
+
+
+def test_safe_tree_cached_directory_never_leads_outside(tmp_path):
+    from larbin_py.output.paths import SafeTree
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    tree = SafeTree(str(tmp_path / "save"))
+    tree.write(["h.test", "a"], "one.html", b"1")
+    # the directory is swapped for a symlink to elsewhere while it is cached
+    os.rename(tmp_path / "save" / "h.test" / "a", tmp_path / "save" / "h.test" / "old")
+    os.symlink(outside, tmp_path / "save" / "h.test" / "a")
+    tree.write(["h.test", "a"], "two.html", b"2")
+    tree.close()
+    assert os.listdir(outside) == []

@@ -41,7 +41,10 @@ Writing (:class:`SafeTree`): directories are walked one component at a time
 with ``openat``-style calls (``dir_fd``) and ``O_NOFOLLOW``, every component is
 checked to be a plain name, so nothing is written outside the root and no
 symlink inside it is ever followed; the page goes to ``%%tmp`` in its
-directory and is renamed over the final name (``os.replace``).
+directory and is renamed over the final name (``os.replace``).  The last
+64 directories written to stay open (a crawl writes many pages into few
+directories), so a page usually costs its file's open, write, close and
+rename and nothing more.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import errno
 import hashlib
 import os
 import re
+from collections import OrderedDict
 from urllib.parse import unquote
 
 from .base import OutputError
@@ -247,10 +251,15 @@ class SafeTree:
     Returns the path written, relative to the root.
     """
 
-    __slots__ = ("root", "_root_fd")
+    __slots__ = ("root", "_root_fd", "_dirs", "dir_cache_size")
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, *, dir_cache_size: int = 64):
         self.root = os.path.abspath(root)
+        #: Directories kept open for :meth:`write`, most recently used last:
+        #: a crawl writes many pages into few directories, and walking the
+        #: path again costs an open and a close per component and page.
+        self._dirs: OrderedDict[tuple[str, ...], tuple[int, list[str]]] = OrderedDict()
+        self.dir_cache_size = dir_cache_size
         try:
             os.makedirs(self.root, exist_ok=True)
             self._root_fd = os.open(self.root, _DIR_FLAGS)
@@ -282,25 +291,54 @@ class SafeTree:
 
         The caller closes the fd unless it is :attr:`root_fd` (``dirs`` empty).
         """
-        fd = self._root_fd
-        actual: list[str] = []
+        return self._descend(self._root_fd, [], dirs, dirs)
+
+    def _descend(self, fd: int, actual: list[str], names, dirs) -> tuple[int, list[str]]:
+        """Open ``names`` one below the other from ``fd`` (which stays open)."""
+        start = fd
+        actual = list(actual)
         try:
-            for name in dirs:
+            for name in names:
                 _check_name(name)
                 child, real = self._enter(fd, name)
-                if fd != self._root_fd:
+                if fd != start:
                     os.close(fd)
                 fd = child
                 actual.append(real)
         except OSError as exc:
-            if fd != self._root_fd:
+            if fd != start:
                 os.close(fd)
             raise OutputError.from_os("create directory", "/".join(dirs), exc) from exc
         except BaseException:
-            if fd != self._root_fd:
+            if fd != start:
                 os.close(fd)
             raise
         return fd, actual
+
+    def _cached_dir(self, dirs: list[str]) -> tuple[int, list[str]]:
+        """The open directory ``dirs`` (not empty), cached; a miss starts from the nearest cached parent."""
+        key = tuple(dirs)
+        cache = self._dirs
+        hit = cache.get(key)
+        if hit is not None:
+            cache.move_to_end(key)
+            return hit
+        fd, actual, depth = self._root_fd, [], 0
+        for k in range(len(key) - 1, 0, -1):
+            parent = cache.get(key[:k])
+            if parent is not None:
+                (fd, actual), depth = parent, k
+                break
+        hit = cache[key] = self._descend(fd, actual, key[depth:], dirs)
+        if len(cache) > self.dir_cache_size:
+            _old, (old_fd, _names) = cache.popitem(last=False)
+            os.close(old_fd)
+        return hit
+
+    def _drop_dirs(self) -> None:
+        while self._dirs:
+            _key, (fd, _names) = self._dirs.popitem()
+            os.close(fd)
 
     def write_in(self, fd: int, leaf: str, data: bytes, display: str) -> str:
         """Atomically write ``data`` as ``leaf`` in the open directory ``fd``.
@@ -341,16 +379,26 @@ class SafeTree:
             pass
 
     def write(self, dirs: list[str], leaf: str, data: bytes) -> str:
-        """Write ``data`` at ``dirs/leaf``; return the relative path actually used."""
-        fd, actual = self.open_dir(dirs)
+        """Write ``data`` at ``dirs/leaf``; return the relative path actually used.
+
+        The directory comes from the cache of open directories; if writing
+        there fails (it may have been removed behind our back), it is opened
+        afresh and the write tried once more.
+        """
+        display = "/".join(dirs + [leaf])
+        if not dirs:
+            return self.write_in(self._root_fd, leaf, data, display)
+        fd, actual = self._cached_dir(dirs)
         try:
-            actual.append(self.write_in(fd, leaf, data, "/".join(dirs + [leaf])))
-        finally:
-            if fd != self._root_fd:
-                os.close(fd)
-        return "/".join(actual)
+            name = self.write_in(fd, leaf, data, display)
+        except OutputError:
+            self._drop_dirs()
+            fd, actual = self._cached_dir(dirs)
+            name = self.write_in(fd, leaf, data, display)
+        return "/".join(actual) + "/" + name
 
     def close(self) -> None:
+        self._drop_dirs()
         if self._root_fd >= 0:
             os.close(self._root_fd)
             self._root_fd = -1
