@@ -18,8 +18,11 @@ writes its samples to FILE as collapsed stacks (one ``frame;frame;... count``
 line per stack, for flamegraph tools); the profiled run's figures include
 py-spy's own cost and are not comparable.
 
-Figures: pages, wall s, CPU s, pages/s, pages per CPU-second, peak RSS, and
-the ratios.  Aims (issue 8): >= 1,000 pages/s, >= 10x Scrapy's pages per
+Figures: pages, wall s, CPU s (and its user and system parts), pages/s,
+pages per CPU-second, peak RSS, and the ratios.  The exported web and each
+crawl's files go to the temporary directory: set ``TMPDIR`` to choose the
+disk (on some virtual machines creating a file costs far more kernel time
+in one directory than in another; the README says what was measured).  Aims (issue 8): >= 1,000 pages/s, >= 10x Scrapy's pages per
 CPU-second.
 """
 
