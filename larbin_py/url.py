@@ -475,19 +475,35 @@ def _fast_base(base: str):
     """What relative links need of ``base`` (cached), or None when it is unusable."""
     info = _FAST_BASES.get(base, False)
     if info is False:
-        url = _base(base)
-        if url is None:
-            info = None
-        else:
-            origin = url.scheme + "://" + (url.userinfo + "@" if url.userinfo else "") + url.host + (
-                ":%d" % url.port if url.port is not None else "")
-            segments = [_canon_escapes(seg) for seg in url.path]
-            info = (origin, "/" + "".join(seg + "/" for seg in segments[:-1]), url.scheme,
-                    "/" + "/".join(segments), "?" + url.query if url.query is not None else "")
+        info = _canonical_base_info(base) or _parsed_base_info(base)
         if len(_FAST_BASES) >= 256:
             _FAST_BASES.clear()
         _FAST_BASES[base] = info
     return info
+
+
+def _canonical_base_info(base: str):
+    """:func:`_fast_base` of a base that is already canonical (a page's own URL), by slicing."""
+    m = _LINK.match(base)
+    if m is None or m.group(1) is None or _fast_resolve(m, None) != base:
+        return None
+    host_end = base.index("/", len(m.group(1)) + 3)
+    query_at = base.find("?", host_end)
+    path = base[host_end:] if query_at == -1 else base[host_end:query_at]
+    return (base[:host_end], path[: path.rfind("/") + 1], m.group(1), path,
+            "" if query_at == -1 else base[query_at:])
+
+
+def _parsed_base_info(base: str):
+    """:func:`_fast_base` of any base, by the full parser."""
+    url = _base(base)
+    if url is None:
+        return None
+    origin = url.scheme + "://" + (url.userinfo + "@" if url.userinfo else "") + url.host + (
+        ":%d" % url.port if url.port is not None else "")
+    segments = [_canon_escapes(seg) for seg in url.path]
+    return (origin, "/" + "".join(seg + "/" for seg in segments[:-1]), url.scheme,
+            "/" + "/".join(segments), "?" + url.query if url.query is not None else "")
 
 
 def _remove_dots(path: str) -> str:

@@ -244,3 +244,16 @@ def test_normalize_links_keeps_document_order_and_drops_repeats():
     hrefs = ["b.html", "#top", "./b.html", "B.html", "http://A.test/d/b.html#x", "mailto:x", "", "b.html"]
     assert normalize_links(hrefs, base) == ["http://a.test/d/b.html", "http://a.test/d/p.html",
                                             "http://a.test/d/B.html"]
+
+
+def test_a_canonical_base_is_cut_up_like_the_parser_would():
+    from larbin_py import url as url_mod
+
+    bases = ["http://a.test/", "http://a.test/d/e/p.html?q=1&r", "https://b.test:8443/x/", "http://1.2.3.4/a",
+             "http://xn--bcher-kva.test/%C3%A9/p?x=%41", "http://a.test/d/p.html?", "https://c.test/~u/a;b=c/"]
+    for base in bases:
+        assert normalize(base) == base
+        fast = url_mod._canonical_base_info(base)
+        assert fast is not None and fast == url_mod._parsed_base_info(base), base
+    for base in ["HTTP://a.test/", "http://a.test", "http://u@a.test/", "http://a.test/#f", "http://a.test/./x"]:
+        assert url_mod._canonical_base_info(base) is None, base  # not canonical: the parser answers
