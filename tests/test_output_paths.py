@@ -273,3 +273,27 @@ def test_safe_tree_cached_directory_never_leads_outside(tmp_path):
     tree.write(["h.test", "a"], "two.html", b"2")
     tree.close()
     assert os.listdir(outside) == []
+
+
+def test_safe_tree_does_not_retry_a_write_that_cannot_succeed(tmp_path, monkeypatch):
+    import errno
+
+    from larbin_py.output.base import OutputError
+    from larbin_py.output.paths import SafeTree
+
+    tree = SafeTree(str(tmp_path / "save"))
+    tree.write(["h.test"], "one.html", b"1")
+    writes = []
+
+    def full(fd, data):
+        writes.append(len(data))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OutputError) as info:
+        tree.write(["h.test"], "two.html", b"2")
+    assert info.value.errno == errno.ENOSPC and writes == [1]  # one attempt, no retry
+    monkeypatch.undo()
+    assert not (tmp_path / "save" / "h.test" / "two.html").exists()
+    assert tree.write(["h.test"], "two.html", b"2") == "h.test/two.html"  # the cache still works
+    tree.close()

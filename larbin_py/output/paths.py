@@ -381,9 +381,10 @@ class SafeTree:
     def write(self, dirs: list[str], leaf: str, data: bytes) -> str:
         """Write ``data`` at ``dirs/leaf``; return the relative path actually used.
 
-        The directory comes from the cache of open directories; if writing
-        there fails (it may have been removed behind our back), it is opened
-        afresh and the write tried once more.
+        The directory comes from the cache of open directories; if it is
+        gone (removed behind our back: ENOENT), the cache is emptied, the
+        path opened afresh and the write tried once more.  Any other error
+        (a full disk, a refused name) is raised at once.
         """
         display = "/".join(dirs + [leaf])
         if not dirs:
@@ -391,7 +392,9 @@ class SafeTree:
         fd, actual = self._cached_dir(dirs)
         try:
             name = self.write_in(fd, leaf, data, display)
-        except OutputError:
+        except OutputError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
             self._drop_dirs()
             fd, actual = self._cached_dir(dirs)
             name = self.write_in(fd, leaf, data, display)
