@@ -427,48 +427,38 @@ _BASES: dict[str, _Url | None] = {}
 
 # -- the fast path --------------------------------------------------------------
 # Most links are already clean: an absolute or scheme-relative http(s) URL,
-# or a relative path or query, made only of characters that need no encoding
-# and well-formed escapes, without backslashes or encoded dots.  One match
-# of _LINK classifies such a link and _fast_resolve finishes it by string
-# operations; anything else takes the full parser above (the tests check
-# both give the same answer).
+# or a relative path or query, maybe wrapped in white space, made of
+# characters that need no encoding or only the UTF-8 encoding of non-ASCII
+# text, well-formed escapes, without backslashes, inner tabs or newlines,
+# or encoded dots.  One match of _LINK classifies such a link and
+# _fast_resolve finishes it by string operations; a host is judged once by
+# the parser's own host code and remembered.  Anything else takes the full
+# parser above (the tests check both give the same answer).
 _PCHARS = r"A-Za-z0-9\-._~!$&()*+,;=:@"
-_ESC_TAIL = "(?:%[0-9A-Fa-f]{2}[" + _PCHARS + "/]*)*"
+_UNICODE = "\x80-\ud7ff\ue000-\U0010ffff"  # encoded as UTF-8 (no lone surrogates)
+_ESC_TAIL = "(?:%[0-9A-Fa-f]{2}[" + _PCHARS + "'/" + _UNICODE + "]*)*"
 _LINK = re.compile(
-    # groups: 1 scheme, 2 host, 3 port, 4 path (absolute or "//" forms)
-    r"(?:(?:(https?):)?//([a-z0-9](?:[a-z0-9.\-]*[a-z0-9])?)(?::([1-9][0-9]{0,4}))?"
-    rf"(/[{_PCHARS}/]*{_ESC_TAIL})?"
-    # or 5: a relative path (maybe empty)
-    rf"|([{_PCHARS}/]*{_ESC_TAIL}))"
-    # 6: the query; a fragment is dropped
-    rf"(\?[{_PCHARS}/?]*(?:%[0-9A-Fa-f]{{2}}[{_PCHARS}/?]*)*)?(?:#.*)?\Z", re.I | re.S)
-# A host the fast path cannot judge by its look (IDNA, numbers) -> canonical?
-_HOSTS_OK: dict[str, bool] = {}
+    # Written without re.I, which costs a case fold per character.  Leading
+    # and trailing C0 controls and spaces are what normalize strips.
+    r"[\x00-\x20]*"
+    # groups: 1 origin "scheme://host:port" or "//host:port", with 2 scheme,
+    # 3 host (anything the parser may accept or refuse), 4 port; 5 its path
+    r"(?:((?:([hH][tT][tT][pP][sS]?):)?//([^\x00-\x20/?#:@\[\]\\%]+)(?::([1-9][0-9]{0,4}))?)"
+    rf"(/[{_PCHARS}'/{_UNICODE}]*{_ESC_TAIL})?"
+    # or 6: a relative path (maybe empty)
+    rf"|([{_PCHARS}'/{_UNICODE}]*{_ESC_TAIL}))"
+    # 7: the query ("'" is encoded in a special URL's query: not here); a
+    # fragment is dropped
+    rf"(\?[{_PCHARS}/?{_UNICODE}]*(?:%[0-9A-Fa-f]{{2}}[{_PCHARS}/?{_UNICODE}]*)*)?(?:#.*)?"
+    r"[\x00-\x20]*\Z", re.S)
+# An origin as written, "scheme://host:port" (a "//host" link is looked up
+# with its base's scheme put in front; an ASCII one in lower case) ->
+# canonical origin, or None when the host or port is refused (the parser
+# then gives its own answer).
+_ORIGINS: dict[str, str | None] = {}
 # base string -> (origin "scheme://[user@]host[:port]", directory "/dir/",
 #                 scheme, path "/dir/leaf", query "?q" or ""), or None
 _FAST_BASES: dict[str, tuple[str, str, str, str, str] | None] = {}
-
-
-def _host_ok(host: str) -> bool:
-    """True when a lower-case host of letters, digits, dots and dashes is canonical.
-
-    Most are by their look; one that ends in a digit, holds ``0x``, ``xn--``
-    or ``..`` is asked of the parser (IDNA, IPv4 forms).  Answers are cached.
-    """
-    ok = _HOSTS_OK.get(host)
-    if ok is None:
-        if host[-1].isdigit() or "0x" in host or "xn--" in host or ".." in host:
-            try:
-                url = _parse_absolute("//" + host + "/", "http")
-            except (_Failure, ValueError, UnicodeError):
-                url = None
-            ok = url is not None and url.host == host
-        else:
-            ok = True
-        if len(_HOSTS_OK) >= 4096:
-            _HOSTS_OK.clear()
-        _HOSTS_OK[host] = ok
-    return ok
 
 
 def _fast_base(base: str):
@@ -485,12 +475,12 @@ def _fast_base(base: str):
 def _canonical_base_info(base: str):
     """:func:`_fast_base` of a base that is already canonical (a page's own URL), by slicing."""
     m = _LINK.match(base)
-    if m is None or m.group(1) is None or _fast_resolve(m, None) != base:
+    if m is None or m.group(2) is None or _fast_resolve(m, None) != base:
         return None
-    host_end = base.index("/", len(m.group(1)) + 3)
+    host_end = m.end(1)
     query_at = base.find("?", host_end)
     path = base[host_end:] if query_at == -1 else base[host_end:query_at]
-    return (base[:host_end], path[: path.rfind("/") + 1], m.group(1), path,
+    return (base[:host_end], path[: path.rfind("/") + 1], m.group(2), path,
             "" if query_at == -1 else base[query_at:])
 
 
@@ -508,6 +498,10 @@ def _parsed_base_info(base: str):
 
 def _remove_dots(path: str) -> str:
     """RFC 3986 dot-segment removal on a plain path (no escapes, no backslashes)."""
+    if "/.." not in path:  # only "." segments, or names that start with a dot
+        while "/./" in path:
+            path = path.replace("/./", "/")
+        return path[:-1] if path.endswith("/.") else path
     out: list[str] = []
     segments = path[1:].split("/")
     last = len(segments) - 1
@@ -537,54 +531,83 @@ def _fast_path(path: str) -> str | None:
     return path
 
 
+def _origin(text: str, scheme: str, host: str, port: str | None) -> str | None:
+    """The canonical form of origin ``text`` (its parts as _LINK matched them), cached.
+
+    The host and port are read by the parser's own code, so an IDNA or
+    numeric host gets the parser's answer; a refused one gives None.  An
+    ASCII origin is remembered in lower case (the parser lower-cases it
+    first), so "HTTP://Example.COM" and "http://example.com" share an entry.
+    """
+    key = text.lower() if text.isascii() else text
+    out = _ORIGINS.get(key, False)
+    if out is not False:
+        return out
+    scheme = scheme.lower()
+    try:
+        url, _ = _parse_authority(host + (":" + port if port is not None else ""), scheme)
+        out = scheme + "://" + url.host + (":%d" % url.port if url.port is not None else "")
+    except (_Failure, ValueError, UnicodeError):
+        out = None
+    if len(_ORIGINS) >= 4096:
+        _ORIGINS.clear()
+    _ORIGINS[key] = out
+    return out
+
+
 def _fast_resolve(m: re.Match, info) -> str | None:
-    """The normalized URL of a :data:`_LINK` match, or None to use the parser.
+    """The normalized URL of a :data:`_LINK` match, "" for a URL of another
+    scheme (mailto:, javascript:...), or None to ask the parser.
 
     ``info`` is :func:`_fast_base` of the base URL (None: no usable base).
     """
-    scheme, host, port, path, rel, query = m.groups()
-    if host is not None:  # "scheme://host..." or "//host..."
-        if scheme is not None:
-            scheme = scheme.lower()
-        elif info is not None:
-            scheme = info[2]
-        else:
-            return None
-        host = host.lower()
-        if not _host_ok(host):
-            return None
-        if port is not None:
-            n = int(port)
-            if n > 65535:
+    origin, scheme, host, port, path, rel, query = m.groups()
+    if origin is not None:  # "scheme://host..." or "//host..."
+        if scheme is None:
+            if info is None:
                 return None
-            port = "" if n == _DEFAULT_PORT[scheme] else ":" + port
-        else:
-            port = ""
-        path = _fast_path(path) if path else "/"
-        if path is None:
+            origin = info[2] + ":" + origin
+            scheme = info[2]
+        canon = _ORIGINS.get(origin, False)
+        if canon is False:
+            canon = _origin(origin, scheme, host, port)
+        if canon is None:
             return None
-        return scheme + "://" + host + port + path + (query or "")
-    if info is None:
+        if not path:
+            path = "/"
+    elif info is None:
         return None
-    if not rel:  # "", "?query", "#fragment": the base's own path
-        return info[0] + info[3] + (query if query is not None else info[4])
-    if rel[0] == "/":
+    elif not rel:  # "", "?query", "#fragment": the base's own path
+        canon, path = info[0], info[3]
+        if query is None:
+            query = info[4]
+    elif rel[0] == "/":
         if rel[1:2] == "/":
             return None  # "//" and a host the pattern refused
-        path = rel
+        canon, path = info[0], rel
     elif ":" in rel and ":" in rel.split("/", 1)[0]:
-        return None  # a scheme, or something the parser must judge
+        scheme = _SCHEME.match(rel)
+        if scheme is not None and scheme.group().lower() in ("http:", "https:"):
+            return None  # "http:path" is relative to an http base: the parser's
+        return "" if scheme is not None else None
     else:
-        path = info[1] + rel
+        canon, path = info[0], info[1] + rel
+    if not path.isascii():
+        path = _pct_encode(path, _PATH_TABLE)
     if "%" in path or "/." in path:
         path = _fast_path(path)
         if path is None:
             return None
-    return info[0] + path + (query or "")
+    if not query:
+        return canon + path
+    if not query.isascii():
+        query = _pct_encode(query, _QUERY_TABLE)
+    return canon + path + query
 
 
 def _fast(text: str, base: str | None) -> str | None:
-    """The normalized URL of stripped ``text`` by string operations, or None."""
+    """The normalized URL of ``text`` by string operations, "" when it is
+    not http(s), or None to ask the parser."""
     m = _LINK.match(text)
     if m is None:
         return None
@@ -606,13 +629,18 @@ def _base(base: str) -> _Url | None:
 
 def normalize(href: str, base: str | None = None, *, max_length: int = DEFAULT_MAX_LENGTH) -> str | None:
     """The canonical absolute http(s) URL of ``href`` resolved against ``base``, or None."""
+    text = href.strip(_STRIP)
+    if "\t" in text or "\n" in text or "\r" in text:
+        text = text.translate(_TABNL)
+    out = _fast(text, base)
+    if out is not None:
+        return out if out and len(out) <= max_length else None
+    return _by_parser(text, base, max_length)
+
+
+def _by_parser(text: str, base: str | None, max_length: int) -> str | None:
+    """:func:`normalize` of stripped ``text`` by the full parser."""
     try:
-        text = href.strip(_STRIP)
-        if "\t" in text or "\n" in text or "\r" in text:
-            text = text.translate(_TABNL)
-        out = _fast(text, base)
-        if out is not None:
-            return out if len(out) <= max_length else None
         base_url = None
         if base is not None:
             base_url = _base(base)
@@ -636,32 +664,26 @@ def normalize_links(hrefs, base: str, *, max_length: int = DEFAULT_MAX_LENGTH) -
     The same as ``normalize(href, base)`` for each href, dropping None and
     repeats, but one page's links are resolved in one loop: the base is
     looked at once, and each link in a common shape (a clean absolute or
-    "//" URL, a clean relative path, a query or a fragment) costs one
-    regular-expression match and a few string operations.  Anything else
-    goes through :func:`normalize` (the tests check both agree).
+    "//" URL, a clean relative path, a query or a fragment, maybe wrapped in
+    white space) costs one regular-expression match and a few string
+    operations.  Anything else goes to the full parser (the tests check
+    that both agree with :func:`normalize`).
     """
     info = _fast_base(base)
     link_match = _LINK.match
     resolve = _fast_resolve
-    seen_raw: set[str] = set()
-    found: set[str] = set()
-    out: list[str] = []
-    for raw in hrefs:
-        if raw in seen_raw:
-            continue
-        seen_raw.add(raw)
+    found: dict[str, None] = {}  # an ordered set
+    for raw in dict.fromkeys(hrefs):
         m = link_match(raw)
         link = resolve(m, info) if m is not None else None
         if link is None:
             link = normalize(raw, base, max_length=max_length)
             if link is None:
                 continue
-        elif len(link) > max_length:
+        elif not link or len(link) > max_length:
             continue
-        if link not in found:
-            found.add(link)
-            out.append(link)
-    return out
+        found[link] = None
+    return list(found)
 
 
 def split(url: str) -> tuple[str, str, int, str]:
