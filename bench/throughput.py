@@ -42,6 +42,8 @@ import time
 
 from common import median, peer_python, report, table
 
+from lxml import etree
+
 from larbin_py.config import format_config, parse_config_text
 from larbin_py.sim.dns import SimDNSServer
 from larbin_py.sim.export import export
@@ -127,6 +129,67 @@ async def crawl_scrapy(python: str, web: SimWeb, work: str) -> dict:
     return res
 
 
+def floor_costs(web: SimWeb, port: int, work: str) -> dict:
+    """The unavoidable per-page work on this machine, measured on the same pages.
+
+    Each HTML page is fetched from nginx over a kept-alive blocking socket
+    (a plain GET, headers read up to Content-Length), parsed by lxml with
+    larbin_py's own parser settings (the tree then freed) and written to a
+    new file in a per-host directory under ``work`` (create, write, close).
+    Each part is timed in this process's CPU time (user + system), so
+    nginx's own work is not counted.  Their sum is the floor: a crawler
+    that does these three things and nothing else.
+    """
+    from larbin_py.parse import _byte_parser
+
+    parser = _byte_parser("utf-8")
+    cpu = {"fetch": 0.0, "parse": 0.0, "write": 0.0}
+    pages = 0
+    for host in web.hosts.values():
+        if host.cname:
+            continue
+        pqs = [pq for pq, res in host.resources.items() if res.is_html and res.status == 200]
+        if not pqs:
+            continue
+        folder = os.path.join(work, host.name)
+        os.makedirs(folder)
+        sock = socket.create_connection((host.ip, port))
+        try:
+            for i, pq in enumerate(pqs):
+                t0 = time.process_time()
+                sock.sendall(f"GET {pq} HTTP/1.1\r\nHost: {host.name}:{port}\r\n\r\n".encode())
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += sock.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = int(re.search(rb"(?i)content-length:\s*(\d+)", head).group(1))
+                chunks = [body]
+                got = len(body)
+                while got < length:
+                    chunk = sock.recv(65536)
+                    chunks.append(chunk)
+                    got += len(chunk)
+                body = b"".join(chunks)
+                t1 = time.process_time()
+                root = etree.fromstring(body, parser)
+                del root
+                t2 = time.process_time()
+                fd = os.open(os.path.join(folder, "%d.html" % i), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.write(fd, body)
+                os.close(fd)
+                t3 = time.process_time()
+                cpu["fetch"] += t1 - t0
+                cpu["parse"] += t2 - t1
+                cpu["write"] += t3 - t2
+                pages += 1
+        finally:
+            sock.close()
+    out = {key + "_us": value / pages * 1e6 for key, value in cpu.items()}
+    out["floor_us"] = sum(cpu.values()) / pages * 1e6
+    out["pages"] = pages
+    return out
+
+
 async def main_async(args) -> None:
     if NGINX is None:
         sys.exit("bench: nginx is needed (apt-get install nginx-light)")
@@ -156,6 +219,7 @@ async def main_async(args) -> None:
                     await asyncio.sleep(0.02)
             settings = [("larbin_py", "larbin")] + ([("scrapy", "scrapy")] if python else [])
             runs: dict[str, list[dict]] = {key: [] for _l, key in settings}
+            floors: list[dict] = []
             for _round in range(args.rounds):
                 for _label, key in settings:
                     with tempfile.TemporaryDirectory(prefix="larbin-bench-") as work:
@@ -163,6 +227,8 @@ async def main_async(args) -> None:
                             runs[key].append(await crawl_larbin(web, dns.port, work, args.profile))
                         else:
                             runs[key].append(await crawl_scrapy(python, web, work))
+                with tempfile.TemporaryDirectory(prefix="larbin-bench-floor-") as work:
+                    floors.append(floor_costs(web, port, work))
         finally:
             await dns.close()
             nginx.terminate()
@@ -178,13 +244,24 @@ async def main_async(args) -> None:
     print(table(f"throughput: {args.hosts} hosts x {args.pages} pages on nginx ({args.rounds} rounds, medians)",
                 ["crawler", "pages", "wall s", "CPU s", "user s", "sys s", "pages/s", "pages/CPU-s",
                  "peak RSS MB"], rows))
+    floor = {name: median([f[name] for f in floors]) for name in floors[0]}
+    larbin_us = figures["larbin"]["cpu_s"] / figures["larbin"]["pages"] * 1e6
+    floor["larbin_us"] = larbin_us
+    floor["larbin_over_floor"] = larbin_us / floor["floor_us"]
+    floor["floor_pages_s"] = 1e6 / floor["floor_us"]
+    print(table("the floor: CPU per page of fetching (plain GET), parsing (lxml) and writing (one file), "
+                "nothing else", ["piece", "µs/page"],
+                [["fetch", floor["fetch_us"]], ["parse", floor["parse_us"]], ["write", floor["write_us"]],
+                 ["floor (sum)", floor["floor_us"]], ["larbin_py, all its work", larbin_us]]))
+    print(f"larbin_py costs {floor['larbin_over_floor']:.2f}x the floor per page; a crawler at the floor would "
+          f"fetch {floor['floor_pages_s']:,.0f} pages/s on one CPU of this machine (aim: 1,000 pages/s)")
     ratios = {}
     if "scrapy" in figures:
         ratios = {"pages_s": figures["larbin"]["pages_s"] / figures["scrapy"]["pages_s"],
                   "pages_per_cpu_s": figures["larbin"]["pages_per_cpu_s"] / figures["scrapy"]["pages_per_cpu_s"]}
         print(f"larbin_py / scrapy: {ratios['pages_s']:.1f}x pages/s, "
               f"{ratios['pages_per_cpu_s']:.1f}x pages per CPU-second (aim >= 10x)")
-    report("throughput", {"crawlers": figures, "ratios": ratios, "hosts": args.hosts, "pages": args.pages,
+    report("throughput", {"crawlers": figures, "floor": floor, "ratios": ratios, "hosts": args.hosts, "pages": args.pages,
                           "rounds": args.rounds, "quick": args.quick})
 
 

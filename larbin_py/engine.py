@@ -45,10 +45,10 @@ from .frontier.store import UrlRecord
 from .net.dns import Resolver
 from .net.http import Fetcher
 from .output import Document, OutputError, make_output
-from .rules import UrlRules, host_of
+from .rules import UrlRules
 from .state import ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, has_state, read_checkpoint, write_checkpoint
 from .throttle import RttController
-from .url import fingerprint, normalize
+from .url import fingerprint, fingerprints, normalize
 
 __all__ = ["Engine", "Summary", "StateDirInUse", "StateError", "crawl_main", "HTML_TYPES"]
 
@@ -302,21 +302,13 @@ class Engine:
 
     def _add_links(self, links, page_url: str, depth: int, *, redirect: bool = False) -> None:
         """Queue a page's links that pass the rules and the seen test."""
-        page_host = host_of(page_url)
-        admit = self.rules.admit
+        ok_links, depths, refused = self.rules.admit_many(links, page_url, depth, redirect=redirect)
         rejected = self.rejected
-        ok_links: list[str] = []
-        depths: list[int] = []
-        for link in links:
-            verdict = admit(link, page_host, depth, redirect=redirect)
-            if verdict.__class__ is str:
-                rejected[verdict] += 1
-                continue
-            ok_links.append(link)
-            depths.append(verdict)
+        for reason, count in refused.items():
+            rejected[reason] += count
         if not ok_links:
             return
-        new = self.seen.add_many([fingerprint(link) for link in ok_links])
+        new = self.seen.add_many(fingerprints(ok_links))
         push = self.frontier.push
         retries = self.config.retries
         for link, d, is_new in zip(ok_links, depths, new):

@@ -108,6 +108,48 @@ class UrlRules:
                 return "forbiddenExtension"
         return None
 
+    def admit_many(self, urls, page_url: str, page_depth: int, *,
+                   redirect: bool = False) -> tuple[list[str], list[int], dict[str, int]]:
+        """:meth:`admit` for each of the links found on ``page_url``, in one loop.
+
+        Returns the admitted URLs (in order), their depths, and how many were
+        refused for each reason.  A link that starts with the page's own
+        ``scheme://host:port/`` is on its host without looking further.
+        """
+        page_host = host_of(page_url)
+        start = page_url.find("://") + 3
+        slash = page_url.find("/", start)
+        own = page_url[:slash + 1] if slash != -1 else page_url + "/"
+        if redirect:
+            internal = external = page_depth
+        else:
+            internal = page_depth - 1
+            external = self.depth_in_site if self.depth_by_site else internal
+        no_external = self.no_external_links
+        check = self.check if (self.lock_site or self.limit_to_domain or not self.get_cgi or self._ext) else None
+        ok: list[str] = []
+        depths: list[int] = []
+        refused: dict[str, int] = {}
+        for url in urls:
+            if url.startswith(own) or host_of(url) == page_host:
+                depth = internal
+            elif no_external:
+                refused["outSite"] = refused.get("outSite", 0) + 1
+                continue
+            else:
+                depth = external
+            if depth < 0:
+                refused["tooDeep"] = refused.get("tooDeep", 0) + 1
+                continue
+            if check is not None:
+                reason = check(url)
+                if reason is not None:
+                    refused[reason] = refused.get(reason, 0) + 1
+                    continue
+            ok.append(url)
+            depths.append(depth)
+        return ok, depths, refused
+
     def admit(self, url: str, page_host: str | None, page_depth: int, *, redirect: bool = False) -> int | str:
         """The depth ``url`` gets, or the reason (a str) it is refused.
 

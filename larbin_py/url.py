@@ -36,7 +36,7 @@ import hashlib
 import ipaddress
 import re
 
-__all__ = ["normalize", "normalize_links", "fingerprint", "split", "DEFAULT_MAX_LENGTH"]
+__all__ = ["normalize", "normalize_links", "fingerprint", "fingerprints", "split", "DEFAULT_MAX_LENGTH"]
 
 DEFAULT_MAX_LENGTH = 2048
 _DEFAULT_PORT = {"http": 80, "https": 443}
@@ -704,3 +704,10 @@ def fingerprint(url: str) -> int:
     """A 64-bit fingerprint of ``url``, the same on every run and machine."""
     return int.from_bytes(hashlib.blake2b(url.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
                           "little")
+
+
+def fingerprints(urls) -> list[int]:
+    """:func:`fingerprint` of each of ``urls`` (one loop, no call per URL)."""
+    blake2b, from_bytes = hashlib.blake2b, int.from_bytes
+    return [from_bytes(blake2b(url.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+            for url in urls]

@@ -46,3 +46,37 @@ def test_extensions_and_cgi():
     assert r.check("http://a/search?q=1") == "cgi"
     assert UrlRules(get_cgi=True).check("http://a/s?q=x.pdf") is None
     assert UrlRules(forbidden_extensions=(".pdf",)).check("http://a/s?q=x.pdf") is None
+
+
+def test_admit_many_is_admit_link_by_link():
+    """The batch admission gives what admit gives, under every rule setting."""
+    import random
+
+    rng = random.Random(5)
+    hosts = ["a.test", "b.test", "a.test:81", "u@a.test", "[::1]", "[::1]:8080", "x.a.test", "a.testx"]
+    paths = ["/", "/p.html", "/d/q.pdf", "/s?q=1", "/x.JPG", "/dir.pdf/"]
+    urls = [f"{scheme}://{host}{path}" for scheme in ("http", "https") for host in hosts for path in paths]
+    seen_reasons = set()
+    for _ in range(300):
+        rules = UrlRules(depth_in_site=rng.randint(0, 3), depth_by_site=rng.random() < 0.5,
+                         no_external_links=rng.random() < 0.3, lock_site=rng.random() < 0.3,
+                         get_cgi=rng.random() < 0.7,
+                         limit_to_domain=rng.choice([(), (".test",), ("b.test",)]),
+                         forbidden_extensions=rng.choice([(), (".pdf", "jpg")]))
+        rules.lock("http://a.test/")
+        page = rng.choice(urls)
+        depth = rng.randint(0, 3)
+        redirect = rng.random() < 0.2
+        links = rng.sample(urls, 30)
+        ok, depths, refused = rules.admit_many(links, page, depth, redirect=redirect)
+        want_ok, want_depths, want_refused = [], [], {}
+        for link in links:
+            verdict = rules.admit(link, host_of(page), depth, redirect=redirect)
+            if isinstance(verdict, str):
+                want_refused[verdict] = want_refused.get(verdict, 0) + 1
+            else:
+                want_ok.append(link)
+                want_depths.append(verdict)
+        assert (ok, depths, refused) == (want_ok, want_depths, want_refused), (page, depth, redirect)
+        seen_reasons.update(refused)
+    assert seen_reasons == {"outSite", "tooDeep", "outDomain", "cgi", "forbiddenExtension"}

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from larbin_py.url import fingerprint, normalize, normalize_links, split
+from larbin_py.url import fingerprint, fingerprints, normalize, normalize_links, split
 
 CASES = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "conformance", "url_cases.json")
 
@@ -140,6 +140,9 @@ def test_fingerprint_is_stable_64_bit_and_distinct():
     values = {fingerprint(f"http://a.test/{i}") for i in range(10000)}
     assert len(values) == 10000
     assert all(0 <= v < 2**64 for v in values)
+    urls = ["http://a.test/", "https://b.test/x?y=1", "http://a.test/\ud800", "http://\u00e9.test/"]
+    assert fingerprints(urls) == [fingerprint(u) for u in urls]
+    assert fingerprints([]) == []
 
 
 def test_split():
