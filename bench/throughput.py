@@ -19,11 +19,14 @@ line per stack, for flamegraph tools); the profiled run's figures include
 py-spy's own cost and are not comparable.
 
 Figures: pages, wall s, CPU s (and its user and system parts), pages/s,
-pages per CPU-second, peak RSS, and the ratios.  The exported web and each
-crawl's files go to the temporary directory: set ``TMPDIR`` to choose the
-disk (on some virtual machines creating a file costs far more kernel time
-in one directory than in another; the README says what was measured).  Aims (issue 8): >= 1,000 pages/s, >= 10x Scrapy's pages per
-CPU-second.
+pages per CPU-second, peak RSS, and the ratios.  Each round also measures
+the floor (:func:`floor_costs`): the CPU per page of only fetching, parsing
+and writing the same pages, and larbin_py's cost per page against it.  The
+exported web and each crawl's files go to the temporary directory: set
+``TMPDIR`` to choose the disk (on some virtual machines creating a file
+costs from 60 µs on tmpfs to almost 1 ms on an ext4 disk; the README says
+what was measured).  Aims (issue 8): >= 1,000 pages/s, >= 10x Scrapy's
+pages per CPU-second.
 """
 
 from __future__ import annotations
