@@ -461,14 +461,19 @@ _ORIGINS: dict[str, str | None] = {}
 _FAST_BASES: dict[str, tuple[str, str, str, str, str] | None] = {}
 
 
+def _remember(cache: dict, key, value, size: int):
+    """Store ``value`` under ``key`` in ``cache`` (emptied first once it holds ``size``); return it."""
+    if len(cache) >= size:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 def _fast_base(base: str):
     """What relative links need of ``base`` (cached), or None when it is unusable."""
     info = _FAST_BASES.get(base, False)
     if info is False:
-        info = _canonical_base_info(base) or _parsed_base_info(base)
-        if len(_FAST_BASES) >= 256:
-            _FAST_BASES.clear()
-        _FAST_BASES[base] = info
+        info = _remember(_FAST_BASES, base, _canonical_base_info(base) or _parsed_base_info(base), 256)
     return info
 
 
@@ -549,10 +554,7 @@ def _origin(text: str, scheme: str, host: str, port: str | None) -> str | None:
         out = scheme + "://" + url.host + (":%d" % url.port if url.port is not None else "")
     except (_Failure, ValueError, UnicodeError):
         out = None
-    if len(_ORIGINS) >= 4096:
-        _ORIGINS.clear()
-    _ORIGINS[key] = out
-    return out
+    return _remember(_ORIGINS, key, out, 4096)
 
 
 def _fast_resolve(m: re.Match, info) -> str | None:
@@ -621,9 +623,7 @@ def _base(base: str) -> _Url | None:
             url = _parse(base.strip(_STRIP).translate(_TABNL), None)
         except (_Failure, ValueError, UnicodeError):
             url = None
-        if len(_BASES) >= 256:
-            _BASES.clear()
-        _BASES[base] = url
+        _remember(_BASES, base, url, 256)
     return url
 
 
