@@ -588,10 +588,10 @@ def _fast_resolve(m: re.Match, info) -> str | None:
             return None  # "//" and a host the pattern refused
         canon, path = info[0], rel
     elif ":" in rel and ":" in rel.split("/", 1)[0]:
-        scheme = _SCHEME.match(rel)
-        if scheme is not None and scheme.group().lower() in ("http:", "https:"):
+        named = _SCHEME.match(rel)
+        if named is None or named.group().lower() in ("http:", "https:"):
             return None  # "http:path" is relative to an http base: the parser's
-        return "" if scheme is not None else None
+        return ""  # another scheme: never crawled
     else:
         canon, path = info[0], info[1] + rel
     if not path.isascii():
