@@ -632,7 +632,10 @@ def normalize(href: str, base: str | None = None, *, max_length: int = DEFAULT_M
     text = href.strip(_STRIP)
     if "\t" in text or "\n" in text or "\r" in text:
         text = text.translate(_TABNL)
-    out = _fast(text, base)
+    try:
+        out = _fast(text, base)
+    except (ValueError, UnicodeError, RecursionError):  # as the parser's: never raised to the caller
+        out = None
     if out is not None:
         return out if out and len(out) <= max_length else None
     return _by_parser(text, base, max_length)
