@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from . import parse as parse_mod
 from . import robots as robots_mod
 from .frontier.scheduler import PAGE, Frontier, Request, site_key
-from .frontier.seen import SeenSet
+from .frontier.seen import SeenSet, SeenUrls
 from .frontier.store import UrlRecord
 from .net.dns import Resolver
 from .net.http import Fetcher
@@ -156,6 +156,8 @@ class Engine:
                     "or remove that folder to start afresh"
                 )
             self.seen = SeenSet()
+        #: Links lately met, known to be in :attr:`seen` (checked before the rules).
+        self.seen_urls = SeenUrls()
         os.makedirs(state_dir, exist_ok=True)
         self._robots_log: RobotsLog | None = None
         self._robots_answers: dict[str, tuple[float, bytes | None]] = {}
@@ -301,14 +303,22 @@ class Engine:
         return answers
 
     def _add_links(self, links, page_url: str, depth: int, *, redirect: bool = False) -> None:
-        """Queue a page's links that pass the rules and the seen test."""
-        ok_links, depths, refused = self.rules.admit_many(links, page_url, depth, redirect=redirect)
+        """Queue a page's links that pass the rules and the seen test.
+
+        A link held in :attr:`seen_urls` (met lately, so in the seen set) is
+        counted "seen" at once, before the rules.
+        """
         rejected = self.rejected
+        fresh = self.seen_urls.unknown(links)
+        if len(fresh) < len(links):
+            rejected["seen"] += len(links) - len(fresh)
+        ok_links, depths, refused = self.rules.admit_many(fresh, page_url, depth, redirect=redirect)
         for reason, count in refused.items():
             rejected[reason] += count
         if not ok_links:
             return
         new = self.seen.add_many(fingerprints(ok_links))
+        self.seen_urls.remember(ok_links)
         push = self.frontier.push
         retries = self.config.retries
         for link, d, is_new in zip(ok_links, depths, new):

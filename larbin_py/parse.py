@@ -40,7 +40,7 @@ __all__ = ["Page", "extract", "detect_charset", "is_html"]
 META_SCAN = 2048
 _FOLLOW_REL = frozenset({"next", "prev", "previous", "alternate"})
 _ROBOTS_NAMES = frozenset({"robots", "larbin_py", "larbin"})
-_TAGS = ("a", "area", "frame", "iframe", "link", "meta", "base", "img")
+_TAGS = ("a", "area", "frame", "iframe", "link", "meta", "base", "img", "title")
 _META_CHARSET = re.compile(
     rb"""<meta[^>]*?(?:charset\s*=\s*["']?\s*([A-Za-z0-9_\-:.]+))""", re.I | re.S)
 _HEADER_CHARSET = re.compile(r"""charset\s*=\s*["']?\s*([A-Za-z0-9_\-:.]+)""", re.I)
@@ -218,6 +218,7 @@ def _walk(root, page: Page, url: str, get_images: bool, max_url_size: int, extra
     base_set = False
     raw_links: list[str] = []
     nofollow = 0
+    title = None
     limit = max_url_size * 4  # longer attribute values cannot make a short URL
     for el in root.iter(_TAGS):
         tag = el.tag
@@ -271,6 +272,9 @@ def _walk(root, page: Page, url: str, get_images: bool, max_url_size: int, extra
                     resolved = normalize(href, url, max_length=max_url_size)
                     if resolved is not None:
                         base = resolved
+        elif tag == "title":
+            if title is None:  # the first one, as a browser shows it
+                title = el
     page.base = base
     page.nofollow_links = nofollow
     raw_links.extend(extra)
@@ -279,6 +283,5 @@ def _walk(root, page: Page, url: str, get_images: bool, max_url_size: int, extra
     if page.refresh is not None:
         page.refresh = normalize(page.refresh, base, max_length=max_url_size)
     page.links = normalize_links(raw_links, base, max_length=max_url_size)
-    title = root.find(".//title")
     if title is not None and title.text:
         page.title = title.text.strip()[:500]

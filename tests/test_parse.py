@@ -111,6 +111,11 @@ def test_latin1_page_with_non_ascii_href():
 
 def test_title():
     assert extract(b"<title> Hello </title>", URL, None).title == "Hello"
+    # the first title in document order, wherever it stands, and only it
+    page = extract(b"<a href=x>x</a><body><title>One</title><title>Two</title>", URL, None)
+    assert page.title == "One" and page.links == ["http://a.test/dir/x"]
+    assert extract(b"<title></title><title>Two</title>", URL, None).title is None
+    assert extract(b"<p>no title</p>", URL, None).title is None
 
 
 @pytest.mark.parametrize("body", [

@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from larbin_py.frontier.seen import SeenSet
+from larbin_py.frontier.seen import SeenSet, SeenUrls
 from larbin_py.frontier.store import UrlRecord, UrlStore, decode_record, encode_record
 
 
@@ -190,3 +190,26 @@ def test_reopen_cuts_a_torn_tail_so_new_records_survive(tmp_path):
     while (r := again.pop()) is not None:
         urls.append(r.url)
     assert urls == [rec(i).url for i in range(6)]
+
+
+def test_seen_urls_answers_exact_strings_in_order():
+    held = SeenUrls(size=100)
+    held.remember(["http://a.test/1", "http://a.test/2"])
+    links = ["http://a.test/3", "http://a.test/1", "http://A.test/2", "http://a.test/3", "http://a.test/2"]
+    assert held.unknown(links) == ["http://a.test/3", "http://A.test/2", "http://a.test/3"]
+    assert "http://a.test/1" in held and "http://a.test/1/" not in held and len(held) == 2
+
+
+def test_seen_urls_keeps_two_generations_and_drops_the_oldest():
+    held = SeenUrls(size=3)
+    held.remember(["a", "b"])
+    held.remember(["c"])
+    assert held.unknown(["a", "b", "c"]) == [] and len(held) == 3
+    held.remember(["d", "e"])  # the young generation would overflow: it becomes the old one
+    assert held.unknown(["a", "c", "d", "e"]) == [] and len(held) == 5
+    held.remember(["f"])
+    held.remember(["g"])  # {a, b, c} dropped, {d, e, f} now the old generation
+    assert held.unknown(["a", "b", "c", "d", "e", "f", "g"]) == ["a", "b", "c"]
+    assert len(held) == 4
+    held.remember(list("klmnop"))  # a page of more than size links: its last ones stay
+    assert held.unknown(list("defgklmnop")) == list("defklm") and len(held) == 4

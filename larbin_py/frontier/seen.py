@@ -29,7 +29,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["SeenSet"]
+__all__ = ["SeenSet", "SeenUrls"]
 
 _EMPTY = np.zeros(0, dtype=np.uint64)
 
@@ -169,3 +169,49 @@ class SeenSet:
             with open(path, "r+b") as f:
                 f.truncate(size - seen.dropped_bytes)
         return seen
+
+
+class SeenUrls:
+    """URL strings lately found or put in a :class:`SeenSet`: a page's links
+    answered "seen" without admission, fingerprint or search.
+
+    Mercator keeps such a cache of popular URLs in front of its URL-seen
+    test: a site's navigation links come back on every one of its pages.
+    Exact strings (a hit is never a false "seen"), kept in two generations
+    of at most ``size`` URLs each: when the young one would overflow it
+    becomes the old one and the old one is dropped, so the URLs met lately
+    stay.  About 120 bytes per URL held (2 x ``size`` at most: 8 MB by
+    default).
+
+    Correct only for a SeenSet that never forgets: a URL, once in it, is
+    there for good (a restart starts with an empty cache).
+    """
+
+    __slots__ = ("size", "_young", "_old")
+
+    def __init__(self, size: int = 1 << 15) -> None:
+        self.size = size
+        self._young: set[str] = set()
+        self._old: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self._young) + len(self._old)
+
+    def __contains__(self, url: str) -> bool:
+        return url in self._young or url in self._old
+
+    def unknown(self, urls: Iterable[str]) -> list[str]:
+        """Those of ``urls`` not held here, in order."""
+        young, old = self._young, self._old
+        return [u for u in urls if u not in young and u not in old]
+
+    def remember(self, urls: Sequence[str]) -> None:
+        """Hold ``urls`` (each now in the SeenSet); the oldest generation goes
+        when the young one would pass ``size``."""
+        young = self._young
+        if len(young) + len(urls) > self.size:
+            self._old = young
+            self._young = young = set()
+            if len(urls) > self.size:
+                urls = urls[-self.size:]
+        young.update(urls)
