@@ -428,15 +428,17 @@ _BASES: dict[str, _Url | None] = {}
 # -- the fast path --------------------------------------------------------------
 # Most links are already clean: an absolute or scheme-relative http(s) URL,
 # or a relative path or query, maybe wrapped in white space, made of
-# characters that need no encoding or only the UTF-8 encoding of non-ASCII
-# text, well-formed escapes, without backslashes, inner tabs or newlines,
+# characters that need no encoding, or only the UTF-8 encoding of non-ASCII
+# text or a space's %20 in a path, well-formed escapes, without backslashes, inner tabs or newlines,
 # or encoded dots.  One match of _LINK classifies such a link and
 # _fast_resolve finishes it by string operations; a host is judged once by
 # the parser's own host code and remembered.  Anything else takes the full
 # parser above (the tests check both give the same answer).
 _PCHARS = r"A-Za-z0-9\-._~!$&()*+,;=:@"
 _UNICODE = "\x80-\ud7ff\ue000-\U0010ffff"  # encoded as UTF-8 (no lone surrogates)
-_ESC_TAIL = "(?:%[0-9A-Fa-f]{2}[" + _PCHARS + "'/" + _UNICODE + "]*)*"
+# After a path's first run of plain characters: escapes, and spaces that are
+# not the link's trailing white space (the parser encodes them as %20).
+_ESC_TAIL = r"(?:(?:%[0-9A-Fa-f]{2}| +(?![\x00-\x20]*\Z))[" + _PCHARS + "'/" + _UNICODE + "]*)*"
 _LINK = re.compile(
     # Written without re.I, which costs a case fold per character.  Leading
     # and trailing C0 controls and spaces are what normalize strips.
@@ -594,7 +596,7 @@ def _fast_resolve(m: re.Match, info) -> str | None:
         return ""  # another scheme: never crawled
     else:
         canon, path = info[0], info[1] + rel
-    if not path.isascii():
+    if not path.isascii() or " " in path:
         path = _pct_encode(path, _PATH_TABLE)
     if "%" in path or "/." in path:
         path = _fast_path(path)

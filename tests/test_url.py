@@ -229,6 +229,7 @@ def test_fast_path_agrees_with_the_full_parser():
     assert any(not h.isascii() for h, _b, _f in answered)
     assert any("xn--" in f for _h, _b, f in answered)
     assert any(h != h.strip(" ") for h, _b, _f in answered)
+    assert any(" " in h.strip(url_mod._STRIP) for h, _b, _f in answered)  # inside a path: %20
     assert any(f == "" for _h, _b, f in answered)  # mailto:, javascript:... refused at once
     for href, base, got in answered:
         text = href.strip(url_mod._STRIP).translate(url_mod._TABNL)
