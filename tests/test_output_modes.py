@@ -298,6 +298,10 @@ def test_index_field_escaping_round_trips(tmp_path):
     nasty = "a\tb\nc\rd\\e\\tf"
     assert "\t" not in escape_field(nasty) and "\n" not in escape_field(nasty)
     assert unescape_field(escape_field(nasty)) == nasty
+    for ch in "\\\t\n\r":  # each one alone is seen, and only those change a field
+        alone = "a" + ch + "tb"
+        assert unescape_field(escape_field(alone)) == alone and escape_field(alone) != alone
+    assert escape_field("http://h/p?q=1&r") == "http://h/p?q=1&r"
     out = open_output("mirror", str(tmp_path))
     out.write(doc("http://h/t\tab", b"x", ctype="text/html;\n x=1"))
     out.close()
