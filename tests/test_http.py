@@ -94,6 +94,34 @@ async def test_request_headers_and_a_plain_answer():
     assert res.rtt is not None and 0 <= res.rtt <= res.elapsed
 
 
+async def test_each_site_gets_its_own_host_header_and_extra_headers_are_sent():
+    import larbin_py.net.http as http_mod
+
+    async with Server(reply()) as srv:
+        f = fetcher()
+        hosts = ["a.test", "b.test", "a.test", "b.test", "c.test"]
+        for host in hosts:
+            assert (await get(f, srv, "/p", host=host)).error is None
+        res = await f.fetch(f"http://a.test:{srv.port}/q", "127.0.0.1", srv.port,
+                            extra_headers=[(b"If-Modified-Since", b"Mon, 23 Nov 2026 00:00:00 GMT")])
+        assert res.error is None
+        # Sites past the bound on kept header lists: the lists are rebuilt, still right.
+        old_bound, http_mod.HEADERS_KEPT = http_mod.HEADERS_KEPT, 2
+        try:
+            for host in ["d.test", "e.test", "f.test", "d.test"]:
+                assert (await get(f, srv, "/r", host=host)).error is None
+            assert len(f._headers_by_host) <= 2
+        finally:
+            http_mod.HEADERS_KEPT = old_bound
+        await f.close()
+    heads = [h.decode().lower() for h in srv.heads]
+    for head, host in zip(heads, hosts + ["a.test", "d.test", "e.test", "f.test", "d.test"]):
+        assert head.count("host: ") == 1 and f"\r\nhost: {host}:{srv.port}\r\n" in head, head
+        assert "user-agent: larbin_py/test" in head and "accept-encoding: gzip, deflate" in head
+    assert "if-modified-since: mon, 23 nov 2026" in heads[5]
+    assert sum("if-modified-since" in h for h in heads) == 1
+
+
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory):
     """A self-signed certificate for ``secure.test`` (openssl, from Debian's package)."""

@@ -77,6 +77,8 @@ ERRORS = ("noConnection", "timeout", "reset", "tooBig", "badResponse", "headerTo
 
 ACCEPT = b"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 ACCEPT_ENCODING = b"gzip, deflate"
+#: Sites whose request headers are kept (see Fetcher._host_headers).
+HEADERS_KEPT = 1024
 
 _CONNECTING, _ACTIVE, _IDLE, _CLOSED = range(4)
 _INF = float("inf")
@@ -114,6 +116,11 @@ class FetchResult:
     raw_request: bytes = b""
     raw_response_head: bytes = b""
     raw_body: bytes = b""
+
+
+def _host_bytes(host_header: str) -> bytes:
+    """A Host header's value as sent: IDNA for a non-ASCII name."""
+    return host_header.encode() if host_header.isascii() else host_header.encode("idna")
 
 
 def split_url(url: str) -> tuple[str, str, str, str]:
@@ -473,6 +480,8 @@ class Fetcher:
             (b"Accept-Encoding", ACCEPT_ENCODING),
             (b"Connection", b"keep-alive"),
         ]
+        # Host header -> the checked request headers of that site (_host_headers)
+        self._headers_by_host: dict[str, object] = {}
         self._live: set[_Conn] = set()  # connecting or active
         self._idle: dict[tuple, list[_Conn]] = {}
         self._n_idle = 0
@@ -577,10 +586,12 @@ class Fetcher:
             key = ("https", ip, port, sni)
         else:
             key = ("http", ip, port)
-        headers = [(b"Host", host_header.encode("idna") if not host_header.isascii() else host_header.encode())]
-        headers += self._base_headers
         if extra_headers:
-            headers += list(extra_headers)
+            headers = [(b"Host", _host_bytes(host_header)), *self._base_headers, *extra_headers]
+        else:
+            headers = self._headers_by_host.get(host_header)
+            if headers is None:
+                headers = self._host_headers(host_header)
         request = h11.Request(method=method, target=target.encode("latin-1", "replace"),
                               headers=headers)
         self._requests += 1
@@ -600,6 +611,19 @@ class Fetcher:
             conn.res = None
             conn.close(abort=True)
             raise
+
+    def _host_headers(self, host_header: str):
+        """The request headers for ``host_header``, checked by h11 once and kept.
+
+        h11 takes headers it has already checked (an event's ``headers``)
+        without checking them again: a site's requests share one list.
+        """
+        headers = h11.Request(method=b"GET", target=b"/",
+                              headers=[(b"Host", _host_bytes(host_header)), *self._base_headers]).headers
+        if len(self._headers_by_host) >= HEADERS_KEPT:
+            self._headers_by_host.clear()
+        self._headers_by_host[host_header] = headers
+        return headers
 
     async def _connect(self, res: FetchResult, key: tuple, ip: str, port: int,
                        tls: bool, sni: str) -> _Conn | None:
