@@ -429,11 +429,12 @@ _BASES: dict[str, _Url | None] = {}
 # Most links are already clean: an absolute or scheme-relative http(s) URL,
 # or a relative path or query, maybe wrapped in white space, made of
 # characters that need no encoding, or only the UTF-8 encoding of non-ASCII
-# text or a space's %20 in a path, well-formed escapes, without backslashes, inner tabs or newlines,
-# or encoded dots.  One match of _LINK classifies such a link and
-# _fast_resolve finishes it by string operations; a host is judged once by
-# the parser's own host code and remembered.  Anything else takes the full
-# parser above (the tests check both give the same answer).
+# text or a space's %20 in a path, well-formed escapes, without
+# backslashes, inner tabs or newlines, or encoded dots.  One match of _LINK
+# classifies such a link and _fast_resolve finishes it by string
+# operations; a host is judged once by the parser's own host code and
+# remembered.  Anything else takes the full parser above (the tests check
+# both give the same answer).
 _PCHARS = r"A-Za-z0-9\-._~!$&()*+,;=:@"
 _UNICODE = "\x80-\ud7ff\ue000-\U0010ffff"  # encoded as UTF-8 (no lone surrogates)
 # After a path's first run of plain characters: escapes, and spaces that are
