@@ -33,7 +33,7 @@ from common import report, table
 from larbin_py.frontier.seen import SeenSet
 from larbin_py.parse import extract
 from larbin_py.sim.web import SimConfig, SimWeb
-from larbin_py.url import fingerprint, normalize, normalize_links
+from larbin_py.url import fingerprints, normalize, normalize_links
 
 
 #: The issue's "stdlib urljoin costs 6-7 µs per link": the machine its aims were set on.
@@ -125,12 +125,13 @@ def main() -> None:
     rows.append([f"normalize_links, a page's links at once ({len(groups)} pages)", batch, 1e6 / batch, "µs/link"])
     rows.append(["urljoin + urldefrag (peer)", peer, 1e6 / peer, "µs/link"])
     urls = [u for u in (normalize(h, b) for h, b in links) if u]
-    t = best(lambda: [fingerprint(u) for u in urls], rounds)
+    pages_of_urls = [urls[i:i + 100] for i in range(0, len(urls), 100)]  # as the engine asks: a page at a time
+    t = best(lambda: [fingerprints(batch) for batch in pages_of_urls], rounds)
     figures["fingerprint_ns"] = t / len(urls) * 1e9
-    rows.append([f"fingerprint ({len(urls)} URLs)", t / len(urls) * 1e9, len(urls) / t, "ns/URL"])
+    rows.append([f"fingerprints, batches of 100 ({len(urls)} URLs)", t / len(urls) * 1e9, len(urls) / t, "ns/URL"])
     rng = random.Random(3)
     seen = SeenSet(rng.getrandbits(64) for _ in range(200_000 if args.quick else 2_000_000))
-    fps = [fingerprint(u) for u in urls]
+    fps = fingerprints(urls)
     batches = [fps[i:i + 100] for i in range(0, len(fps), 100)]
     t = best(lambda: [seen.add_many(b) for b in batches], 1)
     figures["seen_ns"] = t / len(fps) * 1e9
