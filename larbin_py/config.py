@@ -78,6 +78,9 @@ __all__ = [
     "system_dns_servers",
 ]
 
+#: ``httpParser`` values: what reads HTTP responses (see larbin_py.net.fastread).
+HTTP_PARSERS: tuple[str, ...] = ("httptools", "h11")
+
 #: ``outputMode`` names, in the order of their numbers (0 none ... 4 warc).
 OUTPUT_MODES: tuple[str, ...] = ("none", "save", "mirror", "stats", "warc")
 
@@ -234,6 +237,7 @@ class Config:
     wait_jitter: float = 0.05
     proxy: tuple[str, int] | None = None
     bond_width: int = 0
+    http_parser: str = "httptools"
     limit_time: float = 0.0
     limit_page: int = 0
     use_cookies: bool = False
@@ -466,6 +470,23 @@ class _OutputMode(_Key):
         return [f"{self.name} {value}"]
 
 
+class _Choice(_Key):
+    def __init__(self, name: str, attr: str, choices: tuple[str, ...]):
+        super().__init__(name, attr)
+        self.choices = choices
+
+    def parse(self, words: list[str]) -> str:
+        return self.coerce(self._one(words).lower())
+
+    def coerce(self, value: Any) -> str:
+        if value not in self.choices:
+            raise _Bad(f"expected one of {', '.join(self.choices)}, got {value!r}")
+        return value
+
+    def format(self, value: str) -> list[str]:
+        return [f"{self.name} {value}"]
+
+
 class _Proxy(_Key):
     def parse(self, words: list[str]) -> tuple[str, int] | None:
         if len(words) == 1 and words[0].lower() == "none":
@@ -606,6 +627,7 @@ KEYS: tuple[_Key, ...] = (
     _Int("ramUrls", "ram_urls", 1),
     _Proxy("proxy", "proxy"),
     _Int("bondWidth", "bond_width", 0),
+    _Choice("httpParser", "http_parser", HTTP_PARSERS),
     _Seconds("limitTime", "limit_time"),
     _Int("limitPage", "limit_page", 0),
     _Int("depthInSite", "depth_in_site", 0),

@@ -263,6 +263,7 @@ class Engine:
                 bond_width=c.bond_width,
                 keep_alive_idle=max(5.0, 2 * c.wait_duration),
                 keep_raw=c.output_mode == "warc",
+                parser=c.http_parser,
                 clock=self._loop.time,  # the scheduler's clock: send times compare with starts
             )
         if self._output is None:

@@ -1,8 +1,9 @@
-"""larbin_py.net.http: the h11 fetcher against the sim and hostile servers.
+"""larbin_py.net.http: the fetcher against the sim and hostile servers.
 
 Each hostile server is a few lines of asyncio on 127.0.0.1 that misbehaves
 in one precise way; the fetcher must turn every misbehaviour into a typed
-result, never an exception, and keep its memory bounded.
+result, never an exception, and keep its memory bounded.  Every test runs
+with both response readers: httptools (h11 refereeing) and h11 alone.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import zlib
 
 import pytest
 
-from larbin_py.net.http import Fetcher
+from larbin_py.net.http import PARSERS, Fetcher
 from larbin_py.sim import Sim, SimConfig
 
 
@@ -68,9 +69,21 @@ def reply(body: bytes = b"<html>ok</html>", *, status: bytes = b"200 OK", header
     return handler
 
 
+_READER = {"parser": PARSERS[0]}
+
+
+@pytest.fixture(autouse=True, params=PARSERS)
+def reader(request):
+    """Run the test with each response reader; fetcher() builds with it."""
+    _READER["parser"] = request.param
+    yield request.param
+    _READER["parser"] = PARSERS[0]
+
+
 def fetcher(**kw) -> Fetcher:
     args = dict(user_agent="larbin_py/test (+http://example.test/bot)", from_addr="bot@example.test",
-                connect_timeout=2.0, timeout_page=2.0, timeout_incr=2000, max_page_size=100_000)
+                connect_timeout=2.0, timeout_page=2.0, timeout_incr=2000, max_page_size=100_000,
+                parser=_READER["parser"])
     args.update(kw)
     return Fetcher(**args)
 

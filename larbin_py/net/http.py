@@ -1,4 +1,9 @@
-"""HTTP/1.1 fetcher: an h11 client inside an asyncio Protocol.
+"""HTTP/1.1 fetcher: an asyncio Protocol that writes requests and reads responses.
+
+Responses are read by llhttp (httptools) with h11 as the referee, or by h11
+alone (``parser="h11"``): see :mod:`larbin_py.net.fastread` for how the two
+share the work.  Request headers are always checked by h11, and the bytes
+sent are the ones h11 writes.
 
 One :class:`Fetcher` owns every connection of the crawler.  ``fetch()`` sends
 one request and returns a :class:`FetchResult`; it never raises (except
@@ -70,10 +75,13 @@ import h11
 
 from .bandwidth import TokenBucket
 from .decode import BodyDecoder, DecodeError, media_type, parse_retry_after
+from .fastread import BAD, DONE, H11, NEED, FastReader
 
 __all__ = ["Fetcher", "FetchResult", "ERRORS"]
 
 ERRORS = ("noConnection", "timeout", "reset", "tooBig", "badResponse", "headerTooBig")
+#: How responses are read: llhttp with h11 as the referee, or h11 alone.
+PARSERS = ("httptools", "h11")
 
 ACCEPT = b"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 ACCEPT_ENCODING = b"gzip, deflate"
@@ -123,6 +131,15 @@ def _host_bytes(host_header: str) -> bytes:
     return host_header.encode() if host_header.isascii() else host_header.encode("idna")
 
 
+def _header_block(headers) -> bytes:
+    """Checked h11 headers as h11 writes them: Host first, then the rest, then the blank line."""
+    items = headers.raw_items()
+    lines = [b"%s: %s\r\n" % (n, v) for n, v in items if n.lower() == b"host"]
+    lines += [b"%s: %s\r\n" % (n, v) for n, v in items if n.lower() != b"host"]
+    lines.append(b"\r\n")
+    return b"".join(lines)
+
+
 def split_url(url: str) -> tuple[str, str, str, str]:
     """``(scheme, host_header, server_hostname, target)`` of an absolute URL.
 
@@ -162,10 +179,15 @@ def split_url(url: str) -> tuple[str, str, str, str]:
 
 
 class _Conn(asyncio.Protocol):
-    """One client connection: transport + h11 state + the request in flight."""
+    """One client connection: transport + reader state + the request in flight.
+
+    A request is read by a :class:`FastReader` (``fast``) or by the h11
+    connection ``h``; a fast reader that hands its response over replays it
+    into a fresh h11 connection, which then reads the rest.
+    """
 
     __slots__ = (
-        "f", "key", "ip", "state", "transport", "h", "waiter", "connect_task",
+        "f", "key", "ip", "state", "transport", "h", "fast", "request", "waiter", "connect_task",
         "deadline", "idle_since", "res", "resp_bytes", "chunks", "raw_chunks",
         "raw_size", "decoder", "sent_at", "head_buf", "n_info", "method_head",
         "got_response", "bw_paused", "closed", "body_size",
@@ -177,7 +199,9 @@ class _Conn(asyncio.Protocol):
         self.ip = ip
         self.state = _CONNECTING
         self.transport: asyncio.Transport | None = None
-        self.h = h11.Connection(h11.CLIENT, max_incomplete_event_size=fetcher.max_header_size)
+        self.h: h11.Connection | None = None  # made when a request is first read by h11
+        self.fast: FastReader | None = None
+        self.request: h11.Request | None = None
         self.waiter: asyncio.Future | None = None
         self.connect_task: asyncio.Task | None = None
         self.deadline = _INF
@@ -218,27 +242,41 @@ class _Conn(asyncio.Protocol):
         self.resp_bytes += n
         if self.head_buf is not None and not self.got_response:
             self.head_buf += data
-        self.h.receive_data(data)
-        self._events()
+        fast = self.fast
+        if fast is not None:
+            self._fast_outcome(fast.feed(data), False)
+        else:
+            self.h.receive_data(data)
+            self._events()
 
     def connection_lost(self, exc) -> None:
         state = self.state
         if state == _ACTIVE:
             if exc is not None:
                 self._finish("reset", f"connection lost: {exc!r}")
+            elif self.fast is not None:
+                self._fast_outcome(self.fast.feed_eof(), True)
             else:
-                try:
-                    self.h.receive_data(b"")
-                except RuntimeError:
-                    pass
-                self._events(eof=True)
-                if self.state == _ACTIVE:  # no complete message came out
-                    self._finish("reset", "connection closed before the response was complete")
+                self._h11_eof()
+            if self.state == _ACTIVE:  # no complete message came out
+                self._finish("reset", "connection closed before the response was complete")
         self.close()
 
+    def _h11_eof(self) -> None:
+        try:
+            self.h.receive_data(b"")
+        except RuntimeError:
+            pass
+        self._events(eof=True)
+
     # -- request/response -------------------------------------------------
-    def start(self, res: FetchResult, request: h11.Request) -> asyncio.Future:
-        """Send ``request`` for ``res``; the returned future is set when done."""
+    def start(self, res: FetchResult, request: h11.Request, head: bytes | None = None) -> asyncio.Future:
+        """Send ``request`` for ``res``; the returned future is set when done.
+
+        With ``head`` (the request's bytes, made by the fetcher) a
+        :class:`FastReader` reads the response; without, h11 writes the
+        request and reads the response.
+        """
         f = self.f
         self.state = _ACTIVE
         self.res = res
@@ -254,13 +292,56 @@ class _Conn(asyncio.Protocol):
         self.method_head = request.method == b"HEAD"
         self.deadline = res.started_at + f.timeout_page
         self.waiter = waiter = f._loop.create_future()
-        h = self.h
-        data = h.send(request) + h.send(h11.EndOfMessage())
+        if head is not None:
+            self.fast = FastReader(self._on_head, self._on_data, f.max_header_size)
+            self.request = request
+            data = head
+        else:
+            h = self.h
+            if h is None:
+                h = self.h = h11.Connection(h11.CLIENT, max_incomplete_event_size=f.max_header_size)
+            data = h.send(request) + h.send(h11.EndOfMessage())
         if f.keep_raw:
             res.raw_request = data
         self.sent_at = res.sent_at = f._clock()
         self.transport.write(data)
         return waiter
+
+    def _fast_outcome(self, outcome: str, eof: bool) -> None:
+        if outcome is NEED or self.state != _ACTIVE:
+            return
+        if outcome is DONE:
+            self._complete()
+        elif outcome is H11:
+            self._hand_over(eof)
+        else:  # BAD: after a good head; at the end of the connection, h11 says reset
+            self._finish("reset" if eof else "badResponse", self.fast.detail)
+
+    def _hand_over(self, eof: bool) -> None:
+        """h11 reads this response from its first byte (see :mod:`.fastread`)."""
+        f = self.f
+        pending = self.fast.pending
+        self.fast = None
+        f._handovers += 1
+        h = self.h = h11.Connection(h11.CLIENT, max_incomplete_event_size=f.max_header_size)
+        h.send(self.request)
+        h.send(h11.EndOfMessage())
+        h.receive_data(b"".join(pending))
+        if eof:
+            self._h11_eof()
+        else:
+            self._events()
+
+    def _complete(self) -> None:
+        """The response is whole: end the content decoding, then finish."""
+        dec = self.decoder
+        if dec is not None:
+            try:
+                dec.finish()
+            except DecodeError as exc:
+                self._finish("badResponse", str(exc))
+                return
+        self._finish(None, "")
 
     def _events(self, eof: bool = False) -> None:
         h = self.h
@@ -283,16 +364,10 @@ class _Conn(asyncio.Protocol):
             elif ev is h11.NEED_DATA or ev is h11.PAUSED:
                 return
             elif t is h11.Response:
-                self._on_response(ev)
+                self._on_head(ev.status_code, ev.reason, ev.http_version, list(ev.headers),
+                              ev.headers.raw_items() if self.head_buf is not None else ())
             elif t is h11.EndOfMessage:
-                dec = self.decoder
-                if dec is not None:
-                    try:
-                        dec.finish()
-                    except DecodeError as exc:
-                        self._finish("badResponse", str(exc))
-                        return
-                self._finish(None, "")
+                self._complete()
                 return
             elif t is h11.InformationalResponse:
                 self.n_info += 1
@@ -300,15 +375,17 @@ class _Conn(asyncio.Protocol):
                 self._finish("reset", "connection closed before the response was complete")
                 return
 
-    def _on_response(self, ev: h11.Response) -> None:
+    def _on_head(self, status: int, reason: bytes, version: bytes, headers: list, raw_items) -> None:
+        """The final response's head: ``headers`` with lower-case names, ``raw_items`` as sent."""
         f = self.f
         res = self.res
         self.got_response = True
+        if self.fast is not None:
+            self.n_info = self.fast.n_info
         res.rtt = f._clock() - self.sent_at
-        res.status = ev.status_code
-        res.reason_phrase = ev.reason.decode("latin-1")
-        res.http_version = ev.http_version
-        headers = list(ev.headers)
+        res.status = status
+        res.reason_phrase = reason.decode("latin-1")
+        res.http_version = version
         res.headers = headers
         coding = None
         for name, value in headers:
@@ -323,18 +400,18 @@ class _Conn(asyncio.Protocol):
         if coding is not None and not self.method_head:
             self.decoder = BodyDecoder(coding, f.max_page_size)
         if self.head_buf is not None:
-            res.raw_response_head = self._raw_head(ev)
+            res.raw_response_head = self._raw_head(status, reason, version, raw_items)
             self.head_buf = None
 
-    def _raw_head(self, ev: h11.Response) -> bytes:
+    def _raw_head(self, status: int, reason: bytes, version: bytes, raw_items) -> bytes:
         """The final response head exactly as received (status line to CRLFCRLF)."""
         buf = self.head_buf
         pos = start = 0
         for _ in range(self.n_info + 1):
             j = buf.find(b"\r\n\r\n", pos)
-            if j < 0:  # bare-LF server: rebuild from h11's case-preserving view
-                lines = [b"HTTP/%s %d %s" % (ev.http_version, ev.status_code, ev.reason)]
-                lines += [n + b": " + v for n, v in ev.headers.raw_items()]
+            if j < 0:  # bare-LF server: rebuild from the parser's case-preserving view
+                lines = [b"HTTP/%s %d %s" % (version, status, reason)]
+                lines += [n + b": " + v for n, v in raw_items]
                 return b"\r\n".join(lines) + b"\r\n\r\n"
             start, pos = pos, j + 4
         return bytes(buf[start:pos])
@@ -389,18 +466,27 @@ class _Conn(asyncio.Protocol):
             f._errors[error] = f._errors.get(error, 0) + 1
         waiter = self.waiter
         self.waiter = None
-        keep = (
-            error is None
-            and not f._closing
-            and self.h.our_state is h11.DONE
-            and self.h.their_state is h11.DONE
-            and not self.h.trailing_data[0]
-        )
-        if keep:
-            try:
-                self.h.start_next_cycle()
-            except h11.LocalProtocolError:
-                keep = False
+        fast = self.fast
+        if fast is not None:
+            fast.stop()
+            self.fast = None
+            self.request = None
+            keep = error is None and not f._closing and fast.reusable
+        else:
+            self.request = None
+            h = self.h
+            keep = (
+                error is None
+                and not f._closing
+                and h.our_state is h11.DONE
+                and h.their_state is h11.DONE
+                and not h.trailing_data[0]
+            )
+            if keep:
+                try:
+                    h.start_next_cycle()
+                except h11.LocalProtocolError:
+                    keep = False
         if keep:
             self.idle_since = f._clock()
             self.deadline = _INF
@@ -451,6 +537,7 @@ class Fetcher:
         bond_width: int = 0,
         keep_alive_idle: float = 5.0,
         keep_raw: bool = False,
+        parser: str = "httptools",
         ssl_context=None,
         clock: Callable[[], float] = time.monotonic,
         loop: asyncio.AbstractEventLoop | None = None,
@@ -467,6 +554,10 @@ class Fetcher:
         self.bond_width = bond_width
         self.keep_alive_idle = keep_alive_idle
         self.keep_raw = keep_raw
+        if parser not in PARSERS:
+            raise ValueError(f"parser must be one of {', '.join(PARSERS)}, got {parser!r}")
+        self.parser = parser
+        self._fast = parser == "httptools"
         self._ssl_context = ssl_context
         self._clock = clock
         self._loop_arg = loop
@@ -480,8 +571,8 @@ class Fetcher:
             (b"Accept-Encoding", ACCEPT_ENCODING),
             (b"Connection", b"keep-alive"),
         ]
-        # Host header -> the checked request headers of that site (_host_headers)
-        self._headers_by_host: dict[str, object] = {}
+        # Host header -> (checked request headers, their bytes) of that site (_host_headers)
+        self._headers_by_host: dict[str, tuple] = {}
         self._live: set[_Conn] = set()  # connecting or active
         self._idle: dict[tuple, list[_Conn]] = {}
         self._n_idle = 0
@@ -492,6 +583,7 @@ class Fetcher:
         self._reuses = 0
         self._opened = 0
         self._bytes = 0
+        self._handovers = 0
         self._errors: dict[str, int] = {}
 
     # -- public ------------------------------------------------------------
@@ -526,6 +618,7 @@ class Fetcher:
             "requests": self._requests,
             "reuses": self._reuses,
             "bytes": self._bytes,
+            "h11_handovers": self._handovers,
             "errors": dict(self._errors),
         }
 
@@ -588,12 +681,16 @@ class Fetcher:
             key = ("http", ip, port)
         if extra_headers:
             headers = [(b"Host", _host_bytes(host_header)), *self._base_headers, *extra_headers]
+            block = None
         else:
-            headers = self._headers_by_host.get(host_header)
-            if headers is None:
-                headers = self._host_headers(host_header)
+            headers, block = self._headers_by_host.get(host_header) or self._host_headers(host_header)
         request = h11.Request(method=method, target=target.encode("latin-1", "replace"),
                               headers=headers)
+        head = None
+        if self._fast and request.method != b"HEAD":  # h11 reads HEAD responses: llhttp cannot
+            if block is None:
+                block = _header_block(request.headers)
+            head = b"%s %s HTTP/1.1\r\n%s" % (request.method, request.target, block)
         self._requests += 1
         conn = self._take_idle(key)
         reused = conn is not None
@@ -604,7 +701,7 @@ class Fetcher:
         else:
             self._reuses += 1
         res.conn_reused = reused
-        waiter = conn.start(res, request)
+        waiter = conn.start(res, request, head)
         try:
             await waiter
         except asyncio.CancelledError:
@@ -612,18 +709,19 @@ class Fetcher:
             conn.close(abort=True)
             raise
 
-    def _host_headers(self, host_header: str):
-        """The request headers for ``host_header``, checked by h11 once and kept.
+    def _host_headers(self, host_header: str) -> tuple:
+        """The request headers for ``host_header``, checked by h11 once, and their bytes; kept.
 
         h11 takes headers it has already checked (an event's ``headers``)
-        without checking them again: a site's requests share one list.
+        without checking them again: a site's requests share one list, and
+        the fast path sends the same bytes h11 would write.
         """
         headers = h11.Request(method=b"GET", target=b"/",
                               headers=[(b"Host", _host_bytes(host_header)), *self._base_headers]).headers
         if len(self._headers_by_host) >= HEADERS_KEPT:
             self._headers_by_host.clear()
-        self._headers_by_host[host_header] = headers
-        return headers
+        kept = self._headers_by_host[host_header] = (headers, _header_block(headers))
+        return kept
 
     async def _connect(self, res: FetchResult, key: tuple, ip: str, port: int,
                        tls: bool, sni: str) -> _Conn | None:

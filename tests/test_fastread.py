@@ -1,0 +1,209 @@
+"""larbin_py.net.fastread: llhttp reads what h11 would read, or hands it to h11.
+
+The property: for every response of a corpus of ordinary and hostile ones,
+cut into pieces at random places, with or without the end of the
+connection after it, a connection reading with httptools ends exactly as
+one reading with h11 alone: the same error kind, status, headers, body,
+and the same keep-alive decision.  No socket: a connection object is fed
+bytes as its transport would feed them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import random
+
+import h11
+import pytest
+
+from larbin_py.net.fastread import BAD, DONE, H11, NEED, FastReader
+from larbin_py.net.http import _IDLE, Fetcher, FetchResult, _Conn, _header_block
+
+MAX_PAGE = 3_000
+MAX_HEAD = 400
+
+BODY = bytes(range(32, 127)) * 3
+GZ = gzip.compress(b"<p>compressed</p>" * 20)
+
+CORPUS = {
+    "length": b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY),
+    "length-spaces": b"HTTP/1.1 200 OK\r\nX-A:   padded \t \r\nContent-Length: 2\r\n\r\nhi",
+    "no-reason": b"HTTP/1.1 404\r\nContent-Length: 1\r\n\r\nx",
+    "chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+    "chunked-ext-trailer": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;x=y\r\nhi\r\n0\r\nT: v\r\n\r\n",
+    "chunked-upper": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+    "chunked-bad-size": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhi\r\n0\r\n\r\n",
+    "chunked-no-crlf": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhiXX0\r\n\r\n",
+    "chunked-truncated": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\nhi",
+    "gzip": b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s" % (len(GZ), GZ),
+    "gzip-corrupt": b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 10\r\n\r\n0123456789",
+    "http10-eof": b"HTTP/1.0 200 OK\r\nContent-Type: text/html\r\n\r\n" + BODY,
+    "http10-keep-alive": b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nhi",
+    "http11-eof": b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + BODY,
+    "close-with-length": b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nhi",
+    "no-content": b"HTTP/1.1 204 No Content\r\n\r\n",
+    "not-modified-length": b"HTTP/1.1 304 Not Modified\r\nContent-Length: 50\r\n\r\n",
+    "continue-first": b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi",
+    "two-infos": b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early\r\nLink: </a>\r\n\r\n"
+                 b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi",
+    "trailing-bytes": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhiEXTRA",
+    "second-response": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhiHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+    "short-body": b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\nonly this",
+    "too-big": b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (MAX_PAGE + 10, b"y" * (MAX_PAGE + 10)),
+    "too-big-eof": b"HTTP/1.0 200 OK\r\n\r\n" + b"z" * (MAX_PAGE + 10),
+    "head-too-big": b"HTTP/1.1 200 OK\r\n" + b"X-Pad: %s\r\n" % (b"p" * MAX_HEAD) + b"Content-Length: 0\r\n\r\n",
+    "bare-lf": b"HTTP/1.1 200 OK\nContent-Length: 2\n\nhi",
+    "obs-fold": b"HTTP/1.1 200 OK\r\nX-Fold: a\r\n  b\r\nContent-Length: 2\r\n\r\nhi",
+    "space-before-colon": b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\nhi",
+    "dup-length-same": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nhi",
+    "two-chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    "length-list": b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nhi",
+    "length-21-digits": b"HTTP/1.1 200 OK\r\nContent-Length: 000000000000000000002\r\n\r\nhi",
+    "dup-length-differ": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nhi",
+    "length-and-chunked": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          b"2\r\nhi\r\n0\r\n\r\n",
+    "te-gzip-chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+    "te-identity": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\n\r\nhi",
+    "bad-length": b"HTTP/1.1 200 OK\r\nContent-Length: 2x\r\n\r\nhi",
+    "negative-length": b"HTTP/1.1 200 OK\r\nContent-Length: -2\r\n\r\nhi",
+    "nul-in-value": b"HTTP/1.1 200 OK\r\nX: a\x00b\r\nContent-Length: 2\r\n\r\nhi",
+    "ctl-in-value": b"HTTP/1.1 200 OK\r\nX: a\x01b\x7fc\r\nContent-Length: 2\r\n\r\nhi",
+    "tab-in-value": b"HTTP/1.1 200 OK\r\nX: a\tb\r\nContent-Length: 2\r\n\r\nhi",
+    "cr-in-value": b"HTTP/1.1 200 OK\r\nX: a\rb\r\nContent-Length: 2\r\n\r\nhi",
+    "latin1-value": b"HTTP/1.1 200 OK\r\nX: caf\xe9\r\nContent-Length: 2\r\n\r\nhi",
+    "empty-name": b"HTTP/1.1 200 OK\r\n: v\r\nContent-Length: 2\r\n\r\nhi",
+    "switching": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\nrest",
+    "http09": b"<html>no head at all</html>",
+    "http2-line": b"HTTP/2 200 OK\r\nContent-Length: 2\r\n\r\nhi",
+    "lower-http": b"http/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi",
+    "status-999": b"HTTP/1.1 999 Odd\r\nContent-Length: 2\r\n\r\nhi",
+    "status-2-digits": b"HTTP/1.1 20 OK\r\nContent-Length: 2\r\n\r\nhi",
+    "empty": b"",
+    "half-head": b"HTTP/1.1 200 OK\r\nContent-Le",
+}
+
+
+class _Transport:
+    def __init__(self):
+        self.closed = False
+
+    def write(self, data):
+        pass
+
+    def close(self):
+        self.closed = True
+
+    abort = close
+
+    def is_closing(self):
+        return self.closed
+
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
+
+
+def _read(parser: str, pieces: list[bytes], eof: bool, loop) -> tuple:
+    """How a connection reading with ``parser`` ends, fed ``pieces`` (then EOF)."""
+    f = Fetcher(user_agent="t", parser=parser, max_page_size=MAX_PAGE, max_header_size=MAX_HEAD, loop=loop)
+    f._loop = loop
+    conn = _Conn(f, ("http", "127.0.0.1", 80), "127.0.0.1")
+    conn.connection_made(_Transport())
+    res = FetchResult("http://a.test/", "127.0.0.1")
+    request = h11.Request(method="GET", target="/", headers=[("Host", "a.test"), ("Connection", "keep-alive")])
+    head = b"GET / HTTP/1.1\r\n" + _header_block(request.headers) if parser == "httptools" else None
+    conn.start(res, request, head)
+    for piece in pieces:
+        if conn.state != 1:  # no longer active
+            break
+        if not piece:
+            continue  # a transport never delivers empty data
+        conn.data_received(piece)
+    if eof and conn.state == 1:
+        conn.connection_lost(None)
+    kept = conn.state == _IDLE
+    return (res.error, res.status, res.headers, res.body, kept, f.stats["h11_handovers"])
+
+
+def _cuts(data: bytes, rng: random.Random) -> list[list[bytes]]:
+    """``data`` whole, byte by byte, and cut at a few random places."""
+    ways = [[data], [data[i:i + 1] for i in range(len(data))]]
+    for _ in range(4):
+        points = sorted(rng.sample(range(1, len(data)), min(3, len(data) - 1))) if len(data) > 1 else []
+        edges = [0, *points, len(data)]
+        ways.append([data[a:b] for a, b in zip(edges, edges[1:])])
+    return ways
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_httptools_ends_every_response_as_h11_does(name):
+    loop = asyncio.new_event_loop()
+    try:
+        rng = random.Random(name)
+        data = CORPUS[name]
+        for pieces in _cuts(data, rng):
+            for eof in (False, True):
+                fast = _read("httptools", pieces, eof, loop)
+                ref = _read("h11", pieces, eof, loop)
+                assert fast[:5] == ref[:5], (name, eof, [len(p) for p in pieces])
+    finally:
+        loop.close()
+
+
+def test_ordinary_responses_never_reach_h11_and_odd_heads_always_do():
+    loop = asyncio.new_event_loop()
+    try:
+        ordinary = ["length", "chunked", "gzip", "http10-eof", "continue-first", "no-content",
+                    "close-with-length", "trailing-bytes", "length-spaces", "latin1-value"]
+        for name in ordinary:
+            assert _read("httptools", [CORPUS[name]], True, loop)[5] == 0, name
+        odd = ["bare-lf", "obs-fold", "dup-length-same", "te-identity", "te-gzip-chunked", "switching",
+               "http09", "length-and-chunked", "length-21-digits"]
+        for name in odd:
+            assert _read("httptools", [CORPUS[name]], True, loop)[5] == 1, name
+    finally:
+        loop.close()
+
+
+def test_keep_alive_only_for_a_clean_http11_end():
+    loop = asyncio.new_event_loop()
+    try:
+        assert _read("httptools", [CORPUS["length"]], False, loop)[4] is True
+        assert _read("httptools", [CORPUS["chunked"]], False, loop)[4] is True
+        for name in ("http10-keep-alive", "close-with-length", "trailing-bytes", "second-response", "http10-eof"):
+            assert _read("httptools", [CORPUS[name]], True, loop)[4] is False, name
+    finally:
+        loop.close()
+
+
+def test_the_reader_alone_reports_head_body_and_outcomes():
+    heads, body = [], []
+    r = FastReader(lambda *head: heads.append(head), body.append, 1000)
+    assert r.feed(b"HTTP/1.1 200 OK\r\nX-Name:  v \r\nContent-Length: 4\r\n\r\nab") is NEED
+    assert heads == [(200, b"OK", b"1.1", [(b"x-name", b"v"), (b"content-length", b"4")],
+                      [(b"X-Name", b"v"), (b"Content-Length", b"4")])]
+    assert r.pending == []  # the head is read: nothing kept for h11
+    assert r.feed(b"cd") is DONE and b"".join(body) == b"abcd" and r.reusable
+    r = FastReader(lambda *head: None, body.append, 1000)
+    assert r.feed(b"HTTP/1.1 200 OK\nContent-Length: 4\n\nabcd") is H11
+    assert r.pending == [b"HTTP/1.1 200 OK\nContent-Length: 4\n\nabcd"]
+    r = FastReader(lambda *head: None, body.append, 1000)
+    assert r.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nqq\r\n") is BAD and r.detail
+    r = FastReader(lambda *head: None, body.append, 1000)
+    assert r.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nab") is NEED
+    assert r.feed_eof() is BAD
+    r = FastReader(lambda *head: None, body.append, 1000)
+    assert r.feed(b"HTTP/1.0 200 OK\r\n\r\nab") is NEED
+    assert r.feed_eof() is DONE and not r.reusable
+
+
+def test_stop_silences_the_body():
+    body = []
+    r = FastReader(lambda *head: None, body.append, 1000)
+    r.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabc")
+    r.stop()
+    r.feed(b"def")
+    assert body == [b"abc"]
