@@ -1,14 +1,16 @@
 """CPU-bound crawl: larbin_py against Scrapy on a static web served by nginx.
 
     python bench/throughput.py [--quick] [--rounds N] [--hosts H] [--pages P] [--no-peer]
-                               [--profile FILE]
+                               [--no-h11] [--profile FILE]
 
 A generated web (by default 200 hosts x 100 pages of 10-60 KB with 30-150
 links each) is exported as static files and served by nginx (Debian's
 package) on 50 loopback IPs.  larbin_py (``python -m larbin_py``, waitDuration
 0, mirror output, robots.txt obeyed, checkpoints on) and Scrapy (a
 CrawlSpider with a LinkExtractor, robots.txt obeyed, every body saved, in
-its own venv) crawl it turn by turn (A, B, A, B).  Each crawler is a child
+its own venv) crawl it turn by turn (A, B, A, B).  A third row, larbin_py
+reading responses with h11 alone (``httpParser h11``), measures in the same
+run what the llhttp reader saves (``--no-h11`` skips it).  Each crawler is a child
 process: its CPU time and peak RSS come from ``wait4``.  Host names resolve
 through the sim's DNS server for larbin_py and through a fixed map for
 Scrapy (it has no way to use another DNS server).
@@ -85,13 +87,14 @@ def profiler(out: str) -> list[str]:
     return [spy, "record", "--format", "raw", "--rate", "250", "--nonblocking", "-o", os.path.abspath(out), "--"]
 
 
-async def crawl_larbin(web: SimWeb, dns_port: int, work: str, profile: str | None = None) -> dict:
+async def crawl_larbin(web: SimWeb, dns_port: int, work: str, profile: str | None = None,
+                       http_parser: str = "httptools") -> dict:
     save = os.path.join(work, "save")
     config = parse_config_text("", require_start_urls=False).replace(
         start_urls=tuple(web.seeds), dns_servers=(("127.0.0.1", dns_port),), save_dir=save,
         state_dir=os.path.join(work, "state"), http_port=0, output_mode="mirror", wait_duration=0.0,
         depth_in_site=web.max_depth(True) + 1, depth_by_site=True, get_cgi=True, pages_connexions=100,
-        timeout_page=30.0, forbidden_extensions=())
+        timeout_page=30.0, forbidden_extensions=(), http_parser=http_parser)
     conf = os.path.join(work, "larbin.conf")
     with open(conf, "w") as f:
         f.write(format_config(config))
@@ -220,7 +223,8 @@ async def main_async(args) -> None:
                     break
                 except OSError:
                     await asyncio.sleep(0.02)
-            settings = [("larbin_py", "larbin")] + ([("scrapy", "scrapy")] if python else [])
+            settings = [("larbin_py", "larbin")] + ([("larbin_py, h11 reader", "larbin_h11")] if args.h11 else []) \
+                + ([("scrapy", "scrapy")] if python else [])
             runs: dict[str, list[dict]] = {key: [] for _l, key in settings}
             floors: list[dict] = []
             for _round in range(args.rounds):
@@ -228,6 +232,8 @@ async def main_async(args) -> None:
                     with tempfile.TemporaryDirectory(prefix="larbin-bench-") as work:
                         if key == "larbin":
                             runs[key].append(await crawl_larbin(web, dns.port, work, args.profile))
+                        elif key == "larbin_h11":
+                            runs[key].append(await crawl_larbin(web, dns.port, work, http_parser="h11"))
                         else:
                             runs[key].append(await crawl_scrapy(python, web, work))
                 with tempfile.TemporaryDirectory(prefix="larbin-bench-floor-") as work:
@@ -259,9 +265,14 @@ async def main_async(args) -> None:
     print(f"larbin_py costs {floor['larbin_over_floor']:.2f}x the floor per page; a crawler at the floor would "
           f"fetch {floor['floor_pages_s']:,.0f} pages/s on one CPU of this machine (aim: 1,000 pages/s)")
     ratios = {}
+    if "larbin_h11" in figures:
+        ratios["httptools_over_h11_pages_per_cpu_s"] = (figures["larbin"]["pages_per_cpu_s"]
+                                                        / figures["larbin_h11"]["pages_per_cpu_s"])
+        print(f"larbin_py reading responses with httptools / with h11 alone: "
+              f"{ratios['httptools_over_h11_pages_per_cpu_s']:.2f}x pages per CPU-second")
     if "scrapy" in figures:
-        ratios = {"pages_s": figures["larbin"]["pages_s"] / figures["scrapy"]["pages_s"],
-                  "pages_per_cpu_s": figures["larbin"]["pages_per_cpu_s"] / figures["scrapy"]["pages_per_cpu_s"]}
+        ratios["pages_s"] = figures["larbin"]["pages_s"] / figures["scrapy"]["pages_s"]
+        ratios["pages_per_cpu_s"] = figures["larbin"]["pages_per_cpu_s"] / figures["scrapy"]["pages_per_cpu_s"]
         print(f"larbin_py / scrapy: {ratios['pages_s']:.1f}x pages/s, "
               f"{ratios['pages_per_cpu_s']:.1f}x pages per CPU-second (aim >= 10x)")
     report("throughput", {"crawlers": figures, "floor": floor, "ratios": ratios, "hosts": args.hosts, "pages": args.pages,
@@ -275,10 +286,12 @@ def main() -> None:
     p.add_argument("--hosts", type=int, default=200)
     p.add_argument("--pages", type=int, default=100)
     p.add_argument("--no-peer", action="store_true")
+    p.add_argument("--no-h11", dest="h11", action="store_false",
+                   help="skip the row of larbin_py reading responses with h11 alone")
     p.add_argument("--profile", metavar="FILE", help="sample larbin_py with py-spy into FILE (collapsed stacks)")
     args = p.parse_args()
     if args.quick:
-        args.rounds, args.hosts, args.pages, args.no_peer = 1, 20, 10, True
+        args.rounds, args.hosts, args.pages, args.no_peer, args.h11 = 1, 20, 10, True, False
     import uvloop
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
