@@ -107,6 +107,31 @@ async def test_request_headers_and_a_plain_answer():
     assert res.rtt is not None and 0 <= res.rtt <= res.elapsed
 
 
+async def test_the_request_bytes_are_the_ones_h11_writes():
+    import h11
+
+    async with Server(reply()) as srv:
+        f = fetcher()
+        assert (await get(f, srv, "/a%20b?c=d~")).error is None
+        assert (await f.fetch(f"http://site.test:{srv.port}/x", "127.0.0.1", srv.port,
+                              extra_headers=[(b"X-Extra", b"1")])).error is None
+        await f.close()
+    host = [(b"Host", f"site.test:{srv.port}".encode())]
+    for head, target, extra in zip(srv.heads, (b"/a%20b?c=d~", b"/x"), ([], [(b"X-Extra", b"1")])):
+        want = h11.Connection(h11.CLIENT).send(
+            h11.Request(method=b"GET", target=target, headers=host + f._base_headers + extra))
+        assert head == want
+
+
+async def test_a_target_h11_refuses_is_never_sent():
+    async with Server(reply()) as srv:
+        f = fetcher()
+        res = await get(f, srv, "/a b")
+        await f.close()
+    assert res.error == "badResponse" and "target" in res.error_detail.lower()
+    assert srv.heads == [] and srv.connections == 0
+
+
 async def test_each_site_gets_its_own_host_header_and_extra_headers_are_sent():
     import larbin_py.net.http as http_mod
 

@@ -66,6 +66,7 @@ Proxy
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl as _ssl
 import time
 from dataclasses import dataclass, field
@@ -129,6 +130,10 @@ class FetchResult:
 def _host_bytes(host_header: str) -> bytes:
     """A Host header's value as sent: IDNA for a non-ASCII name."""
     return host_header.encode() if host_header.isascii() else host_header.encode("idna")
+
+
+#: A request target h11 accepts (its ``request_target``: one or more VCHAR).
+_TARGET = re.compile(rb"[\x21-\x7e]+")
 
 
 def _header_block(headers) -> bytes:
@@ -201,7 +206,7 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.h: h11.Connection | None = None  # made when a request is first read by h11
         self.fast: FastReader | None = None
-        self.request: h11.Request | None = None
+        self.request = None  # h11.Request or (method, target, headers): see start()
         self.waiter: asyncio.Future | None = None
         self.connect_task: asyncio.Task | None = None
         self.deadline = _INF
@@ -270,12 +275,14 @@ class _Conn(asyncio.Protocol):
         self._events(eof=True)
 
     # -- request/response -------------------------------------------------
-    def start(self, res: FetchResult, request: h11.Request, head: bytes | None = None) -> asyncio.Future:
+    def start(self, res: FetchResult, request, head: bytes | None = None) -> asyncio.Future:
         """Send ``request`` for ``res``; the returned future is set when done.
 
         With ``head`` (the request's bytes, made by the fetcher) a
-        :class:`FastReader` reads the response; without, h11 writes the
-        request and reads the response.
+        :class:`FastReader` reads the response, and ``request`` is an
+        ``h11.Request`` or its ``(method, target, headers)``, for h11 should
+        it take over; without, ``request`` is an ``h11.Request`` that h11
+        writes, and h11 reads the response.
         """
         f = self.f
         self.state = _ACTIVE
@@ -289,7 +296,7 @@ class _Conn(asyncio.Protocol):
         self.head_buf = bytearray() if f.keep_raw else None
         self.n_info = 0
         self.got_response = False
-        self.method_head = request.method == b"HEAD"
+        self.method_head = head is None and request.method == b"HEAD"
         self.deadline = res.started_at + f.timeout_page
         self.waiter = waiter = f._loop.create_future()
         if head is not None:
@@ -323,8 +330,12 @@ class _Conn(asyncio.Protocol):
         pending = self.fast.pending
         self.fast = None
         f._handovers += 1
+        request = self.request
+        if type(request) is tuple:  # a GET the fetcher checked without h11 (see Fetcher._fetch)
+            method, target, headers = request
+            request = h11.Request(method=method, target=target, headers=headers)
         h = self.h = h11.Connection(h11.CLIENT, max_incomplete_event_size=f.max_header_size)
-        h.send(self.request)
+        h.send(request)
         h.send(h11.EndOfMessage())
         h.receive_data(b"".join(pending))
         if eof:
@@ -684,13 +695,18 @@ class Fetcher:
             block = None
         else:
             headers, block = self._headers_by_host.get(host_header) or self._host_headers(host_header)
-        request = h11.Request(method=method, target=target.encode("latin-1", "replace"),
-                              headers=headers)
+        target_bytes = target.encode("latin-1", "replace")
         head = None
-        if self._fast and request.method != b"HEAD":  # h11 reads HEAD responses: llhttp cannot
-            if block is None:
-                block = _header_block(request.headers)
-            head = b"%s %s HTTP/1.1\r\n%s" % (request.method, request.target, block)
+        if self._fast and method == "GET" and block is not None and _TARGET.fullmatch(target_bytes):
+            # h11 would accept this request as it is: it is built only if h11 must read the answer
+            request = (b"GET", target_bytes, headers)
+            head = b"GET %s HTTP/1.1\r\n%s" % (target_bytes, block)
+        else:
+            request = h11.Request(method=method, target=target_bytes, headers=headers)
+            if self._fast and request.method != b"HEAD":  # h11 reads HEAD responses: llhttp cannot
+                if block is None:
+                    block = _header_block(request.headers)
+                head = b"%s %s HTTP/1.1\r\n%s" % (request.method, request.target, block)
         self._requests += 1
         conn = self._take_idle(key)
         reused = conn is not None
