@@ -9,7 +9,10 @@ python3*/html): link extraction pages/s, URL resolution µs per link
 links at once as extraction calls it, against the stdlib's urljoin +
 urldefrag as a peer, which neither validates nor canonicalizes), fingerprint ns per URL,
 and the seen test ns per link in page-sized batches.  Aim (issue 8): URL
-resolution <= 2 µs per link on the sim's links.
+resolution <= 2 µs per link on the sim's links.  Also the reading of one
+response as nginx sends it (9 headers, the page as body): the fetcher's
+llhttp reader (larbin_py.net.fastread) against h11 alone writing the request
+and reading the answer, turn by turn.
 
 The issue set that aim on a machine where urljoin + urldefrag cost
 :data:`REFERENCE_URLJOIN_US` per link; this machine's speed drifts by a third
@@ -30,7 +33,10 @@ from urllib.parse import urldefrag, urljoin
 
 from common import report, table
 
+import h11
+
 from larbin_py.frontier.seen import SeenSet
+from larbin_py.net.fastread import DONE, FastReader
 from larbin_py.parse import extract
 from larbin_py.sim.web import SimConfig, SimWeb
 from larbin_py.url import fingerprints, normalize, normalize_links
@@ -58,6 +64,45 @@ def turn_by_turn(fns: dict, rounds: int) -> dict:
             fn()
             times[name] = min(times[name], time.perf_counter() - t0)
     return times
+
+
+def nginx_answer(body: bytes) -> bytes:
+    """``body`` as nginx answers a GET for a static file."""
+    return (b"HTTP/1.1 200 OK\r\nServer: nginx/1.22.1\r\nDate: Mon, 23 Nov 2026 17:00:00 GMT\r\n"
+            b"Content-Type: text/html\r\nContent-Length: %d\r\n"
+            b"Last-Modified: Mon, 23 Nov 2026 16:00:00 GMT\r\nConnection: keep-alive\r\n"
+            b"ETag: \"6571f1c0-%x\"\r\nAccept-Ranges: bytes\r\n\r\n" % (len(body), len(body))) + body
+
+
+def read_fast(answers: list[bytes]) -> None:
+    """Each answer read by a FastReader, as the fetcher does (request bytes made apart)."""
+    for answer in answers:
+        chunks: list[bytes] = []
+        reader = FastReader(lambda *head: None, chunks.append, 65536)
+        if reader.feed(answer) is not DONE or not reader.reusable:
+            raise AssertionError("the reader did not end the answer")
+
+
+def read_h11(answers: list[bytes]) -> None:
+    """Each answer read by h11 on one kept-alive connection, its request written by h11."""
+    conn = h11.Connection(h11.CLIENT)
+    headers = h11.Request(method=b"GET", target=b"/", headers=[
+        (b"Host", b"h1.sim.test:8080"), (b"User-Agent", b"larbin_py/bench"), (b"Accept", b"text/html"),
+        (b"Accept-Encoding", b"gzip, deflate"), (b"Connection", b"keep-alive")]).headers
+    for answer in answers:
+        conn.send(h11.Request(method=b"GET", target=b"/p.html", headers=headers))
+        conn.send(h11.EndOfMessage())
+        conn.receive_data(answer)
+        chunks = []
+        while True:
+            event = conn.next_event()
+            if type(event) is h11.Data:
+                chunks.append(event.data)
+            elif type(event) is h11.EndOfMessage:
+                break
+            elif event is h11.NEED_DATA:
+                raise AssertionError("h11 did not end the answer")
+        conn.start_next_cycle()
 
 
 def sim_corpus(n_pages: int):
@@ -136,11 +181,19 @@ def main() -> None:
     t = best(lambda: [seen.add_many(b) for b in batches], 1)
     figures["seen_ns"] = t / len(fps) * 1e9
     rows.append([f"seen test, batches of 100 ({len(seen):,} known)", t / len(fps) * 1e9, len(fps) / t, "ns/link"])
+    answers = [nginx_answer(b) for b, _u, _c in pages]
+    timed = turn_by_turn({"fast": lambda: read_fast(answers), "h11": lambda: read_h11(answers)}, rounds)
+    fast, slow = (timed[k] / len(answers) * 1e6 for k in ("fast", "h11"))
+    figures["read_response_us"] = fast
+    figures["read_response_h11_us"] = slow
+    rows.append([f"read a response, llhttp (FastReader) ({len(answers)})", fast, 1e6 / fast, "µs/response"])
+    rows.append(["write a request, read its response, h11 alone (peer)", slow, 1e6 / slow, "µs/response"])
     print(table("hot path (best of %d)" % rounds, ["piece", "cost", "per second", "unit"], rows))
     print(f"normalize is {peer / ours:.2f}x urljoin's speed, normalize_links {peer / batch:.2f}x; "
           f"aim <= 2 µs per link: {ours:.2f} µs one by one, {batch:.2f} µs a page at a time; "
           f"scaled to the issue's machine (urljoin {REFERENCE_URLJOIN_US} µs there, {peer:.2f} here): "
           f"{figures['normalize_links_us_at_reference']:.2f} µs a page at a time")
+    print(f"reading a response: {fast:.1f} µs with llhttp, {slow:.1f} µs with h11 alone ({slow / fast:.1f}x)")
     report("hotpath", {**figures, "quick": args.quick, "python3_doc": bool(docs)})
 
 

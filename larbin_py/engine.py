@@ -86,6 +86,9 @@ class Summary:
     stop_reason: str = ""
     failed: str | None = None
     peak_rss: int = 0
+    connections_opened: int = 0
+    reuses: int = 0
+    h11_handovers: int = 0
 
     @property
     def pages_per_second(self) -> float:
@@ -101,6 +104,8 @@ class Summary:
             f"  requests        {self.requests} (robots.txt {self.robots_requests})",
             f"  hosts           {self.hosts}",
             f"  DNS queries     {self.dns_queries}",
+            f"  connections     {self.connections_opened} opened, {self.reuses} requests on kept-alive ones; "
+            f"{self.h11_handovers} answers handed from llhttp to h11",
             f"  peak RSS        {self.peak_rss / 2**20:.1f} MB",
         ]
         if self.forgotten:
@@ -806,6 +811,7 @@ class Engine:
         fr = self.frontier
         elapsed = self._elapsed()
         stats = getattr(self._resolver, "stats", None)
+        http = getattr(self._fetcher, "stats", None)
         return Summary(
             pages=fr.fetched,
             bytes=self.bytes,
@@ -822,6 +828,9 @@ class Engine:
             stop_reason=self.stop_reason,
             failed=self.failed,
             peak_rss=_peak_rss(),
+            connections_opened=_stat(http, "connections_opened"),
+            reuses=_stat(http, "reuses"),
+            h11_handovers=_stat(http, "h11_handovers"),
         )
 
     # ------------------------------------------------------------------

@@ -123,6 +123,10 @@ async def test_exact_coverage_politeness_and_robots(tmp_path):
             if url in truth.must_request:
                 assert reason in summary.forgotten, (url, reason)
         assert summary.failed is None and summary.stop_reason == "end of work"
+        # the sim answers well-formed HTTP/1.1: llhttp reads every answer, on kept-alive connections
+        assert summary.h11_handovers == 0 and 0 < summary.connections_opened < summary.requests
+        assert summary.reuses == summary.requests - summary.connections_opened
+        assert f"{summary.connections_opened} opened, {summary.reuses} requests" in summary.format()
 
 
 def covered_urls(sim: Sim) -> set[str]:

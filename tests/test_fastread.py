@@ -200,6 +200,18 @@ def test_the_reader_alone_reports_head_body_and_outcomes():
     assert r.feed_eof() is DONE and not r.reusable
 
 
+def test_a_close_before_any_byte_is_not_handed_to_h11():
+    r = FastReader(lambda *head: None, lambda data: None, 1000)
+    assert r.feed_eof() is BAD and "before the response" in r.detail
+    r = FastReader(lambda *head: None, lambda data: None, 1000)
+    assert r.feed(b"HTTP/1.1 200") is NEED and r.feed_eof() is H11  # a partial head: h11 judges it
+    loop = asyncio.new_event_loop()
+    try:
+        assert _read("httptools", [], True, loop)[::5] == ("reset", 0)
+    finally:
+        loop.close()
+
+
 def test_stop_silences_the_body():
     body = []
     r = FastReader(lambda *head: None, body.append, 1000)

@@ -104,11 +104,18 @@ class FastReader:
         return NEED
 
     def feed_eof(self) -> str:
-        """The peer closed: DONE for a body that ends there, H11 for a partial head, else BAD."""
+        """The peer closed: DONE for a body that ends there, H11 for a partial head, else BAD.
+
+        BAD when no byte came at all (a kept-alive connection the server
+        closed) or the body was cut short.
+        """
         if self._done:
             return DONE
         if not self._head_done:
-            return H11
+            if self._size:
+                return H11
+            self.detail = "connection closed before the response"
+            return BAD
         if self._framing == _EOF_FRAMED:
             self._done = True
             self.reusable = False
