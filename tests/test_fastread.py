@@ -78,6 +78,8 @@ CORPUS = {
     "http2-line": b"HTTP/2 200 OK\r\nContent-Length: 2\r\n\r\nhi",
     "lower-http": b"http/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi",
     "status-999": b"HTTP/1.1 999 Odd\r\nContent-Length: 2\r\n\r\nhi",
+    "status-099": b"HTTP/1.1 099 Low\r\nContent-Length: 2\r\n\r\nhi",
+    "status-000": b"HTTP/1.1 000 Zero\r\nContent-Length: 2\r\n\r\nhi",
     "status-2-digits": b"HTTP/1.1 20 OK\r\nContent-Length: 2\r\n\r\nhi",
     "empty": b"",
     "half-head": b"HTTP/1.1 200 OK\r\nContent-Le",

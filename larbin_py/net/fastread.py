@@ -4,12 +4,14 @@ h11 is the fetcher's reference reader, and it costs about 100 µs of Python
 per request and response, as much as resolving half a page's links.
 :class:`FastReader` reads the common response with llhttp, the C parser of
 Node.js wrapped by httptools (the parser uvicorn uses for the same reason),
-in about 6 µs, and hands every response it is not sure about to h11:
+in about 12 µs (``bench/hotpath.py``), and hands every response it is not
+sure about to h11:
 
 * **The head.**  llhttp parses it.  When llhttp refuses a head, or the head
-  is one that llhttp and h11 read differently (a ``101`` status, a
-  ``Transfer-Encoding`` other than plain ``chunked``), or the head is still
-  incomplete past ``max_header_size`` bytes, :meth:`FastReader.feed`
+  is one that llhttp and h11 read differently (a status below 100 or
+  ``101``, a ``Transfer-Encoding`` other than one plain ``chunked``, a
+  Content-Length of more than 20 digits), or the head is still incomplete
+  past ``max_header_size`` bytes, :meth:`FastReader.feed`
   returns :data:`H11` and has delivered nothing.  The caller replays
   :attr:`FastReader.pending` (every byte of the response so far) into h11,
   whose verdict is final.  So a head reaches the crawler either read the
@@ -160,8 +162,8 @@ class FastReader:
                 if framing == _EOF_FRAMED:
                     framing = "length"
         if status < 200:
-            if status == 101:
-                raise _HandOver  # we never ask to switch protocols: h11 says what this is
+            if status < 100 or status == 101:
+                raise _HandOver  # not a status h11 reads as llhttp does (we never ask to switch)
             self.n_info += 1
             return
         version = p.get_http_version().encode()

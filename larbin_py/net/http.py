@@ -477,14 +477,13 @@ class _Conn(asyncio.Protocol):
             f._errors[error] = f._errors.get(error, 0) + 1
         waiter = self.waiter
         self.waiter = None
+        self.request = None
         fast = self.fast
         if fast is not None:
             fast.stop()
             self.fast = None
-            self.request = None
             keep = error is None and not f._closing and fast.reusable
         else:
-            self.request = None
             h = self.h
             keep = (
                 error is None
