@@ -74,6 +74,7 @@ from typing import Callable, Iterable
 
 import h11
 
+from ..config import HTTP_PARSERS
 from .bandwidth import TokenBucket
 from .decode import BodyDecoder, DecodeError, media_type, parse_retry_after
 from .fastread import BAD, DONE, H11, NEED, FastReader
@@ -81,8 +82,8 @@ from .fastread import BAD, DONE, H11, NEED, FastReader
 __all__ = ["Fetcher", "FetchResult", "ERRORS"]
 
 ERRORS = ("noConnection", "timeout", "reset", "tooBig", "badResponse", "headerTooBig")
-#: How responses are read: llhttp with h11 as the referee, or h11 alone.
-PARSERS = ("httptools", "h11")
+#: How responses are read: llhttp with h11 as the referee, or h11 alone (larbin.conf ``httpParser``).
+PARSERS = HTTP_PARSERS
 
 ACCEPT = b"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 ACCEPT_ENCODING = b"gzip, deflate"
