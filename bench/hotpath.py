@@ -10,7 +10,7 @@ links at once as extraction calls it, against the stdlib's urljoin +
 urldefrag as a peer, which neither validates nor canonicalizes), fingerprint ns per URL,
 and the seen test ns per link in page-sized batches.  Aim (issue 8): URL
 resolution <= 2 µs per link on the sim's links.  Also the reading of one
-response as nginx sends it (9 headers, the page as body): the fetcher's
+response as nginx sends it (8 headers, the page as body): the fetcher's
 llhttp reader (larbin_py.net.fastread) against h11 alone writing the request
 and reading the answer, turn by turn.
 
