@@ -19,12 +19,20 @@ sure about to h11:
 * **Informational responses** (``1xx`` but ``101``) are skipped and counted
   in :attr:`FastReader.n_info`, as h11 does.
 * **The body** is framed by Content-Length, chunked coding, or the end of
-  the connection (:meth:`FastReader.feed_eof`).  Bad framing after a good
-  head is :data:`BAD`, with :attr:`FastReader.detail` saying why.
+  the connection (:meth:`FastReader.feed_eof`).  llhttp is stricter than
+  h11 on chunked framing (chunk extensions, trailers), so the bytes of a
+  chunked response are kept until it ends (up to ``max_replay`` bytes):
+  when llhttp refuses its body, :meth:`FastReader.feed` returns H11 too,
+  and h11 reads the whole response again.  Past ``max_replay``, or for a
+  Content-Length body, a refusal is :data:`BAD`, with
+  :attr:`FastReader.detail` saying why.
 * **Keep-alive**: :attr:`FastReader.reusable` after :data:`DONE`.  It is true
   when llhttp keeps the connection at the end of the message, the response
   is HTTP/1.1 (h11 never keeps HTTP/1.0 connections), and no byte followed
-  the response in what was read.
+  the response in what was read -- but for empty lines (CR, LF), which
+  llhttp skips between messages as RFC 9112 section 2.2 allows, where h11
+  would drop the connection.  That is the one difference from h11 that the
+  tests allow.
 
 Header names are given in lower case and values without surrounding white
 space, as h11 gives them.  The reader does no I/O: it is fed bytes and calls
@@ -34,6 +42,7 @@ it wants (a body over the size limit, say).  One reader reads one response.
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import httptools
@@ -44,6 +53,8 @@ __all__ = ["FastReader", "NEED", "DONE", "H11", "BAD"]
 NEED, DONE, H11, BAD = "need", "done", "h11", "bad"
 
 _EOF_FRAMED = "eof"
+#: What h11 refuses in a reason phrase and llhttp lets through.
+_BAD_REASON = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 class _HandOver(Exception):
@@ -59,16 +70,20 @@ class FastReader:
     is called for each piece of the de-chunked body.
     """
 
-    __slots__ = ("_p", "_on_head", "_on_body", "_max_head", "pending", "_size", "_head_done",
+    __slots__ = ("_p", "_on_head", "_on_body", "_max_head", "_max_replay", "pending", "_size", "_head_done",
                  "_raw", "_reason", "_framing", "_done", "_stopped", "_after", "reusable",
                  "n_info", "detail")
 
-    def __init__(self, on_head: Callable, on_body: Callable[[bytes], None], max_header_size: int) -> None:
+    def __init__(self, on_head: Callable, on_body: Callable[[bytes], None], max_header_size: int,
+                 max_replay: int = 0) -> None:
         self._p = httptools.HttpResponseParser(self)
         self._on_head = on_head
         self._on_body = on_body
         self._max_head = max_header_size
-        self.pending: list[bytes] = []  # the response's bytes until its head is read
+        self._max_replay = max(max_replay, max_header_size)
+        # the response's bytes while h11 may have to read it again: until the
+        # head is read, or to the end of a chunked body (None: given up)
+        self.pending: list[bytes] | None = []
         self._size = 0
         self._head_done = False
         self._raw: list[tuple[bytes, bytes]] = []
@@ -83,16 +98,28 @@ class FastReader:
 
     # -- the caller's side ----------------------------------------------
     def feed(self, data: bytes) -> str:
-        """Read ``data``: NEED more, DONE, hand over to H11, or BAD (see ``detail``)."""
-        if not self._head_done:
-            self.pending.append(data)
+        """Read ``data``: NEED more, DONE, hand over to H11, or BAD (see ``detail``).
+
+        After H11 the caller replays :attr:`pending` into h11; if the head
+        had been delivered, h11 delivers it again, and the body from its
+        first byte.
+        """
+        pending = self.pending
+        if pending is not None:
+            if not self._size and data[:1] in (b"\r", b"\n"):
+                pending.append(data)
+                return H11  # llhttp skips empty lines before a status line; h11 refuses them
             self._size += len(data)
+            if self._size > self._max_replay and self._head_done:
+                self.pending = None  # too long to read twice: llhttp's verdict stands
+            else:
+                pending.append(data)
         try:
             self._p.feed_data(data)
         except httptools.HttpParserError as exc:
             if self._done:
                 self._after = True
-            elif not self._head_done or isinstance(exc.__context__, _HandOver):
+            elif self.pending is not None or isinstance(exc.__context__, _HandOver):
                 return H11
             else:
                 cause = exc.__context__
@@ -161,6 +188,8 @@ class FastReader:
                     raise _HandOver  # h11 refuses more digits
                 if framing == _EOF_FRAMED:
                     framing = "length"
+        if _BAD_REASON.search(self._reason) is not None:
+            raise _HandOver  # h11 refuses control characters in the reason phrase
         if status < 200:
             if status < 100 or status == 101:
                 raise _HandOver  # not a status h11 reads as llhttp does (we never ask to switch)
@@ -169,7 +198,8 @@ class FastReader:
         version = p.get_http_version().encode()
         self._framing = framing
         self._head_done = True
-        self.pending = []
+        if framing != "chunked":
+            self.pending = None  # llhttp and h11 frame such a body alike
         self._on_head(status, self._reason, version, headers, raw)
 
     def on_body(self, data: bytes) -> None:

@@ -301,7 +301,8 @@ class _Conn(asyncio.Protocol):
         self.deadline = res.started_at + f.timeout_page
         self.waiter = waiter = f._loop.create_future()
         if head is not None:
-            self.fast = FastReader(self._on_head, self._on_data, f.max_header_size)
+            self.fast = FastReader(self._on_head, self._on_data, f.max_header_size,
+                                   f.max_page_size + f.max_header_size)
             self.request = request
             data = head
         else:
@@ -326,11 +327,24 @@ class _Conn(asyncio.Protocol):
             self._finish("reset" if eof else "badResponse", self.fast.detail)
 
     def _hand_over(self, eof: bool) -> None:
-        """h11 reads this response from its first byte (see :mod:`.fastread`)."""
+        """h11 reads this response from its first byte (see :mod:`.fastread`).
+
+        What llhttp had delivered (a head, part of a chunked body) is
+        dropped first: h11 delivers it again.
+        """
         f = self.f
         pending = self.fast.pending
         self.fast = None
         f._handovers += 1
+        if self.got_response:  # llhttp read the head, then refused the body: h11 reads it all again
+            self.got_response = False
+            self.n_info = 0
+            self.chunks = []
+            self.body_size = 0
+            self.decoder = None
+            if self.raw_chunks is not None:
+                self.raw_chunks = []
+                self.raw_size = 0
         request = self.request
         if type(request) is tuple:  # a GET the fetcher checked without h11 (see Fetcher._fetch)
             method, target, headers = request
