@@ -18,7 +18,7 @@ import h11
 import pytest
 
 from larbin_py.net.fastread import BAD, DONE, H11, NEED, FastReader
-from larbin_py.net.http import _IDLE, Fetcher, FetchResult, _Conn, _header_block
+from larbin_py.net.http import _ACTIVE, _IDLE, Fetcher, FetchResult, _Conn, _header_block
 
 MAX_PAGE = 3_000
 MAX_HEAD = 400
@@ -124,12 +124,12 @@ def _read(parser: str, pieces: list[bytes], eof: bool, loop) -> tuple:
     head = b"GET / HTTP/1.1\r\n" + _header_block(request.headers) if parser == "httptools" else None
     conn.start(res, request, head)
     for piece in pieces:
-        if conn.state != 1:  # no longer active
+        if conn.state != _ACTIVE:
             break
         if not piece:
             continue  # a transport never delivers empty data
         conn.data_received(piece)
-    if eof and conn.state == 1:
+    if eof and conn.state == _ACTIVE:
         conn.connection_lost(None)
     kept = conn.state == _IDLE
     after = conn.h.trailing_data[0] if parser == "h11" and conn.h is not None else b""

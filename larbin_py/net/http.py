@@ -289,14 +289,8 @@ class _Conn(asyncio.Protocol):
         self.state = _ACTIVE
         self.res = res
         self.resp_bytes = 0
-        self.chunks = []
-        self.raw_chunks = [] if f.keep_raw else None
-        self.raw_size = 0
-        self.body_size = 0
-        self.decoder = None
+        self._clear_response()
         self.head_buf = bytearray() if f.keep_raw else None
-        self.n_info = 0
-        self.got_response = False
         self.method_head = head is None and request.method == b"HEAD"
         self.deadline = res.started_at + f.timeout_page
         self.waiter = waiter = f._loop.create_future()
@@ -315,6 +309,16 @@ class _Conn(asyncio.Protocol):
         self.sent_at = res.sent_at = f._clock()
         self.transport.write(data)
         return waiter
+
+    def _clear_response(self) -> None:
+        """Forget what was read of the response (its head, its body so far)."""
+        self.got_response = False
+        self.n_info = 0
+        self.chunks = []
+        self.body_size = 0
+        self.decoder = None
+        self.raw_chunks = [] if self.f.keep_raw else None
+        self.raw_size = 0
 
     def _fast_outcome(self, outcome: str, eof: bool) -> None:
         if outcome is NEED or self.state != _ACTIVE:
@@ -336,15 +340,7 @@ class _Conn(asyncio.Protocol):
         pending = self.fast.pending
         self.fast = None
         f._handovers += 1
-        if self.got_response:  # llhttp read the head, then refused the body: h11 reads it all again
-            self.got_response = False
-            self.n_info = 0
-            self.chunks = []
-            self.body_size = 0
-            self.decoder = None
-            if self.raw_chunks is not None:
-                self.raw_chunks = []
-                self.raw_size = 0
+        self._clear_response()  # if llhttp read the head, then refused the body: h11 reads it all again
         request = self.request
         if type(request) is tuple:  # a GET the fetcher checked without h11 (see Fetcher._fetch)
             method, target, headers = request
