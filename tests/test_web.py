@@ -442,3 +442,33 @@ async def test_url_input_feeds_a_live_crawl_despite_idle_clients_and_a_huge_post
                 w.close()
             engine.request_stop("test over")
             await task
+
+
+async def test_the_input_port_answers_hostile_lines_one_by_one():
+    class Failing(FakeSource):
+        def submit_urls(self, urls):
+            if any("boom" in u for u in urls):
+                raise RecursionError("deep")
+            return super().submit_urls(urls)
+
+    src, logged = Failing(), []
+    server = InputServer(src, port=0, max_line=4096, log=logged.append)
+    await server.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"[" * 4000 + b"\nhttp://a.test/\xff\xfe\n\x00\x01\nhttp://b.test/\n")
+        await writer.drain()
+        answers = [await asyncio.wait_for(reader.readline(), 5) for _ in range(4)]
+        assert answers[0].startswith(b"rejected") and answers[2].startswith(b"rejected")
+        assert answers[1] == b"accepted\n" and answers[3] == b"accepted\n"
+        writer.write(b"http://boom.test/\n")  # the crawl fails to take it: answered, logged once
+        await writer.drain()
+        assert await asyncio.wait_for(reader.readline(), 5) == b"rejected internalError\n"
+        assert len(logged) == 1 and "RecursionError" in logged[0]
+        writer.write(b"[" * 100_000 + b"\n")  # past max_line: refused, the connection closed
+        await writer.drain()
+        assert await asyncio.wait_for(reader.readline(), 5) == b"rejected lineTooLong\n"
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+    finally:
+        await server.close()
