@@ -448,7 +448,7 @@ class Engine:
             status = res.status if (res.error is None or res.error == "tooBig") else None
             decision = robots_mod.robots_decision(status)
             if decision is robots_mod.RobotsDecision.PARSE:
-                body = res.body[: robots_mod.MAX_BODY]
+                body = robots_mod.cut_at_cap(res.body, res.error == "tooBig")
                 if self._robots_log is not None:
                     self._robots_log.append(req.url, time.time(), body)
                 fr.robots_known(req, robots_mod.RobotsTxt.parse(body), robots_mod.CACHE_TTL, self._now())

@@ -4,7 +4,12 @@ Parsing
 -------
 ``RobotsTxt.parse(body)`` never raises.  ``body`` is ``bytes`` (the fetched
 octets) or ``str``.  Only the first :data:`MAX_BODY` octets (512000 = 500 KiB)
-are read; when the body is cut, the last, incomplete line is dropped too.  A
+are read; when the body is cut, the last, incomplete line is dropped too.
+A body cut before it reaches the parser (the fetcher stopped at its size
+limit, or the engine keeps only what it parses) goes through
+:func:`cut_at_cap` first, which drops that line as the parser would: a
+``Disallow: /images/`` cut to ``Disallow: /`` must not forbid the whole
+site, nor a cut ``Allow:`` allow too much.  A
 UTF-8 byte order mark at the very start is skipped, as are its partial forms
 (``EF`` or ``EF BB``, as Google's parser does); the rest is decoded as UTF-8
 with replacement.  Lines end at CR, LF or CRLF.
@@ -72,6 +77,7 @@ __all__ = [
     "RETRY_DELAY_CAP",
     "RobotsDecision",
     "RobotsTxt",
+    "cut_at_cap",
     "normalize_path",
     "product_token",
     "robots_decision",
@@ -550,9 +556,7 @@ def _decode(body: bytes | bytearray | memoryview | str) -> tuple[str, bool]:
         raw = body[: MAX_BODY + len(_BOM)].encode("utf-8", "surrogatepass")
     else:
         raw = bytes(body[: MAX_BODY + len(_BOM)])
-    skip = 0
-    while skip < len(_BOM) and raw[skip : skip + 1] == _BOM[skip : skip + 1]:
-        skip += 1
+    skip = _bom_length(raw)
     cut = len(raw) - skip > MAX_BODY
     raw = raw[skip : skip + MAX_BODY]
     text = raw.decode("utf-8", "replace")
@@ -560,6 +564,34 @@ def _decode(body: bytes | bytearray | memoryview | str) -> tuple[str, bool]:
         end = max(text.rfind("\n"), text.rfind("\r"))
         text = text[: end + 1] if end >= 0 else ""
     return text, cut
+
+
+def _bom_length(raw: bytes) -> int:
+    """Octets of a UTF-8 byte order mark (or its partial forms) at the start."""
+    skip = 0
+    while skip < len(_BOM) and raw[skip : skip + 1] == _BOM[skip : skip + 1]:
+        skip += 1
+    return skip
+
+
+def cut_at_cap(body: bytes, truncated: bool = False) -> bytes:
+    """``body`` as the parser reads it: whole if it fits in :data:`MAX_BODY`
+    octets (a BOM not counted) and nothing was cut before, else its first
+    :data:`MAX_BODY` octets without the last, partial line.
+
+    ``truncated`` says the body is already cut (the fetcher stopped at its
+    size limit: ``tooBig``), so its last line may be partial too.  What is
+    returned is what to keep (in the robots log, say): parsing it gives
+    the same rules as parsing ``body``, without the cut line.
+    """
+    body = bytes(body)
+    cap = MAX_BODY + _bom_length(body[: len(_BOM)])
+    if len(body) > cap:
+        body = body[:cap]
+    elif not truncated:
+        return body
+    end = max(body.rfind(b"\n"), body.rfind(b"\r"))
+    return body[: end + 1]
 
 
 # --------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import random
 import h11
 import pytest
 
-from larbin_py.net.fastread import BAD, DONE, H11, NEED, FastReader
+from larbin_py.net.fastread import BAD, BIG, DONE, H11, NEED, FastReader
 from larbin_py.net.http import _ACTIVE, _IDLE, Fetcher, FetchResult, _Conn, _header_block
 
 MAX_PAGE = 3_000
@@ -88,6 +88,16 @@ CORPUS = {
     "status-2-digits": b"HTTP/1.1 20 OK\r\nContent-Length: 2\r\n\r\nhi",
     "empty": b"",
     "half-head": b"HTTP/1.1 200 OK\r\nContent-Le",
+    # framing and informational answers count against MAX_HEAD (issue 18)
+    "long-trailer": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n"
+                    + b"T: %s\r\n" % (b"t" * 2 * MAX_HEAD) + b"\r\n",
+    "endless-trailer": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n"
+                       + b"".join(b"T%d: trailer\r\n" % i for i in range(80)),
+    "long-chunk-ext": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n"
+                      b"2;x=%s\r\nho\r\n0\r\n\r\n" % (b"e" * 2 * MAX_HEAD),
+    "tiny-chunks": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * 300
+                   + b"0\r\n\r\n",
+    "many-infos": b"HTTP/1.1 100 Continue\r\n\r\n" * 30 + b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi",
 }
 
 
@@ -275,3 +285,41 @@ def test_stop_silences_the_body():
     r.stop()
     r.feed(b"def")
     assert body == [b"abc"]
+
+
+def test_framing_past_the_header_limit_goes_to_h11_or_is_refused():
+    """Trailers count as head: handed to h11 while it can read the response
+    again, refused (BIG) past that, never kept (issue 18)."""
+    body = []
+    start = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n"
+    line = b"X-T: " + b"t" * 50 + b"\r\n"
+    r = FastReader(lambda *head: None, body.append, 200, max_replay=10_000)
+    assert r.feed(start[:-5]) is NEED and r.feed(start[-5:]) is NEED  # the body, then its last chunk
+    outcomes = [r.feed(line) for _ in range(4)]
+    assert outcomes[:3] == [NEED] * 3 and outcomes[3] is H11  # 5 + 4 x 57 B of framing: h11 measures it
+    body = []
+    r = FastReader(lambda *head: None, body.append, 200, max_replay=200)
+    assert r.feed(start[:-5]) is NEED and r.feed(start[-5:]) is NEED
+    outcomes = [r.feed(line) for _ in range(4)]
+    assert outcomes[3] is BIG and "200" in r.detail and r.pending is None
+    assert r._raw == [(b"Transfer-Encoding", b"chunked")] and body == [b"hi"]  # trailers are not kept
+    # body data between the framing resets the count: long tiny-chunked bodies pass
+    r = FastReader(lambda *head: None, body.append, 200, max_replay=200)
+    assert r.feed(start[:-3]) is NEED
+    assert all(r.feed(b"1\r\nx\r\n") is NEED for _ in range(500))
+    assert r.feed(b"0\r\n\r\n") is DONE
+
+
+def test_the_fetcher_refuses_what_the_reader_calls_big():
+    loop = asyncio.new_event_loop()
+    try:
+        data = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * 700 \
+            + b"0\r\n" + b"T: trailer\r\n" * 100
+        for parser in PARSERS_BOTH:
+            end = _read(parser, [data[i:i + 50] for i in range(0, len(data), 50)], False, loop)
+            assert end[0] == "headerTooBig" and end[3] == b"x" * 700, (parser, end[:4])
+    finally:
+        loop.close()
+
+
+PARSERS_BOTH = ("httptools", "h11")

@@ -519,3 +519,77 @@ async def test_against_the_sim_gzip_chunked_and_keep_alive():
         await f.close()
     assert got > 20
     assert len(sim.log.connections) < len(sim.log.requests)  # kept alive
+
+
+@pytest.mark.async_timeout(20)
+async def test_an_endless_trickle_of_100_continue_times_out_at_the_page_deadline():
+    """The page deadline is absolute: informational answers push nothing back (issue 18)."""
+    async def trickle(reader, writer, head):
+        try:
+            for _ in range(400):  # 10 kB/s for 4 s: each tick would have bought 50 ms more
+                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" * 4)
+                await writer.drain()
+                await asyncio.sleep(0.01)
+        except ConnectionError:
+            pass
+        return False
+
+    async with Server(trickle) as srv:
+        f = fetcher(timeout_page=0.5, timeout_incr=2000, max_header_size=1_000_000)
+        t0 = time.monotonic()
+        res = await asyncio.wait_for(get(f, srv), 3.0)
+        took = time.monotonic() - t0
+        await f.close()
+    assert res.error == "timeout", (res.error, res.error_detail)
+    assert took < 0.5 + f.SWEEP_INTERVAL + 1.0
+    assert res.bytes_read > 0 and res.status is None
+
+
+@pytest.mark.async_timeout(20)
+async def test_a_flood_of_informational_answers_counts_against_the_header_limit():
+    async def flood(reader, writer, head):
+        try:
+            for _ in range(40):  # 1 MB of 100 Continue, then silence
+                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" * 1000)
+                await writer.drain()
+            await asyncio.sleep(30)
+        except ConnectionError:
+            pass
+        return False
+
+    async with Server(flood) as srv:
+        f = fetcher(max_header_size=16 * 1024, timeout_page=10)
+        res = await asyncio.wait_for(get(f, srv), 5.0)
+        await f.close()
+    assert res.error == "headerTooBig" and "informational" in res.error_detail, res.error_detail
+    assert res.bytes_read < 400_000  # of the 1 MB offered
+
+
+@pytest.mark.async_timeout(30)
+async def test_endless_chunked_trailers_are_refused_without_buffering_them():
+    """120 MB of trailers were accepted, with 481 MB of RSS (issue 18): they count as head."""
+    total = 16_000_000
+    sent = [0]
+
+    async def trailers(reader, writer, head):
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     b"5\r\nhello\r\n0\r\n")
+        line = b"X-Trailer: " + b"t" * 100 + b"\r\n"
+        block = line * (65536 // len(line))
+        try:
+            while sent[0] < total:
+                writer.write(block)
+                sent[0] += len(block)
+                await writer.drain()
+            writer.write(b"\r\n")
+            await writer.drain()
+        except ConnectionError:
+            pass
+        return False
+
+    async with Server(trailers) as srv:
+        f = fetcher(max_header_size=16 * 1024, max_page_size=100_000, timeout_page=20)
+        res = await asyncio.wait_for(get(f, srv), 15.0)
+        await f.close()
+    assert res.error == "headerTooBig", (res.error, res.error_detail)
+    assert res.bytes_read < 2_000_000 and sent[0] < total

@@ -21,6 +21,7 @@ from larbin_py.robots import (
     RETRY_DELAY_CAP,
     RobotsDecision,
     RobotsTxt,
+    cut_at_cap,
     normalize_path,
     product_token,
     robots_decision,
@@ -659,6 +660,48 @@ def test_cut_counts_octets_for_str_bodies_and_ignores_the_bom():
     # a BOM does not count toward the limit
     fit = _padded(MAX_BODY - len(b"Disallow: /late\n"))
     assert not allowed(b"\xef\xbb\xbf" + fit, "/late")
+
+
+def _cut_rule(rule: bytes, keep: int) -> bytes:
+    """A body of more than MAX_BODY octets whose ``rule`` line is cut after ``keep`` octets."""
+    head = b"User-agent: *\nDisallow: /early\n"
+    body = _padded(MAX_BODY - keep).replace(b"User-agent: FooBot\nDisallow: /early\n", head, 1)
+    body = body[: MAX_BODY - keep] + rule + b"\n" + b"# more\n" * 10
+    assert len(body) > MAX_BODY and body[MAX_BODY - keep : MAX_BODY] == rule[:keep]
+    return body
+
+
+def test_a_rule_cut_at_the_cap_by_the_caller_is_dropped_not_shortened():
+    """issue 18: the engine kept MAX_BODY octets, so 'Disallow: /images/' became
+    'Disallow: /' and forbade the whole site; a cut Allow could allow too much."""
+    body = _cut_rule(b"Disallow: /images/", len(b"Disallow: /"))
+    kept = cut_at_cap(body)
+    assert kept.endswith(b"\n") and len(kept) <= MAX_BODY and not kept.endswith(b"Disallow: /")
+    r = RobotsTxt.parse(kept)
+    assert r.allowed("FooBot", "/page") and not r.allowed("FooBot", "/early")
+    assert RobotsTxt.parse(body).allowed("FooBot", "/page")  # the parser agrees, given it all
+    # a cut Allow: 'Allow: /public/' cut to 'Allow: /' must not open '/secret'
+    body = _cut_rule(b"Allow: /public/", len(b"Allow: /")).replace(b"Disallow: /early", b"Disallow: /", 1)
+    r = RobotsTxt.parse(cut_at_cap(body))
+    assert not r.allowed("FooBot", "/secret")
+
+
+def test_a_body_the_fetcher_cut_loses_its_partial_last_line():
+    # tooBig: the fetcher kept maxPageSize octets, fewer than MAX_BODY
+    body = b"User-agent: *\nDisallow: /early\nDisallow: /"  # was 'Disallow: /images/'
+    assert cut_at_cap(body, truncated=True) == b"User-agent: *\nDisallow: /early\n"
+    assert RobotsTxt.parse(cut_at_cap(body, truncated=True)).allowed("FooBot", "/page")
+    assert cut_at_cap(body + b"\r\n", truncated=True) == body + b"\r\n"  # it ended on a whole line
+    assert cut_at_cap(b"Disallow: /x", truncated=True) == b""  # no whole line at all
+    # not cut: the last line stays, with or without its newline
+    assert cut_at_cap(body) == body
+    fit = _padded(MAX_BODY - len(b"Disallow: /late\n"))
+    assert cut_at_cap(fit) == fit and cut_at_cap(b"\xef\xbb\xbf" + fit) == b"\xef\xbb\xbf" + fit
+    # what is kept parses to the rules of the whole body
+    for body in (_padded(MAX_BODY), _padded(MAX_BODY - 12), _padded(MAX_BODY - 3)):
+        kept = cut_at_cap(body)
+        for path in ("/early", "/late", "/l", "/x"):
+            assert RobotsTxt.parse(kept).allowed("FooBot", path) == RobotsTxt.parse(body).allowed("FooBot", path)
 
 
 # --------------------------------------------------------------------------

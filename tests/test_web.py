@@ -7,6 +7,7 @@ loads the dashboard in headless Chromium during a real sim crawl.
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 import os
@@ -209,6 +210,81 @@ async def test_beyond_loopback_url_input_needs_a_token():
     assert src.submitted == ["http://a.test/"]
 
 
+async def test_deeply_nested_json_gets_a_400_and_one_log_line():
+    """issue 18: '[' x 100k got no answer and a RecursionError traceback in the log."""
+    src, logged = FakeSource(), []
+    async with running(StatsServer(src, port=0, accept_urls=True, log=logged.append)) as srv:
+        status, _h, body = await http(srv.port, post("/urls", b"[" * 100_000, b"application/json"),
+                                      read_timeout=3.0)
+        assert status == 400 and b"nested too deeply" in body
+        assert len(logged) == 1 and "nested too deeply" in logged[0] and "\n" not in logged[0]
+        # the server still answers
+        assert (await http(srv.port, post("/urls", b'["http://a.test/"]', b"application/json")))[0] == 200
+    assert srv.counters["bad_requests"] == 1 and srv.counters["errors"] == 0
+    assert src.submitted == ["http://a.test/"]
+
+
+@pytest.mark.parametrize("body, ctype, status, reason", [
+    (b"http://a.test/\xff\xfe\n", b"text/plain", 400, b"not UTF-8"),
+    (b'["http://a.test/\xc3"]', b"application/json", 400, b"not UTF-8"),
+    (b'{"url": "http://a.test/"}', b"application/json", 400, b"list of strings"),
+    (b'["http://a.test/", 5]', b"application/json", 400, b"list of strings"),
+    (b'[["http://a.test/"]]', b"application/json", 400, b"list of strings"),
+    (b'["http://a.test/\\ud800"]', b"application/json", 400, b"lone surrogates"),
+    (b"1" * 5000, b"application/json", 400, b"invalid JSON"),
+    (b"[" * 1000 + b"]" * 1000, b"application/json", 400, b"list of strings"),
+    (b'["' + b"a" * 9000 + b'"]', b"application/json", 413, b"over 8000 bytes"),
+])
+async def test_every_malformed_url_body_gets_a_4xx_and_one_log_line(body, ctype, status, reason):
+    src, logged = FakeSource(), []
+    async with running(StatsServer(src, port=0, accept_urls=True, max_body_bytes=8000,
+                                   log=logged.append)) as srv:
+        got, _h, answer = await http(srv.port, post("/urls", body, ctype), read_timeout=3.0)
+        assert (got, reason in answer) == (status, True), answer
+        # a chunked body over the limit is cut off as it comes
+        chunked = (b"POST /urls HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+                   b"Transfer-Encoding: chunked\r\n\r\n" + b"2400\r\n" + b"u" * 9216 + b"\r\n" + b"0\r\n\r\n")
+        assert (await http(srv.port, chunked, read_timeout=3.0))[0] == 413
+    assert len(logged) == 2 and all(line.startswith("POST /urls refused (4") for line in logged)
+    assert src.submitted == []
+
+
+async def test_beyond_loopback_every_route_but_healthz_needs_the_token():
+    """issue 18: bound beyond loopback, the stats (every URL and host) were open to all."""
+    with pytest.raises(ValueError, match="token"):
+        StatsServer(FakeSource(), host="0.0.0.0", port=0)  # without urlInput too
+    src = FakeSource()
+    async with running(StatsServer(src, host="0.0.0.0", port=0, token="s3cret-token", accept_urls=True)) as srv:
+        assert srv.guard_all
+        for path in ("/", "/index.html", "/dashboard.js", "/stats.json", "/history.json", "/metrics", "/nowhere"):
+            status, headers, body = await http(srv.port, get(path))
+            assert status == 401 and b"Bearer" in body, path
+            assert b"s3cret" not in body and b"example" not in body
+            status, _h, _b = await http(srv.port, get(path, b"Authorization: Bearer wrong-token\r\n"))
+            assert status == 401
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+        writer.write(get("/stats.json"))
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        writer.close()
+        assert b'www-authenticate: Basic realm="larbin"' in head.lower().replace(b"basic", b"Basic")
+        assert (await http(srv.port, get("/healthz")))[0] == 200
+        bearer = b"Authorization: Bearer s3cret-token\r\n"
+        basic = b"Authorization: Basic " + base64.b64encode(b"anyone:s3cret-token") + b"\r\n"
+        wrong_basic = b"Authorization: Basic " + base64.b64encode(b"s3cret-token:nope") + b"\r\n"
+        for extra in (bearer, basic):
+            for path in ("/", "/stats.json", "/metrics"):
+                assert (await http(srv.port, get(path, extra)))[0] == 200, (path, extra)
+        assert (await http(srv.port, get("/stats.json", wrong_basic)))[0] == 401
+        assert (await http(srv.port, get("/stats.json", b"Authorization: Basic !!!\r\n")))[0] == 401
+        assert (await http(srv.port, post("/urls", b"http://a.test/\n")))[0] == 401
+        assert (await http(srv.port, post("/urls", b"http://a.test/\n", extra=basic)))[0] == 200
+    assert src.submitted == ["http://a.test/"]
+    # on loopback with a token, the stats stay open (only POST /urls needs it)
+    async with running(StatsServer(FakeSource(), port=0, token="s3cret-token")) as srv:
+        assert not srv.guard_all
+        assert (await http(srv.port, get("/stats.json")))[0] == 200
+
+
 async def test_the_plain_input_port_takes_one_url_per_line():
     src = FakeSource()
     server = InputServer(src, port=0)
@@ -366,3 +442,33 @@ async def test_url_input_feeds_a_live_crawl_despite_idle_clients_and_a_huge_post
                 w.close()
             engine.request_stop("test over")
             await task
+
+
+async def test_the_input_port_answers_hostile_lines_one_by_one():
+    class Failing(FakeSource):
+        def submit_urls(self, urls):
+            if any("boom" in u for u in urls):
+                raise RecursionError("deep")
+            return super().submit_urls(urls)
+
+    src, logged = Failing(), []
+    server = InputServer(src, port=0, max_line=4096, log=logged.append)
+    await server.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"[" * 4000 + b"\nhttp://a.test/\xff\xfe\n\x00\x01\nhttp://b.test/\n")
+        await writer.drain()
+        answers = [await asyncio.wait_for(reader.readline(), 5) for _ in range(4)]
+        assert answers[0].startswith(b"rejected") and answers[2].startswith(b"rejected")
+        assert answers[1] == b"accepted\n" and answers[3] == b"accepted\n"
+        writer.write(b"http://boom.test/\n")  # the crawl fails to take it: answered, logged once
+        await writer.drain()
+        assert await asyncio.wait_for(reader.readline(), 5) == b"rejected internalError\n"
+        assert len(logged) == 1 and "RecursionError" in logged[0]
+        writer.write(b"[" * 100_000 + b"\n")  # past max_line: refused, the connection closed
+        await writer.drain()
+        assert await asyncio.wait_for(reader.readline(), 5) == b"rejected lineTooLong\n"
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+    finally:
+        await server.close()

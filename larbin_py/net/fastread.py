@@ -26,6 +26,15 @@ sure about to h11:
   and h11 reads the whole response again.  Past ``max_replay``, or for a
   Content-Length body, a refusal is :data:`BAD`, with
   :attr:`FastReader.detail` saying why.
+* **Chunked framing counts as head.**  The bytes of a chunked body that are
+  not body data (chunk-size lines, their extensions, the trailers) may not
+  run on past ``max_header_size`` without body data between them, as h11
+  refuses any incomplete event that long: an endless trailer is refused,
+  not buffered.  llhttp says nothing of where in a piece the body ended, so
+  the reader counts an upper bound (the piece's bytes that were not body
+  data) and hands the response to h11 when it passes the limit, whose
+  verdict is exact; when the response is too long to read again, it
+  returns :data:`BIG` once whole pieces without body data pass the limit.
 * **Keep-alive**: :attr:`FastReader.reusable` after :data:`DONE`.  It is true
   when llhttp keeps the connection at the end of the message, the response
   is HTTP/1.1 (h11 never keeps HTTP/1.0 connections), and no byte followed
@@ -47,10 +56,10 @@ from typing import Callable
 
 import httptools
 
-__all__ = ["FastReader", "NEED", "DONE", "H11", "BAD"]
+__all__ = ["FastReader", "NEED", "DONE", "H11", "BAD", "BIG"]
 
-#: :meth:`FastReader.feed` outcomes.
-NEED, DONE, H11, BAD = "need", "done", "h11", "bad"
+#: :meth:`FastReader.feed` outcomes (BIG: chunked framing, such as trailers, past max_header_size).
+NEED, DONE, H11, BAD, BIG = "need", "done", "h11", "bad", "big"
 
 _EOF_FRAMED = "eof"
 #: What h11 refuses in a reason phrase and llhttp lets through.
@@ -72,7 +81,7 @@ class FastReader:
 
     __slots__ = ("_p", "_on_head", "_on_body", "_max_head", "_max_replay", "pending", "_size", "_head_done",
                  "_raw", "_reason", "_framing", "_done", "_stopped", "_after", "reusable",
-                 "n_info", "detail")
+                 "n_info", "detail", "_fed_body", "_body_last", "_quiet_hi", "_quiet_lo")
 
     def __init__(self, on_head: Callable, on_body: Callable[[bytes], None], max_header_size: int,
                  max_replay: int = 0) -> None:
@@ -95,6 +104,11 @@ class FastReader:
         self.reusable = False
         self.n_info = 0
         self.detail = ""
+        # chunked framing since the last body data (see "Chunked framing counts as head")
+        self._fed_body = 0  # body bytes delivered by the piece being read
+        self._body_last = False  # the last callback was body data
+        self._quiet_hi = 0  # at most this many framing bytes since the last body data
+        self._quiet_lo = 0  # at least this many
 
     # -- the caller's side ----------------------------------------------
     def feed(self, data: bytes) -> str:
@@ -105,6 +119,7 @@ class FastReader:
         first byte.
         """
         pending = self.pending
+        self._fed_body = 0
         if pending is not None:
             if not self._size and data[:1] in (b"\r", b"\n"):
                 pending.append(data)
@@ -128,9 +143,31 @@ class FastReader:
         if self._done:
             self.reusable = self.reusable and not self._after
             return DONE
-        if not self._head_done and self._size > self._max_head:
-            return H11  # h11 names it: a head over max_header_size
+        if not self._head_done:
+            if self._size > self._max_head:
+                return H11  # h11 names it: a head over max_header_size
+        elif self._framing == "chunked" and not self._stopped:
+            return self._count_framing(len(data))
         return NEED
+
+    def _count_framing(self, n: int) -> str:
+        """Count the chunked framing that ``n`` bytes just read ended with (see the module docstring)."""
+        if self._body_last:
+            self._quiet_hi = self._quiet_lo = 0
+            return NEED
+        if self._fed_body:  # body data, then framing: how much of the rest is unknown
+            self._quiet_hi, self._quiet_lo = n - self._fed_body, 0
+        else:
+            self._quiet_hi += n
+            self._quiet_lo += n
+        if self._quiet_hi <= self._max_head:
+            return NEED
+        if self.pending is not None:
+            return H11  # h11 measures it exactly
+        if self._quiet_lo <= self._max_head:
+            return NEED
+        self.detail = f"chunked framing (chunk lines, trailers) over {self._max_head} bytes"
+        return BIG
 
     def feed_eof(self) -> str:
         """The peer closed: DONE for a body that ends there, H11 for a partial head, else BAD.
@@ -167,7 +204,10 @@ class FastReader:
         self._reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._raw.append((name, value.strip(b" \t")))
+        if not self._head_done:  # not a trailer: those are not kept
+            self._raw.append((name, value.strip(b" \t")))
+        else:
+            self._body_last = False
 
     def on_headers_complete(self) -> None:
         if self._done:
@@ -203,8 +243,16 @@ class FastReader:
         self._on_head(status, self._reason, version, headers, raw)
 
     def on_body(self, data: bytes) -> None:
+        self._fed_body += len(data)
+        self._body_last = True
         if not self._done and not self._stopped:
             self._on_body(data)
+
+    def on_chunk_complete(self) -> None:
+        self._body_last = False  # framing follows: the chunk's CRLF, the next size line
+
+    def on_chunk_header(self) -> None:
+        self._body_last = False
 
     def on_message_complete(self) -> None:
         if self._done or not self._head_done:

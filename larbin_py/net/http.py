@@ -19,7 +19,10 @@ one request and returns a :class:`FetchResult`; it never raises (except
                     the first ``max_page_size`` bytes
 ``badResponse``     not HTTP: bad status line or headers, bad chunked
                     framing, invalid Content-Length, undecodable gzip/deflate
-``headerTooBig``    the response head passed ``max_header_size``
+``headerTooBig``    the response head passed ``max_header_size``; so did
+                    the informational (1xx) answers before it, counted
+                    with it, or the chunked framing (trailers, chunk lines)
+                    between two pieces of body data
 ==================  =========================================================
 
 Timers
@@ -31,8 +34,14 @@ Timers
     its deadline and a quarter second later.  The deadlines (Larbin's rules):
 
     * connect: ``connect_timeout`` after the connect started;
-    * page: ``timeout_page + bytes_received / timeout_incr`` seconds after
-      ``fetch()`` started -- a page may take longer the more it has sent.
+    * page: ``timeout_page + body_bytes / timeout_incr`` seconds after
+      ``fetch()`` started -- a page may take longer the more body it has
+      sent.  Only body bytes count (de-chunked, before content decoding),
+      and at most ``max_page_size`` of them: heads, informational answers
+      and chunked framing push nothing back, so no fetch outlives
+      ``timeout_page + max_page_size / timeout_incr`` whatever the server
+      trickles (Larbin counted every byte: an endless ``100 Continue``
+      kept a fetch alive for ever).
 
 Keep-alive
     After a complete response that both sides allow to be kept, the
@@ -77,7 +86,7 @@ import h11
 from ..config import HTTP_PARSERS
 from .bandwidth import TokenBucket
 from .decode import BodyDecoder, DecodeError, media_type, parse_retry_after
-from .fastread import BAD, DONE, H11, NEED, FastReader
+from .fastread import BAD, BIG, DONE, H11, NEED, FastReader
 
 __all__ = ["Fetcher", "FetchResult", "ERRORS"]
 
@@ -196,7 +205,7 @@ class _Conn(asyncio.Protocol):
         "f", "key", "ip", "state", "transport", "h", "fast", "request", "waiter", "connect_task",
         "deadline", "idle_since", "res", "resp_bytes", "chunks", "raw_chunks",
         "raw_size", "decoder", "sent_at", "head_buf", "n_info", "method_head",
-        "got_response", "bw_paused", "closed", "body_size",
+        "got_response", "bw_paused", "closed", "body_size", "body_in",
     )
 
     def __init__(self, fetcher: "Fetcher", key: tuple, ip: str) -> None:
@@ -226,6 +235,7 @@ class _Conn(asyncio.Protocol):
         self.bw_paused = False
         self.closed = False
         self.body_size = 0  # identity body bytes kept so far
+        self.body_in = 0  # body bytes received (before content decoding): the page deadline's allowance
 
     # -- asyncio.Protocol -------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -254,6 +264,10 @@ class _Conn(asyncio.Protocol):
         else:
             self.h.receive_data(data)
             self._events()
+        if not self.got_response and self.resp_bytes > f.max_header_size and self.state == _ACTIVE:
+            # informational answers count with the head they precede: an endless 100 Continue ends here
+            self._finish("headerTooBig", f"response head (with {self._n_info()} "
+                                         f"informational answers) over {f.max_header_size} bytes")
 
     def connection_lost(self, exc) -> None:
         state = self.state
@@ -310,12 +324,17 @@ class _Conn(asyncio.Protocol):
         self.transport.write(data)
         return waiter
 
+    def _n_info(self) -> int:
+        fast = self.fast
+        return fast.n_info if fast is not None else self.n_info
+
     def _clear_response(self) -> None:
         """Forget what was read of the response (its head, its body so far)."""
         self.got_response = False
         self.n_info = 0
         self.chunks = []
         self.body_size = 0
+        self.body_in = 0
         self.decoder = None
         self.raw_chunks = [] if self.f.keep_raw else None
         self.raw_size = 0
@@ -327,6 +346,8 @@ class _Conn(asyncio.Protocol):
             self._complete()
         elif outcome is H11:
             self._hand_over(eof)
+        elif outcome is BIG:
+            self._finish("headerTooBig", self.fast.detail)
         else:  # BAD: after a good head; at the end of the connection, h11 says reset
             self._finish("reset" if eof else "badResponse", self.fast.detail)
 
@@ -440,6 +461,7 @@ class _Conn(asyncio.Protocol):
 
     def _on_data(self, data: bytes) -> None:
         f = self.f
+        self.body_in += len(data)
         if self.raw_chunks is not None and self.raw_size < f.max_page_size:
             room = f.max_page_size - self.raw_size
             piece = data if len(data) <= room else data[:room]
@@ -519,8 +541,10 @@ class _Conn(asyncio.Protocol):
 
     def expire(self) -> None:
         """Called by the sweep when the page deadline has passed."""
+        f = self.f
+        body = min(self.body_in, f.max_page_size)
         self._finish("timeout", f"no complete response within the page deadline "
-                                f"({self.f.timeout_page:g}s + {self.resp_bytes} B / {self.f.timeout_incr} B/s)")
+                                f"({f.timeout_page:g}s + {body} body B / {f.timeout_incr} B/s)")
 
     def close(self, abort: bool = False) -> None:
         """Close the transport and forget this connection (idempotent)."""
@@ -847,9 +871,11 @@ class Fetcher:
         self._sweeper = None
         now = self._clock()
         per_byte = self._per_byte
+        cap = self.max_page_size
         for c in list(self._live):
             if c.state == _ACTIVE:
-                if now >= c.deadline + c.resp_bytes * per_byte:
+                body = c.body_in
+                if now >= c.deadline + (body if body < cap else cap) * per_byte:
                     c.expire()
             elif c.state == _CONNECTING and c.connect_task is not None and now >= c.deadline:
                 c.deadline = -_INF  # marks "timed out" for _connect

@@ -15,6 +15,10 @@ closed.  A line longer than ``max_line`` bytes is answered ``rejected
 lineTooLong`` and the connection closed.  Connections silent for
 ``idle_timeout`` seconds are closed by one periodic sweep; at most
 ``max_connections`` are open (the least recently active one makes room).
+Lines are read as UTF-8 with replacement, never parsed further: no line,
+however long, nested or binary, can fail the server; should the crawl
+fail to take URLs, they are answered ``rejected internalError`` and the
+error logged as one line (``log``, stderr by default).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import time
 from collections import OrderedDict
 from typing import Callable
 
-from .server import is_loopback
+from .server import _stderr_line, is_loopback
 from .source import StatsSource
 
 __all__ = ["InputServer", "verdict_line"]
@@ -55,6 +59,7 @@ class InputServer:
         idle_timeout: float = 30.0,
         max_connections: int = 64,
         clock: Callable[[], float] = time.monotonic,
+        log: Callable[[str], None] | None = None,
     ) -> None:
         if not token and not is_loopback(host):
             raise ValueError(
@@ -69,6 +74,7 @@ class InputServer:
         self.idle_timeout = idle_timeout
         self.max_connections = max_connections
         self.clock = clock
+        self.log = log if log is not None else _stderr_line
         self._conns: OrderedDict[_LineProtocol, None] = OrderedDict()
         self._server: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.TimerHandle | None = None
@@ -186,7 +192,8 @@ class _LineProtocol(asyncio.Protocol):
             return []
         try:
             verdicts = self.server.source.submit_urls(urls)
-        except Exception:
+        except Exception as exc:
+            self.server.log(f"input port: {len(urls)} URLs not taken: {type(exc).__name__}: {exc}")
             return [b"rejected internalError\n"] * len(urls)
         return [verdict_line(v) for v in verdicts]
 

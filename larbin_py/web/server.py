@@ -31,19 +31,32 @@ Protection of the crawl (it shares the loop):
   readers (reading pauses while the write buffer is full).
 
 URL input is off unless ``accept_urls``.  Bound to a non-loopback address
-with ``accept_urls``, a ``token`` is mandatory (:class:`ValueError` at
-construction, before anything is bound); when a token is set, ``POST /urls``
-needs ``Authorization: Bearer <token>`` (compared in constant time).
+a ``token`` is mandatory (:class:`ValueError` at construction, before
+anything is bound): the stats name every URL and host of the crawl.  There
+every route but ``/healthz`` needs the token, as ``Authorization: Bearer
+<token>`` or HTTP Basic with the token as the password (so a browser asks
+for it once and the dashboard's own requests carry it); on loopback only
+``POST /urls`` needs it, when one is set.  Tokens are compared in constant
+time.
+
+A body ``POST /urls`` cannot use -- not UTF-8, not JSON, JSON nested past
+what the decoder takes, not a list of strings, over ``max_body_bytes`` --
+is answered 400 or 413 with the reason, and logged as one line (``log``,
+stderr by default); so is any unexpected error, answered 500: no request
+ends without an answer, nor with a traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import hashlib
 import hmac
 import ipaddress
 import json
 import math
+import sys
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -88,6 +101,10 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _stderr_line(message: str) -> None:
+    print(f"larbin_py: stats server: {message}", file=sys.stderr, flush=True)
 
 
 def load_static(name: str) -> bytes:
@@ -161,10 +178,12 @@ class StatsServer:
         max_header_bytes: int = 64 * 1024,
         max_body_bytes: int = 1024 * 1024,
         history: StatsHistory | None = None,
+        log: Callable[[str], None] | None = None,
     ) -> None:
-        if accept_urls and not token and not is_loopback(host):
+        if not token and not is_loopback(host):
+            what = "accept URLs" if accept_urls else "serve the crawl's stats"
             raise ValueError(
-                f"refusing to accept URLs on non-loopback address {host!r} without a token "
+                f"refusing to {what} on non-loopback address {host!r} without a token "
                 "(set httpToken)"
             )
         if max_connections < 1:
@@ -173,6 +192,9 @@ class StatsServer:
         self.host = host
         self._port = port
         self._token = token.encode() if token else None
+        #: beyond loopback every route but /healthz needs the token
+        self.guard_all = self._token is not None and not is_loopback(host)
+        self.log = log if log is not None else _stderr_line
         self.accept_urls = accept_urls
         self.clock = clock
         self.header_timeout = header_timeout
@@ -183,6 +205,7 @@ class StatsServer:
         self.history = history if history is not None else StatsHistory(source)
         self.counters = {
             "requests": 0, "timeouts": 0, "evicted": 0, "too_large": 0, "errors": 0,
+            "bad_requests": 0, "unauthorized": 0,
         }
         self._conns: OrderedDict[_HTTPProtocol, None] = OrderedDict()
         self._server: asyncio.AbstractServer | None = None
@@ -274,16 +297,15 @@ class StatsServer:
         path = request.target.split(b"?", 1)[0]
         if method not in (b"GET", b"HEAD", b"POST"):
             return _text(405, "method not allowed", headers=[(b"allow", b"GET, HEAD, POST")])
+        if self.guard_all and path != b"/healthz" and not self._authorized(request):
+            return self._unauthorized()
         if path == b"/urls":
             if method != b"POST":
                 return _text(405, "use POST", headers=[(b"allow", b"POST")])
             if not self.accept_urls:
                 return _text(403, "URL input is disabled (start with URL input enabled)")
             if self._token is not None and not self._authorized(request):
-                return _text(
-                    401, "missing or wrong token: send 'Authorization: Bearer <token>'",
-                    headers=[(b"www-authenticate", b'Bearer realm="larbin"')],
-                )
+                return self._unauthorized()
             if _media_type(request) not in ("text/plain", "application/json"):
                 return _text(415, "send text/plain (one URL per line) or a JSON list")
             return None
@@ -304,12 +326,37 @@ class StatsServer:
             return Reply(500, JSON, json_bytes({"error": f"{type(exc).__name__}: {exc}"}))
 
     def _authorized(self, request: h11.Request) -> bool:
+        """The request carries the token: ``Bearer <token>``, or Basic with it as the password."""
         value = _header(request, b"authorization") or b""
         scheme, _, given = value.strip().partition(b" ")
-        if scheme.lower() != b"bearer":
+        scheme = scheme.lower()
+        if scheme == b"basic":
+            try:
+                given = base64.b64decode(given.strip(), validate=True).partition(b":")[2]
+            except (binascii.Error, ValueError):
+                return False
+        elif scheme != b"bearer":
             return False
         assert self._token is not None
         return hmac.compare_digest(given.strip(), self._token)
+
+    def _unauthorized(self) -> Reply:
+        self.counters["unauthorized"] += 1
+        return _text(
+            401, "missing or wrong token: send 'Authorization: Bearer <token>' "
+                 "(or HTTP Basic, the token as the password)",
+            headers=[(b"www-authenticate", b'Bearer realm="larbin"'),
+                     (b"www-authenticate", b'Basic realm="larbin", charset="UTF-8"')],
+        )
+
+    def refuse(self, status: int, message: str) -> Reply:
+        """A request refused for its body: answered ``status`` with ``message``, logged as one line."""
+        if status == 413:
+            self.counters["too_large"] += 1
+        else:
+            self.counters["bad_requests"] += 1
+        self.log(f"POST /urls refused ({status}): {message}")
+        return _text(status, message)
 
     def _stats(self, request: h11.Request) -> Reply:
         snap = dict(self.source.snapshot())
@@ -335,15 +382,19 @@ class StatsServer:
         """Answer ``POST /urls`` once its body is complete."""
         try:
             text = body.decode("utf-8")
-        except UnicodeDecodeError:
-            return _text(400, "body is not UTF-8")
+        except UnicodeDecodeError as exc:
+            return self.refuse(400, f"body is not UTF-8 (byte {exc.start})")
         if _media_type(request) == "application/json":
             try:
                 urls = json.loads(text)
+            except RecursionError:
+                return self.refuse(400, "invalid JSON: nested too deeply (send a flat list of strings)")
             except ValueError as exc:
-                return _text(400, f"invalid JSON: {exc}")
+                return self.refuse(400, f"invalid JSON: {exc}")
             if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
-                return _text(400, "JSON body must be a list of strings")
+                return self.refuse(400, "JSON body must be a list of strings")
+            if not all(u.isascii() or _utf8(u) for u in urls):
+                return self.refuse(400, "JSON strings must be valid Unicode (no lone surrogates)")
             urls = [u.strip() for u in urls if u.strip()]
         else:
             urls = [s for s in (line.strip() for line in text.splitlines())
@@ -352,8 +403,17 @@ class StatsServer:
             verdicts = self.source.submit_urls(urls)
         except Exception as exc:
             self.counters["errors"] += 1
+            self.log(f"POST /urls failed (500): {type(exc).__name__}: {exc}")
             return Reply(500, JSON, json_bytes({"error": f"{type(exc).__name__}: {exc}"}))
         return Reply(200, JSON, json_bytes(verdicts))
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _media_type(request: h11.Request) -> str:
@@ -409,12 +469,26 @@ class _HTTPProtocol(asyncio.Protocol):
             self.phase = "request"
             self.deadline = self.server.clock() + self.server.header_timeout
         self.h11.receive_data(data)
-        self._process()
+        self._guarded()
+
+    def _guarded(self) -> None:
+        """:meth:`_process`, with any error answered 500 and logged as one line (no traceback)."""
+        try:
+            self._process()
+        except Exception as exc:  # a bug here must neither kill the loop's callback nor leave the client waiting
+            server = self.server
+            server.counters["errors"] += 1
+            server.log(f"internal error answering a request: {type(exc).__name__}: {exc}")
+            self.request, self.body, self.body_size, self.pending = None, [], 0, None
+            if self.transport is not None and self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                self._reply(_text(500, "internal error", close=True))
+            else:
+                self.abort()
 
     def eof_received(self) -> bool | None:
         if self.phase != "linger":
             self.h11.receive_data(b"")
-            self._process()
+            self._guarded()
         return False
 
     def pause_writing(self) -> None:
@@ -426,7 +500,7 @@ class _HTTPProtocol(asyncio.Protocol):
         self.write_paused = False
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
-            self._process()
+            self._guarded()
 
     # the protocol
 
@@ -450,8 +524,9 @@ class _HTTPProtocol(asyncio.Protocol):
             elif isinstance(event, h11.Data):
                 self.body_size += len(event.data)
                 if self.body_size > server.max_body_bytes:
-                    server.counters["too_large"] += 1
-                    self._reply(_text(413, "request body too large", close=True))
+                    reply = server.refuse(413, f"request body over {server.max_body_bytes} bytes")
+                    reply.close = True
+                    self._reply(reply)
                     return
                 self.body.append(event.data)
             elif isinstance(event, h11.EndOfMessage):
@@ -486,8 +561,9 @@ class _HTTPProtocol(asyncio.Protocol):
             return
         length = _header(request, b"content-length")
         if length is not None and length.isdigit() and int(length) > server.max_body_bytes:
-            server.counters["too_large"] += 1
-            self._reply(_text(413, "request body too large", close=True))
+            reply = server.refuse(413, f"request body over {server.max_body_bytes} bytes")
+            reply.close = True
+            self._reply(reply)
             return
         self.request = request
         self.phase = "body"
