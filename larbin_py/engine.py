@@ -745,7 +745,7 @@ class Engine:
                 self._robots_log.flush(sync=True)
             self.seen.flush(sync=True)
             if self.cookies is not None and self.cookies.changes != self._cookies_saved:
-                save_jar(self.config.state_dir, self.cookies)
+                save_jar(self.config.state_dir, self.cookies.to_json())
                 self._cookies_saved = self.cookies.changes
             self._checkpoint_serial += 1
             data = {

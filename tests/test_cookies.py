@@ -262,7 +262,7 @@ def test_the_jar_is_saved_atomically_and_loaded_without_its_expired_cookies(tmp_
     jar = CookieJar()
     jar.receive("https://www.s.test/a/b", ["short=1; Max-Age=10", "long=2; Max-Age=1000; Secure",
                                            "dom=3; Domain=s.test; Path=/", "session=4"], NOW)
-    save_jar(str(tmp_path), jar)
+    save_jar(str(tmp_path), jar.to_json())
     assert os.listdir(tmp_path) == [COOKIES_FILE]
     again, damaged = load_jar(str(tmp_path), NOW + 100)
     assert damaged == 0 and again.expired == 1
@@ -273,7 +273,7 @@ def test_the_jar_is_saved_atomically_and_loaded_without_its_expired_cookies(tmp_
 
 def test_a_damaged_jar_file_loses_only_its_bad_records(tmp_path):
     jar = jar_with("http://s.test/", "a=1", "b=2")
-    save_jar(str(tmp_path), jar)
+    save_jar(str(tmp_path), jar.to_json())
     path = tmp_path / COOKIES_FILE
     doc = json.loads(path.read_text())
     doc["cookies"] += [["x\r\n", "1", "s.test", True, "/", False, None, NOW],

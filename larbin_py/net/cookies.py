@@ -538,12 +538,17 @@ def _cookie_of(rec) -> Cookie | None:
 # ----------------------------------------------------------------------
 # At the edge: the jar's file in stateDir
 # ----------------------------------------------------------------------
-def save_jar(state_dir: str, jar: CookieJar) -> None:
-    """Write the jar to ``stateDir/cookies.json`` atomically (temporary file, fsync, rename)."""
+def save_jar(state_dir: str, records: list) -> None:
+    """Write a jar's ``records`` (:meth:`CookieJar.to_json`) to ``stateDir/cookies.json`` atomically.
+
+    A temporary file, fsync, rename, fsync of the folder: a crash leaves the
+    old jar or the new one.  It takes the records, not the jar, so the
+    writing can move off the event loop with the rest of a checkpoint.
+    """
     path = os.path.join(state_dir, COOKIES_FILE)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="ascii") as f:
-        json.dump({"format": FILE_FORMAT, "version": 1, "cookies": jar.to_json()}, f,
+        json.dump({"format": FILE_FORMAT, "version": 1, "cookies": records}, f,
                   separators=(",", ":"))
         f.flush()
         os.fsync(f.fileno())
