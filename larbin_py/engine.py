@@ -42,6 +42,7 @@ from . import robots as robots_mod
 from .frontier.scheduler import PAGE, Frontier, Request, site_key
 from .frontier.seen import SeenSet, SeenUrls
 from .frontier.store import UrlRecord
+from .net.cookies import CookieJar, load_jar, save_jar
 from .net.dns import Resolver
 from .net.http import Fetcher
 from .output import Document, OutputError, make_output
@@ -89,6 +90,7 @@ class Summary:
     connections_opened: int = 0
     reuses: int = 0
     h11_handovers: int = 0
+    cookies: dict | None = None  # the jar's counts (useCookies), see larbin_py.net.cookies
 
     @property
     def pages_per_second(self) -> float:
@@ -112,6 +114,12 @@ class Summary:
             lines.append("  forgotten       " + ", ".join(f"{k} {v}" for k, v in sorted(self.forgotten.items())))
         if self.rejected:
             lines.append("  links refused   " + ", ".join(f"{k} {v}" for k, v in sorted(self.rejected.items())))
+        if self.cookies is not None:
+            c = self.cookies
+            why = ", ".join(f"{k} {v}" for k, v in sorted(c["refused"].items()))
+            lines.append(f"  cookies         {c['cookies']} kept; {c['accepted']} accepted, "
+                         f"{sum(c['refused'].values())} refused{f' ({why})' if why else ''}, "
+                         f"{c['evicted']} evicted, {c['expired']} expired, {c['not_sent']} not sent")
         if self.failed:
             lines.append(f"  FAILED: {self.failed}")
         return "\n".join(lines)
@@ -171,6 +179,12 @@ class Engine:
         if config.can_reload:
             self.seen.open_log(os.path.join(state_dir, SEEN_LOG))
             self._robots_log = RobotsLog(os.path.join(state_dir, ROBOTS_LOG))
+        #: useCookies: the crawl's jar, kept across --reload (None when off: no Cookie header is sent).
+        self.cookies: CookieJar | None = None
+        self._cookies_saved = 0  # the jar's ``changes`` when last saved
+        if config.use_cookies:
+            self.cookies, bad = load_jar(state_dir, time.time()) if reload else (CookieJar(), 0)
+            self.damaged["cookies"] = bad
         self._checkpoint_serial = int(self._checkpoint_doc["serial"]) if self._checkpoint_doc else 0
         self._checkpoint_timer: asyncio.TimerHandle | None = None
         self.checkpoints = 0
@@ -479,7 +493,14 @@ class Engine:
     # Pages
     # ------------------------------------------------------------------
     async def _page(self, req: Request) -> None:
-        res = await self._fetcher.fetch(req.url, req.ip, req.port)
+        jar = self.cookies
+        if jar is None:
+            res = await self._fetcher.fetch(req.url, req.ip, req.port)
+        else:  # useCookies: the jar's Cookie header out, the answer's Set-Cookie in
+            cookie = jar.header_for(req.url, time.time())
+            res = await self._fetcher.fetch(req.url, req.ip, req.port, cookie=cookie)
+            if res.status is not None:
+                jar.receive(req.url, [v for n, v in res.headers if n == b"set-cookie"], time.time())
         self._count_bytes(res)
         try:
             self._on_page(req, res)
@@ -723,6 +744,9 @@ class Engine:
             if self._robots_log is not None:
                 self._robots_log.flush(sync=True)
             self.seen.flush(sync=True)
+            if self.cookies is not None and self.cookies.changes != self._cookies_saved:
+                save_jar(self.config.state_dir, self.cookies.to_json())
+                self._cookies_saved = self.cookies.changes
             self._checkpoint_serial += 1
             data = {
                 "frontier": state,
@@ -831,6 +855,7 @@ class Engine:
             connections_opened=_stat(http, "connections_opened"),
             reuses=_stat(http, "reuses"),
             h11_handovers=_stat(http, "h11_handovers"),
+            cookies=self.cookies.stats if self.cookies is not None else None,
         )
 
     # ------------------------------------------------------------------

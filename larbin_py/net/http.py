@@ -155,6 +155,23 @@ def _header_block(headers) -> bytes:
     return b"".join(lines)
 
 
+#: A Cookie header's value that h11 accepts (its field-value, without obs-text).
+_COOKIE = re.compile(rb"[\x21-\x7e]+(?:[ \t]+[\x21-\x7e]+)*")
+
+
+def _with_cookie(headers, block: bytes | None, cookie: bytes) -> tuple:
+    """``headers`` and their bytes with ``Cookie: cookie`` added last.
+
+    The kept per-site headers stay as they are (a cookie is per request).
+    A value h11 would accept is added to the block here, so the fast path
+    still skips h11; any other has no block, and h11 checks (and refuses) it.
+    """
+    headers = [*(headers.raw_items() if hasattr(headers, "raw_items") else headers), (b"Cookie", cookie)]
+    if block is not None and _COOKIE.fullmatch(cookie):
+        return headers, b"%sCookie: %s\r\n\r\n" % (block[:-2], cookie)
+    return headers, None
+
+
 def split_url(url: str) -> tuple[str, str, str, str]:
     """``(scheme, host_header, server_hostname, target)`` of an absolute URL.
 
@@ -682,12 +699,16 @@ class Fetcher:
         await asyncio.sleep(0)  # let transports deliver connection_lost
 
     async def fetch(self, url: str, ip: str, port: int, *, method: str = "GET",
-                    extra_headers: Iterable[tuple] = ()) -> FetchResult:
-        """Fetch ``url`` from ``ip:port``; never raises except CancelledError."""
+                    extra_headers: Iterable[tuple] = (), cookie: bytes | None = None) -> FetchResult:
+        """Fetch ``url`` from ``ip:port``; never raises except CancelledError.
+
+        ``cookie`` is a ``Cookie`` header's value (from the cookie jar), sent
+        last; the site's kept headers and the fast path are used as without.
+        """
         started = self._clock()
         res = FetchResult(url, ip, started_at=started)
         try:
-            await self._fetch(res, url, ip, port, method, extra_headers)
+            await self._fetch(res, url, ip, port, method, extra_headers, cookie)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug here must not kill the engine
@@ -698,7 +719,7 @@ class Fetcher:
 
     # -- internals ---------------------------------------------------------
     async def _fetch(self, res: FetchResult, url: str, ip: str, port: int,
-                     method: str, extra_headers) -> None:
+                     method: str, extra_headers, cookie: bytes | None = None) -> None:
         if self._loop is None:
             self._loop = self._loop_arg or asyncio.get_running_loop()
             if self.bond_width > 0:
@@ -729,6 +750,8 @@ class Fetcher:
             block = None
         else:
             headers, block = self._headers_by_host.get(host_header) or self._host_headers(host_header)
+        if cookie is not None:
+            headers, block = _with_cookie(headers, block, cookie)
         target_bytes = target.encode("latin-1", "replace")
         head = None
         if self._fast and method == "GET" and block is not None and _TARGET.fullmatch(target_bytes):
