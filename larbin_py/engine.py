@@ -286,7 +286,9 @@ class Engine:
         url = normalize(href.strip(), None, max_length=self.config.max_url_size)
         if url is None:
             return "rejected", "notHttpUrl"
-        if self.config.lock_site and not self.rules.locked_hosts and self.state == "starting":
+        if self.config.lock_site and self.state == "starting":
+            # Every start URL (and every URL given before the crawl starts)
+            # adds its host to those lockSite allows, not only the first.
             self.rules.lock(url)
         verdict = self.rules.admit(url, None, 0)
         if isinstance(verdict, str):
