@@ -39,3 +39,56 @@ async def test_lock_site_crawls_every_start_host_and_nothing_else(tmp_path):
         assert len(requested) == len(set(requested))
         assert summary.rejected.get("outSite", 0) > 0  # other hosts were really linked
         check_conservation(engine, summary)
+
+
+def site_server(pages: dict[str, bytes], robots: bytes | None = None, redirect=None):
+    """A handler for test_http.Server: ``pages`` by path, robots.txt, redirects.
+
+    ``redirect(path)`` returns a Location for a path, or None.
+    """
+
+    async def handler(reader, writer, head):
+        path = head.split(b" ", 2)[1].decode()
+        target = redirect(path) if redirect is not None else None
+        if path == "/robots.txt" and robots is not None:
+            status, body, extra = b"200 OK", robots, b"Content-Type: text/plain\r\n"
+        elif target is not None:
+            status, body, extra = b"301 Moved", b"", b"Location: " + target.encode() + b"\r\n"
+        elif path in pages:
+            status, body, extra = b"200 OK", pages[path], b"Content-Type: text/html\r\n"
+        else:
+            status, body, extra = b"404 Not Found", b"", b""
+        writer.write(b"HTTP/1.1 " + status + b"\r\n" + extra + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        await writer.drain()
+
+    return handler
+
+
+def loopback_config(tmp_path, port: int, **changes):
+    from larbin_py.config import parse_config_text
+
+    values = dict(start_urls=(f"http://127.0.0.1:{port}/",), save_dir=str(tmp_path / "save"),
+                  state_dir=str(tmp_path / "state"), http_port=0, output_mode="stats", wait_duration=0.0,
+                  timeout_page=5.0, limit_time=20.0)
+    values.update(changes)
+    return parse_config_text("", require_start_urls=False).replace(**values)
+
+
+def paths_asked(srv) -> list[str]:
+    return [head.split(b" ", 2)[1].decode() for head in srv.heads]
+
+
+@pytest.mark.async_timeout(60)
+async def test_robots_refusing_more_than_a_site_fifo_holds_ends_and_fetches_the_rest(tmp_path):
+    from test_http import Server
+
+    links = "".join(f'<a href="/no/{i}.html">{i}</a>' for i in range(41)) + '<a href="/ok.html">ok</a>'
+    pages = {"/": f"<html><body>{links}</body></html>".encode(), "/ok.html": b"<html>ok</html>"}
+    async with Server(site_server(pages, robots=b"User-agent: *\nDisallow: /no/\n")) as srv:
+        config = loopback_config(tmp_path, srv.port, max_urls_by_site=40)
+        engine, summary = await crawl(config)
+    assert summary.stop_reason == "end of work"
+    assert paths_asked(srv) == ["/robots.txt", "/", "/ok.html"]
+    assert summary.forgotten == {"forbiddenRobots": 41}
+    assert engine.frontier.wait.pushed == 2
+    check_conservation(engine, summary)

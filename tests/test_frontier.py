@@ -453,3 +453,37 @@ def test_connect_lag_moves_the_next_start_without_adding_up(tmp_path):
     g.sent_late(req, 0.3)
     assert g.ips["10.0.0.8"].next_allowed == pytest.approx(1.3)
     assert req.site.next_allowed == pytest.approx(1.3)
+
+
+def test_robots_refusing_a_full_fifo_brings_the_parked_urls_back(tmp_path):
+    # One page links 41 URLs robots.txt disallows, then /ok.html: the FIFO
+    # (40) takes the first 40, the last two wait in the wait store.  Refusing
+    # the 40 frees the site while no request runs: the frontier must load the
+    # parked URLs at once, not wait for an event that never comes.
+    f = make(tmp_path, max_urls_by_site=40, wait_duration=0.01)
+    root = "http://r.test/"
+    links = {root: [f"http://r.test/no/{i}" for i in range(41)] + ["http://r.test/ok.html"]}
+    sim = LinkSim(f, links=links, ips={"r.test": "10.0.0.4"}, latency=0.01,
+                  robots_body={"r.test": "User-agent: *\nDisallow: /no/\n"})
+    sim.pushed.add(root)
+    f.push(root, 3, 2)
+    sim.run(until=60.0)
+    assert f.wait.pushed == 2  # the two really were parked
+    assert sim.fetched == [root, "http://r.test/ok.html"]
+    assert f.forgotten["forbiddenRobots"] == 41
+    assert f.idle() and sim.now < 1.0
+    taken, accounted = f.conservation()
+    assert taken == accounted == 43
+
+
+def test_a_name_that_fails_frees_room_for_its_parked_urls(tmp_path):
+    # The site's FIFO is full and more of its URLs are parked; its name fails
+    # for good, so the FIFO's URLs are forgotten as noDNS: the parked ones must
+    # come back (and be forgotten in turn) instead of waiting for ever.
+    f = make(tmp_path, max_urls_by_site=4, wait_duration=0.01)
+    for i in range(10):
+        f.push(f"http://gone.test/{i}", 3, 0)
+    sim = Sim(f, ips={}, dns_fail=lambda host, n: True)
+    sim.run(until=600.0)
+    assert f.forgotten["noDNS"] == 10
+    assert f.idle() and len(f.wait) == 0

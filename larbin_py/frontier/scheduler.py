@@ -210,6 +210,7 @@ class Frontier:
         self._wanting: set[NamedSite] = set()  # parked sites drained to refill_block
         self._rotating = False
         self._wait_misses = 0
+        self._last_now = 0.0  # the latest ``now`` given (see next_wakeup)
         # Counters for conservation and stats.
         self.taken = 0
         self.fetched = 0
@@ -237,6 +238,7 @@ class Frontier:
         whose URLs are parked there has freed room), then the main store.
         Returns the number of records placed in a site.
         """
+        self._last_now = now
         placed = 0
         reads = 0
         while reads < max_reads and self.in_sites < self.ram_urls:
@@ -267,6 +269,16 @@ class Frontier:
         if self._rotating and not len(self.wait):
             self._end_rotation()
         return placed
+
+    def _load_due(self) -> bool:
+        """True when :meth:`load` has work now: the gate is open and a store
+        has records it would read (the wait store only while a rotation runs
+        or a reload's parked records are being replayed)."""
+        if self.in_sites >= self.ram_urls:
+            return False
+        if len(self.prio) or len(self.main):
+            return True
+        return bool(len(self.wait)) and (self._rotating or self._wait_replay > 0)
 
     def _end_rotation(self) -> None:
         """A whole turn of the wait store found nothing for the wanting sites.
@@ -375,9 +387,13 @@ class Frontier:
             else:
                 self.in_sites -= 1
                 self._forget(rec, "noDNS")
-                self._freed(site)
+        dropped = len(site.fifo) - len(kept)
         site.fifo.clear()
         site.fifo.extend(kept)
+        if dropped:
+            # After the FIFO shrank (not while it is walked): its parked URLs
+            # may come back, to be asked for again or forgotten in turn.
+            self._freed(site)
         delay = self.dns_retry_base * (2 ** min(site.dns_failures - 1, 6))
         site.retry_at = now + delay
         self._add_timer(site.retry_at, site, "dns")
@@ -413,6 +429,7 @@ class Frontier:
 
     def tick(self, now: float) -> None:
         """Run the DNS and robots.txt retry timers that are due."""
+        self._last_now = now
         timers = self._timers
         while timers and timers[0][0] <= now:
             _, _, site, kind = heapq.heappop(timers)
@@ -428,7 +445,18 @@ class Frontier:
                 self._make_ready(site, now)
 
     def next_wakeup(self) -> float | None:
-        """The earliest time at which :meth:`next_request` or :meth:`tick` has work."""
+        """The earliest time at which :meth:`load`, :meth:`next_request` or :meth:`tick` has work.
+
+        Loading is due at once (the latest ``now`` given) when the gate is
+        open and a store has records to read: the main or priority lane, or
+        the wait store once a site freed room.  A site frees room outside
+        any request's end too (robots.txt refusing the URLs of its FIFO in
+        :meth:`next_request`, a name that did not resolve): without this,
+        nothing would bring its parked URLs back and the crawl would wait
+        for ever with URLs queued and nothing running.
+        """
+        if self._load_due():
+            return self._last_now
         t = math.inf
         if self._heap and self.requests < self.max_requests:
             t = self._heap[0][0]
@@ -438,6 +466,7 @@ class Frontier:
 
     def next_request(self, now: float) -> Request | None:
         """The next request allowed to start at ``now``, or None."""
+        self._last_now = now
         heap = self._heap
         while heap and self.requests < self.max_requests:
             t, _, ip = heap[0]
