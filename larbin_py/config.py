@@ -232,6 +232,7 @@ class Config:
     dns_connexions: int = 10
     depth_in_site: int = 5
     depth_by_site: bool = False
+    max_redirects: int = 5
     no_external_links: bool = False
     wait_duration: float = 2.0
     wait_jitter: float = 0.05
@@ -632,6 +633,7 @@ KEYS: tuple[_Key, ...] = (
     _Int("limitPage", "limit_page", 0),
     _Int("depthInSite", "depth_in_site", 0),
     _Switch("depthBySite", "depth_by_site"),
+    _Int("maxRedirects", "max_redirects", 0, 100),
     _Switch("noExternalLinks", "no_external_links"),
     _Switch("lockSite", "lock_site"),
     _Switch("useCookies", "use_cookies"),

@@ -13,7 +13,9 @@ Outcomes of a page request (issue "The crawl engine"):
   A non-HTML type is ``badType`` unless ``anyType`` (or ``getImage`` for
   images, or ``specificSearch`` for the types of ``specificSet``).
 * 3xx with a Location: the target goes through all the rules (keeping the
-  depth); the original URL is forgotten as ``err30X``.
+  depth, one redirect hop more; beyond ``maxRedirects`` hops from the URL
+  first queued it is refused as ``tooManyRedirects``); the original URL is
+  forgotten as ``err30X``.
 * 404/410 and other 4xx: ``err40X``.
 * 429, 500, 502, 503, 504 (a server busy or failing for now): retried after
   Retry-After (capped) or a backoff, forgotten as ``err50X`` when retries
@@ -310,11 +312,12 @@ class Engine:
             answers.append({"url": href, "result": result, "reason": reason})
         return answers
 
-    def _add_links(self, links, page_url: str, depth: int, *, redirect: bool = False) -> None:
+    def _add_links(self, links, page_url: str, depth: int, *, redirect: bool = False, hops: int = 0) -> None:
         """Queue a page's links that pass the rules and the seen test.
 
         A link held in :attr:`seen_urls` (met lately, so in the seen set) is
-        counted "seen" at once, before the rules.
+        counted "seen" at once, before the rules.  ``hops``: the redirects
+        that led to these links (a redirect's target), 0 for a page's links.
         """
         rejected = self.rejected
         fresh = self.seen_urls.unknown(links)
@@ -331,7 +334,7 @@ class Engine:
         retries = self.config.retries
         for link, d, is_new in zip(ok_links, depths, new):
             if is_new:
-                push(link, d, retries)
+                push(link, d, retries, hops=hops)
             else:
                 rejected["seen"] += 1
 
@@ -528,8 +531,14 @@ class Engine:
             self._log(req, res, "err30X")
             if res.location:
                 target = normalize(res.location, req.url, max_length=self.config.max_url_size)
-                if target is not None:
-                    self._add_links((target,), req.url, rec.depth, redirect=True)
+                if target is None:
+                    pass
+                elif rec.hops >= self.config.max_redirects:
+                    # Hops are counted from the URL first queued (kept in its
+                    # record, on disk too): an endless chain ends here.
+                    self.rejected["tooManyRedirects"] += 1
+                else:
+                    self._add_links((target,), req.url, rec.depth, redirect=True, hops=rec.hops + 1)
         elif status in RETRY_STATUSES:
             reason = "err50X"  # 429 too: a server that asks to slow down
             if res.retry_after is not None:

@@ -95,6 +95,7 @@ NON_DEFAULTS = {
     "dns_connexions": 3,
     "depth_in_site": 0,
     "depth_by_site": True,
+    "max_redirects": 0,
     "no_external_links": True,
     "wait_duration": 0.2,
     "wait_jitter": 0.0,

@@ -13,6 +13,7 @@ import io
 import pytest
 
 from larbin_py.demo import crawl_rules
+from larbin_py.engine import Engine
 from larbin_py.sim import Sim, SimConfig
 from test_e2e import check_conservation, crawl, make_config, page_requests
 
@@ -92,3 +93,56 @@ async def test_robots_refusing_more_than_a_site_fifo_holds_ends_and_fetches_the_
     assert summary.forgotten == {"forbiddenRobots": 41}
     assert engine.frontier.wait.pushed == 2
     check_conservation(engine, summary)
+
+
+def endless_chain(path: str) -> str | None:
+    """``/rt/N`` redirects to ``/rt/N+1``, for ever."""
+    if path.startswith("/rt/"):
+        return f"/rt/{int(path[4:]) + 1}"
+    return None
+
+
+@pytest.mark.async_timeout(60)
+@pytest.mark.parametrize("limit", [5, 0])
+async def test_an_endless_redirect_chain_stops_at_max_redirects(tmp_path, limit):
+    from test_http import Server
+
+    async with Server(site_server({}, redirect=endless_chain)) as srv:
+        config = loopback_config(tmp_path, srv.port, start_urls=(f"http://127.0.0.1:{srv.port}/rt/0",),
+                                 max_redirects=limit, limit_time=10.0)
+        engine, summary = await crawl(config)
+    assert summary.stop_reason == "end of work"
+    assert paths_asked(srv) == ["/robots.txt"] + [f"/rt/{n}" for n in range(limit + 1)]
+    assert summary.forgotten == {"err30X": limit + 1}
+    assert summary.rejected.get("tooManyRedirects") == 1
+    assert "tooManyRedirects 1" in summary.format()
+    check_conservation(engine, summary)
+
+
+@pytest.mark.async_timeout(60)
+async def test_redirect_hops_survive_a_reload(tmp_path):
+    # The crawl stops while /rt/4 (4 hops from /rt/0) is queued; the run that
+    # continues it must still stop the chain after the 5th redirect.
+    from test_http import Server
+
+    engines = []
+    handler = site_server({}, redirect=endless_chain)
+
+    async def stopping(reader, writer, head):
+        await handler(reader, writer, head)
+        if b" /rt/3 " in head:
+            engines[-1].request_stop("stopped by the test")
+
+    async with Server(stopping) as srv:
+        config = loopback_config(tmp_path, srv.port, start_urls=(f"http://127.0.0.1:{srv.port}/rt/0",),
+                                 limit_time=10.0)
+        engines.append(Engine(config))
+        first = await engines[-1].run()
+        assert first.stop_reason == "stopped by the test" and first.queued == 1
+        engines.append(Engine(config, reload=True, err=io.StringIO()))
+        summary = await engines[-1].run()
+    assert summary.stop_reason == "end of work"
+    pages = [p for p in paths_asked(srv) if p != "/robots.txt"]
+    assert pages == [f"/rt/{n}" for n in range(6)]
+    assert summary.forgotten == {"err30X": 6}
+    assert summary.rejected.get("tooManyRedirects") == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import random
+import zlib
 from collections import defaultdict
 
 import pytest
@@ -487,3 +488,27 @@ def test_a_name_that_fails_frees_room_for_its_parked_urls(tmp_path):
     sim.run(until=600.0)
     assert f.forgotten["noDNS"] == 10
     assert f.idle() and len(f.wait) == 0
+
+
+def test_records_keep_their_redirect_hops_and_old_lines_still_read(tmp_path):
+    from larbin_py.frontier.store import UrlRecord, UrlStore, decode_record, encode_record
+
+    plain = UrlRecord("http://a.test/x", 3, 2)
+    assert encode_record(plain) == b"%08x 3 2 http://a.test/x\n" % zlib.crc32(b"3 2 http://a.test/x")
+    assert decode_record(encode_record(plain)) == plain  # the format of old segments, unchanged
+    hopped = UrlRecord("http://a.test/y", 3, 2, 4)
+    assert decode_record(encode_record(hopped)) == hopped
+    bad = bytearray(encode_record(hopped))
+    bad[11] = ord("5")  # the hop count changed: the checksum catches it
+    assert decode_record(bytes(bad)) is None
+    # through the disk part of a store (RAM holds one record)
+    store = UrlStore(str(tmp_path / "s"), ram_urls=1)
+    recs = [UrlRecord(f"http://a.test/{i}", 1, 0, i % 3) for i in range(20)]
+    for rec in recs:
+        store.push(rec)
+    assert [store.pop() for _ in recs] == recs
+    store.close()
+    f = make(tmp_path)
+    f.push("http://a.test/r", 2, 1, hops=3)
+    f.load(0.0)
+    assert f.sites["http://a.test:80"].fifo[0].hops == 3

@@ -220,9 +220,12 @@ class Frontier:
     # ------------------------------------------------------------------
     # Input
     # ------------------------------------------------------------------
-    def push(self, url: str, depth: int, retries: int, *, priority: bool = False) -> None:
-        """Queue a URL that passed the rules and the seen test."""
-        rec = UrlRecord(url, depth, retries)
+    def push(self, url: str, depth: int, retries: int, *, priority: bool = False, hops: int = 0) -> None:
+        """Queue a URL that passed the rules and the seen test.
+
+        ``hops``: the redirects that led to it (kept with the record, on disk too).
+        """
+        rec = UrlRecord(url, depth, retries, hops)
         (self.prio if priority else self.main).push(rec)
         self.taken += 1
 
