@@ -190,6 +190,7 @@ class Engine:
             on_forget=self._on_forget,
             server_rtt_factor=config.server_rtt_factor,
             positions=self._checkpoint_doc["frontier"]["stores"] if self._checkpoint_doc else None,
+            private_networks=config.private_networks,
         )
         self.damaged["store"] = self.frontier.corrupt_records
         #: Adaptive MaxRequestCount (issue 7); None when flowControl is off.
@@ -280,14 +281,20 @@ class Engine:
     # ------------------------------------------------------------------
     # Input: seeds, links, URLs given at run time
     # ------------------------------------------------------------------
-    def add_url(self, href: str, *, priority: bool = True) -> tuple[str, str | None]:
+    def add_url(self, href: str, *, priority: bool = True, seed: bool = False) -> tuple[str, str | None]:
         """Queue a seed or a URL given at run time: ``(result, reason)``.
 
-        ``result`` is ``accepted``, ``duplicate`` or ``rejected``.
+        ``result`` is ``accepted``, ``duplicate`` or ``rejected``.  ``seed``:
+        a configured start URL, whose host ``privateNetworks seeds`` lets
+        reach private addresses.
         """
         url = normalize(href.strip(), None, max_length=self.config.max_url_size)
         if url is None:
             return "rejected", "notHttpUrl"
+        if seed:
+            parsed = site_key(url)
+            if parsed is not None:
+                self.frontier.allow_private(parsed[2])
         if self.config.lock_site and self.state == "starting":
             # Every start URL (and every URL given before the crawl starts)
             # adds its host to those lockSite allows, not only the first.
@@ -468,7 +475,12 @@ class Engine:
                     if answer.error is not None or not answer.ips:
                         fr.robots_unavailable(req, self._now())
                         return
-                    ip = answer.ips[0]
+                    ips = fr.allowed_addresses(parsed[2], answer.ips)
+                    if not ips:  # privateNetworks refuses every address: rules unreadable
+                        self.rejected["privateAddress"] += 1
+                        fr.robots_unavailable(req, self._now())
+                        return
+                    ip = ips[0]
                 url, port = target, parsed[3]
                 continue
             if decision is robots_mod.RobotsDecision.ALLOW_ALL:
@@ -672,7 +684,7 @@ class Engine:
         if self.reload:
             self._restore()
         for seed in self.config.start_urls:
-            result, reason = self.add_url(seed)
+            result, reason = self.add_url(seed, seed=True)
             if result == "rejected":
                 print(f"larbin_py: start URL {seed!r} refused: {reason}", file=self.err)
         if self.config.can_reload:

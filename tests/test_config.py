@@ -91,6 +91,7 @@ NON_DEFAULTS = {
     "histograms": False,
     "can_reload": False,
     "lock_site": True,
+    "private_networks": "deny",
     "pages_connexions": 12,
     "dns_connexions": 3,
     "depth_in_site": 0,

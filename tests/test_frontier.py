@@ -512,3 +512,18 @@ def test_records_keep_their_redirect_hops_and_old_lines_still_read(tmp_path):
     f.push("http://a.test/r", 2, 1, hops=3)
     f.load(0.0)
     assert f.sites["http://a.test:80"].fifo[0].hops == 3
+
+
+def test_a_stale_address_found_by_next_request_is_asked_again_at_once(tmp_path):
+    # One site, a DNS answer valid 1.5 s and a page every second: the second
+    # page finds the address stale inside next_request.  Nothing else runs,
+    # so next_wakeup must say the DNS request is due, or the crawl stalls.
+    f = make(tmp_path, wait_duration=1.0)
+    for i in range(4):
+        f.push(f"http://short.test/{i}", 3, 2)
+    sim = Sim(f, ips={}, latency=0.01)
+    sim.dns_answer = lambda site: f.dns_resolved(site, ("10.0.0.9",), 1.5, sim.now)
+    sim.run(until=60.0)
+    assert sorted(sim.fetched) == [f"http://short.test/{i}" for i in range(4)]
+    assert sim.dns_queries["short.test"] >= 2
+    assert f.idle()

@@ -39,6 +39,10 @@ The data path (Larbin's, with its one failure mode removed)::
   ``wait_duration`` apart (each stretched by a random jitter of up to ``jitter``,
   a fraction: waitJitter, 5 % by default), and
   at most ``conn_per_ip`` requests run to one IP.
+* **Private addresses** (``private_networks``, see
+  :mod:`larbin_py.frontier.addresses`): the addresses a name resolves to are
+  filtered by the policy; a site left with none is *refused* until its DNS
+  answer expires, and its URLs are forgotten as ``privateAddress``.
 * **Retries**: a URL whose DNS, connection or server failed goes back to the
   tail of its site's FIFO with one retry fewer, and is forgotten with its
   reason when none are left.
@@ -58,6 +62,7 @@ from typing import Callable
 
 from .. import robots as robots_mod
 from ..throttle import ServerPace
+from .addresses import POLICIES as PRIVATE_POLICIES, is_private_address
 from .sites import DnsState, IPSite, NamedSite, RobotsState
 from .store import UrlRecord, UrlStore
 
@@ -159,6 +164,7 @@ class Frontier:
         segment_bytes: int = 64 * 1024 * 1024,
         server_rtt_factor: float = 0.0,
         positions: dict | None = None,
+        private_networks: str = "allow",
     ) -> None:
         self.ram_urls = ram_urls
         self.max_urls_by_site = max_urls_by_site
@@ -173,6 +179,11 @@ class Frontier:
         self.server_rtt_factor = server_rtt_factor
         self.rng = rng or random.Random()
         self.on_forget = on_forget
+        if private_networks not in PRIVATE_POLICIES:
+            raise ValueError(f"private_networks: expected one of {', '.join(PRIVATE_POLICIES)}")
+        self.private_networks = private_networks
+        #: Host names whose private addresses ``seeds`` lets through (see allow_private).
+        self.private_hosts: set[str] = set()
         # The three stores share the RAM budget: the main lane gets most of it.
         lane = max(1, ram_urls // 10)
 
@@ -333,12 +344,26 @@ class Frontier:
         return False
 
     def _on_work(self, site: NamedSite, now: float) -> None:
+        if site.dns is DnsState.REFUSED and site.dns_expiry <= now:
+            site.dns = DnsState.NEW  # the answer expired: the name may have moved
         if site.dns is DnsState.NEW:
             site.dns = DnsState.RESOLVING
             self.dns_pending += 1
             self.dns_wanted.append(site)
         elif site.dns is DnsState.OK:
             self._make_ready(site, now)
+        elif site.dns is DnsState.REFUSED:
+            self._refuse_fifo(site)
+
+    def _refuse_fifo(self, site: NamedSite) -> None:
+        """Forget the URLs of a site whose addresses are all refused."""
+        if not site.fifo:
+            return
+        self.in_sites -= len(site.fifo)
+        for rec in site.fifo:
+            self._forget(rec, "privateAddress")
+        site.fifo.clear()
+        self._freed(site)
 
     def _freed(self, site: NamedSite) -> None:
         """A slot of ``site`` became free: parked URLs of it may come back."""
@@ -363,12 +388,37 @@ class Frontier:
         wanted, self.dns_wanted = self.dns_wanted, []
         return wanted
 
+    def allow_private(self, host: str) -> None:
+        """Let ``host`` (a start URL's host name) reach private addresses under ``seeds``."""
+        self.private_hosts.add(host.lower())
+
+    def allowed_addresses(self, host: str, ips) -> tuple[str, ...]:
+        """The addresses of ``ips`` the ``privateNetworks`` policy lets ``host`` reach."""
+        policy = self.private_networks
+        if policy == "allow" or (policy == "seeds" and host.lower() in self.private_hosts):
+            return tuple(ips)
+        return tuple(ip for ip in ips if not is_private_address(ip))
+
     def dns_resolved(self, site: NamedSite, ips: tuple[str, ...], ttl: float, now: float) -> None:
+        """The name resolved to ``ips`` (valid ``ttl`` seconds).
+
+        The addresses the private-network policy refuses are dropped; when
+        none is left, the site is refused until the answer expires and its
+        URLs are forgotten as ``privateAddress`` (those in flight end as
+        they will: they started on an address allowed then).
+        """
         self.dns_pending -= 1
-        site.dns = DnsState.OK
-        site.ips = ips
         site.dns_expiry = now + ttl
         site.dns_failures = 0
+        ips = self.allowed_addresses(site.host, ips)
+        if not ips:
+            site.dns = DnsState.REFUSED
+            site.ips = ()
+            site.ip_site = None
+            self._refuse_fifo(site)
+            return
+        site.dns = DnsState.OK
+        site.ips = ips
         ip = ips[0]
         ip_site = self.ips.get(ip)
         if ip_site is None:
@@ -450,15 +500,16 @@ class Frontier:
     def next_wakeup(self) -> float | None:
         """The earliest time at which :meth:`load`, :meth:`next_request` or :meth:`tick` has work.
 
-        Loading is due at once (the latest ``now`` given) when the gate is
-        open and a store has records to read: the main or priority lane, or
-        the wait store once a site freed room.  A site frees room outside
-        any request's end too (robots.txt refusing the URLs of its FIFO in
-        :meth:`next_request`, a name that did not resolve): without this,
-        nothing would bring its parked URLs back and the crawl would wait
-        for ever with URLs queued and nothing running.
+        Work is due at once (the latest ``now`` given) when a site waits for
+        :meth:`take_dns_requests` (:meth:`next_request` found its address
+        stale), or when the gate is open and a store has records to read:
+        the main or priority lane, or the wait store once a site freed room.
+        Both happen outside any request's end (robots.txt refusing the URLs
+        of a FIFO in :meth:`next_request`, a name that did not resolve):
+        without this, nothing would ask DNS again or bring the parked URLs
+        back, and the crawl would wait for ever with nothing running.
         """
-        if self._load_due():
+        if self.dns_wanted or self._load_due():
             return self._last_now
         t = math.inf
         if self._heap and self.requests < self.max_requests:
@@ -688,6 +739,8 @@ class Frontier:
         self.in_flight -= 1
         req.record = None  # already accounted for: release only the request
         self._release(req, now)
+        if site.dns is DnsState.REFUSED:  # its name moved to a refused address meanwhile
+            self._refuse_fifo(site)
         return True
 
     def robots_known(self, req: Request, rules, ttl: float, now: float) -> None:
