@@ -7,6 +7,7 @@ against the synthetic web or a small server on loopback.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import io
 
@@ -146,3 +147,94 @@ async def test_redirect_hops_survive_a_reload(tmp_path):
     assert pages == [f"/rt/{n}" for n in range(6)]
     assert summary.forgotten == {"err30X": 6}
     assert summary.rejected.get("tooManyRedirects") == 1
+
+
+@pytest.mark.async_timeout(120)
+async def test_private_networks_seeds_crawls_the_start_hosts_only(tmp_path):
+    # Every sim host is on loopback: under "seeds" only the start URLs' hosts
+    # may be fetched; links to the others are forgotten as privateAddress.
+    sim_cfg = SimConfig(seed=4, hosts=10, pages_per_host=(4, 10), hosts_per_ip=2, dns=True, extras=False,
+                        trap=False, robots_agent="larbin_py", cross_host_ratio=0.4)
+    async with Sim(sim_cfg) as sim:
+        seeds = tuple(sim.seeds[:3])
+        config = make_config(tmp_path, sim, start_urls=seeds, private_networks="seeds", wait_duration=0.0)
+        engine, summary = await crawl(config)
+        start_hosts = {f"h{i}.sim.test" for i in range(3)}
+        truth = sim.truth(dataclasses.replace(crawl_rules(config, seeds), limit_to_domain=tuple(start_hosts)))
+        assert {r.host for r in sim.log.requests} == start_hosts
+        assert {r.url for r in page_requests(sim)} == truth.must_request
+        assert summary.forgotten.get("privateAddress", 0) > 0
+        assert "privateAddress" in summary.format()
+        check_conservation(engine, summary)
+
+
+async def serve_two(pages, internal_pages, robots=None, redirect=None):
+    """A "public" server on 127.0.0.1 and an "internal" one on 127.0.0.2."""
+    from test_http import Server
+
+    internal = Server(site_server(internal_pages))
+    internal.server = await asyncio.start_server(internal._serve, "127.0.0.2", 0)
+    internal.port = internal.server.sockets[0].getsockname()[1]
+    public = Server(site_server(pages(internal.port), robots=robots(internal.port) if robots else None,
+                                redirect=redirect(internal.port) if redirect else None))
+    await public.__aenter__()
+    return public, internal
+
+
+@pytest.mark.async_timeout(60)
+@pytest.mark.parametrize("policy", ["seeds", "deny", "allow"])
+async def test_private_networks_guard_links_redirects_and_posted_urls(tmp_path, policy):
+    def pages(port2):
+        link = f'<a href="http://127.0.0.2:{port2}/admin">admin</a><a href="/go">go</a>'
+        return {"/": f"<html><body>{link}</body></html>".encode()}
+
+    def redirect(port2):
+        return lambda path: f"http://127.0.0.2:{port2}/secret" if path == "/go" else None
+
+    public, internal = await serve_two(pages, {"/admin": b"<html>a</html>", "/secret": b"<html>s</html>",
+                                               "/posted": b"<html>p</html>"},
+                                       robots=lambda port2: b"User-agent: *\nAllow: /\n", redirect=redirect)
+    try:
+        config = loopback_config(tmp_path, public.port, private_networks=policy)
+        engine = Engine(config, err=io.StringIO())
+        posted = engine.submit_urls([f"http://127.0.0.2:{internal.port}/posted"])
+        assert posted[0]["result"] == "accepted"  # refused by its address, once resolved
+        summary = await engine.run()
+    finally:
+        public.server.close()
+        internal.server.close()
+    inside = sorted(paths_asked(internal))
+    if policy == "allow":
+        assert inside == ["/admin", "/posted", "/robots.txt", "/secret"]
+        assert "privateAddress" not in summary.forgotten
+    elif policy == "seeds":
+        assert inside == []
+        assert paths_asked(public) == ["/robots.txt", "/", "/go"]
+        assert summary.forgotten == {"privateAddress": 3, "err30X": 1}
+    else:
+        assert inside == [] and paths_asked(public) == []
+        assert summary.forgotten == {"privateAddress": 2}  # the start URL and the posted one
+    assert summary.stop_reason == "end of work"
+    check_conservation(engine, summary)
+
+
+@pytest.mark.async_timeout(60)
+async def test_a_robots_txt_redirect_to_a_private_host_is_not_followed(tmp_path):
+    def redirect(port2):
+        return lambda path: f"http://127.0.0.2:{port2}/robots.txt" if path == "/robots.txt" else None
+
+    public, internal = await serve_two(lambda port2: {"/": b"<html>home</html>"}, {"/robots.txt": b""},
+                                       redirect=redirect)
+    try:
+        config = loopback_config(tmp_path, public.port, private_networks="seeds")
+        engine, summary = await crawl(config)
+    finally:
+        public.server.close()
+        internal.server.close()
+    assert paths_asked(internal) == []
+    # robots.txt could not be read: unavailable (RFC 9309), asked again, then
+    # the site is taken as disallowed
+    assert paths_asked(public) == ["/robots.txt"] * 3
+    assert summary.rejected.get("privateAddress") == 3
+    assert summary.forgotten == {"forbiddenRobots": 1}
+    check_conservation(engine, summary)
