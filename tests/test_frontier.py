@@ -527,3 +527,31 @@ def test_a_stale_address_found_by_next_request_is_asked_again_at_once(tmp_path):
     assert sorted(sim.fetched) == [f"http://short.test/{i}" for i in range(4)]
     assert sim.dns_queries["short.test"] >= 2
     assert f.idle()
+
+
+def test_after_a_reload_the_parked_urls_are_replayed_without_waiting_for_an_event(tmp_path):
+    # 3000 URLs parked in the wait store at the checkpoint; after --reload
+    # the main and priority lanes are empty and nothing runs: loading stays
+    # due (next_wakeup says now) until the replay is done.
+    f = make(tmp_path, max_urls_by_site=1, ram_urls=5000)
+    for i in range(3001):
+        f.push(f"http://one.test/{i}", 3, 2)
+    f.load(0.0, max_reads=10_000)
+    assert len(f.wait) == 3000
+    state, carry = f.checkpoint(0.0, 1000.0)
+    f.close()
+    g = make(tmp_path, max_urls_by_site=1, ram_urls=5000, positions=state["stores"])
+    g.restore(state, carry, 0.0, 1000.0)
+    g.load(5.0)  # the carried URLs first, then parked ones, 2000 reads
+    assert len(g.prio) == 0 and len(g.main) == 0 and g._wait_replay > 0
+    for site in g.take_dns_requests():
+        g.dns_resolved(site, ("10.0.3.1",), 300.0, 5.0)
+    g.max_requests = 0  # nothing may start: only loading moves
+    assert g.next_wakeup() == 5.0
+    sim = Sim(g, ips={"one.test": "10.0.3.1"}, latency=0.001)
+    sim.now = 5.0
+    sim.run(until=6.0)
+    assert g._wait_replay == 0
+    g.max_requests = 50
+    sim.run(until=10_000.0)
+    assert len(sim.fetched) == 3001 and g.idle()
