@@ -121,6 +121,7 @@ async def main_async(args) -> None:
                 config = parse_config_text("", require_start_urls=False).replace(
                     start_urls=tuple(f"http://s{i}.slow.test:{port}/page" for i in range(n)),
                     dns_servers=(("127.0.0.1", dns.port),), save_dir=os.path.join(work, "save"),
+                    private_networks="allow",
                     state_dir=os.path.join(work, "state"), http_port=0, output_mode="none", wait_duration=0.0,
                     pages_connexions=n, connexions_per_ip=n, dns_connexions=200, flow_control=False,
                     timeout_page=60.0, ram_urls=max(1000, 2 * n))

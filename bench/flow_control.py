@@ -53,6 +53,7 @@ async def run_larbin(args, flow: bool, work: str) -> dict:
         base = parse_config_text("", require_start_urls=False)
         config = base.replace(
             start_urls=tuple(sim.seeds), dns_servers=(("127.0.0.1", sim.dns_port),),
+            private_networks="allow",
             save_dir=os.path.join(work, "save"), state_dir=os.path.join(work, "state"),
             http_port=0, output_mode="none", wait_duration=0.0, connexions_per_ip=100,
             pages_connexions=100, depth_in_site=10, get_cgi=True, forbidden_extensions=(),

@@ -134,6 +134,7 @@ async def crawl_rss(target_urls: int, port: int) -> list[tuple[int, int, int]]:
                 save_dir=os.path.join(d, "save"), state_dir=os.path.join(d, "state"), http_port=0,
                 output_mode="none", wait_duration=0.0, ram_urls=10_000, max_urls_by_site=200,
                 depth_in_site=1000, get_cgi=True, pages_connexions=50, dns_servers=(("127.0.0.1", 9),),
+                private_networks="allow",
                 checkpoint_interval=30.0)
             engine = Engine(config, out=open(os.devnull, "w"))
             task = asyncio.get_running_loop().create_task(engine.run())

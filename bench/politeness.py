@@ -70,6 +70,7 @@ async def run_larbin(args, work: str) -> dict:
     async with Sim(sim_config(args)) as sim:
         config = parse_config_text("", require_start_urls=False).replace(
             start_urls=tuple(sim.seeds), dns_servers=(("127.0.0.1", sim.dns_port),),
+            private_networks="allow",
             save_dir=os.path.join(work, "save"), state_dir=os.path.join(work, "state"), http_port=0,
             output_mode="none", wait_duration=args.wait, pages_connexions=max(100, 2 * args.ips),
             depth_in_site=sim.web.max_depth(True) + 1, depth_by_site=True, get_cgi=True,

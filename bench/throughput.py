@@ -92,6 +92,7 @@ async def crawl_larbin(web: SimWeb, dns_port: int, work: str, profile: str | Non
     save = os.path.join(work, "save")
     config = parse_config_text("", require_start_urls=False).replace(
         start_urls=tuple(web.seeds), dns_servers=(("127.0.0.1", dns_port),), save_dir=save,
+        private_networks="allow",
         state_dir=os.path.join(work, "state"), http_port=0, output_mode="mirror", wait_duration=0.0,
         depth_in_site=web.max_depth(True) + 1, depth_by_site=True, get_cgi=True, pages_connexions=100,
         timeout_page=30.0, forbidden_extensions=(), http_parser=http_parser)

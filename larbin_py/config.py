@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from . import __version__
+from .frontier.addresses import POLICIES as PRIVATE_NETWORKS
 
 __all__ = [
     "Config",
@@ -228,10 +229,12 @@ class Config:
     can_reload: bool = True
     checkpoint_interval: float = 5.0
     lock_site: bool = False
+    private_networks: str = "seeds"
     pages_connexions: int = 100
     dns_connexions: int = 10
     depth_in_site: int = 5
     depth_by_site: bool = False
+    max_redirects: int = 5
     no_external_links: bool = False
     wait_duration: float = 2.0
     wait_jitter: float = 0.05
@@ -632,8 +635,10 @@ KEYS: tuple[_Key, ...] = (
     _Int("limitPage", "limit_page", 0),
     _Int("depthInSite", "depth_in_site", 0),
     _Switch("depthBySite", "depth_by_site"),
+    _Int("maxRedirects", "max_redirects", 0, 100),
     _Switch("noExternalLinks", "no_external_links"),
     _Switch("lockSite", "lock_site"),
+    _Choice("privateNetworks", "private_networks", PRIVATE_NETWORKS),
     _Switch("useCookies", "use_cookies"),
     _Switch("getCGI", "get_cgi"),
     _Switch("punycode", "punycode"),

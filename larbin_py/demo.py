@@ -89,6 +89,7 @@ async def run_demo(config, *, hosts: int = 30, seed: int = 7, out=None) -> int:
         demo = config.replace(
             start_urls=tuple(sim.seeds),
             dns_servers=(("127.0.0.1", sim.dns_port),),
+            private_networks="allow",  # the synthetic web lives on loopback
             # Depth counted per site (Larbin's depthBySite), deep enough for
             # every page of the sim; the spider-trap host stops at that depth.
             depth_by_site=True,

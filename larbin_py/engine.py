@@ -13,7 +13,9 @@ Outcomes of a page request (issue "The crawl engine"):
   A non-HTML type is ``badType`` unless ``anyType`` (or ``getImage`` for
   images, or ``specificSearch`` for the types of ``specificSet``).
 * 3xx with a Location: the target goes through all the rules (keeping the
-  depth); the original URL is forgotten as ``err30X``.
+  depth, one redirect hop more; beyond ``maxRedirects`` hops from the URL
+  first queued it is refused as ``tooManyRedirects``); the original URL is
+  forgotten as ``err30X``.
 * 404/410 and other 4xx: ``err40X``.
 * 429, 500, 502, 503, 504 (a server busy or failing for now): retried after
   Retry-After (capped) or a backoff, forgotten as ``err50X`` when retries
@@ -202,6 +204,7 @@ class Engine:
             on_forget=self._on_forget,
             server_rtt_factor=config.server_rtt_factor,
             positions=self._checkpoint_doc["frontier"]["stores"] if self._checkpoint_doc else None,
+            private_networks=config.private_networks,
         )
         self.damaged["store"] = self.frontier.corrupt_records
         #: Adaptive MaxRequestCount (issue 7); None when flowControl is off.
@@ -292,15 +295,23 @@ class Engine:
     # ------------------------------------------------------------------
     # Input: seeds, links, URLs given at run time
     # ------------------------------------------------------------------
-    def add_url(self, href: str, *, priority: bool = True) -> tuple[str, str | None]:
+    def add_url(self, href: str, *, priority: bool = True, seed: bool = False) -> tuple[str, str | None]:
         """Queue a seed or a URL given at run time: ``(result, reason)``.
 
-        ``result`` is ``accepted``, ``duplicate`` or ``rejected``.
+        ``result`` is ``accepted``, ``duplicate`` or ``rejected``.  ``seed``:
+        a configured start URL, whose host ``privateNetworks seeds`` lets
+        reach private addresses.
         """
         url = normalize(href.strip(), None, max_length=self.config.max_url_size)
         if url is None:
             return "rejected", "notHttpUrl"
-        if self.config.lock_site and not self.rules.locked_hosts and self.state == "starting":
+        if seed:
+            parsed = site_key(url)
+            if parsed is not None:
+                self.frontier.allow_private(parsed[2])
+        if self.config.lock_site and self.state == "starting":
+            # Every start URL (and every URL given before the crawl starts)
+            # adds its host to those lockSite allows, not only the first.
             self.rules.lock(url)
         verdict = self.rules.admit(url, None, 0)
         if isinstance(verdict, str):
@@ -322,11 +333,12 @@ class Engine:
             answers.append({"url": href, "result": result, "reason": reason})
         return answers
 
-    def _add_links(self, links, page_url: str, depth: int, *, redirect: bool = False) -> None:
+    def _add_links(self, links, page_url: str, depth: int, *, redirect: bool = False, hops: int = 0) -> None:
         """Queue a page's links that pass the rules and the seen test.
 
         A link held in :attr:`seen_urls` (met lately, so in the seen set) is
-        counted "seen" at once, before the rules.
+        counted "seen" at once, before the rules.  ``hops``: the redirects
+        that led to these links (a redirect's target), 0 for a page's links.
         """
         rejected = self.rejected
         fresh = self.seen_urls.unknown(links)
@@ -343,7 +355,7 @@ class Engine:
         retries = self.config.retries
         for link, d, is_new in zip(ok_links, depths, new):
             if is_new:
-                push(link, d, retries)
+                push(link, d, retries, hops=hops)
             else:
                 rejected["seen"] += 1
 
@@ -477,7 +489,12 @@ class Engine:
                     if answer.error is not None or not answer.ips:
                         fr.robots_unavailable(req, self._now())
                         return
-                    ip = answer.ips[0]
+                    ips = fr.allowed_addresses(parsed[2], answer.ips)
+                    if not ips:  # privateNetworks refuses every address: rules unreadable
+                        self.rejected["privateAddress"] += 1
+                        fr.robots_unavailable(req, self._now())
+                        return
+                    ip = ips[0]
                 url, port = target, parsed[3]
                 continue
             if decision is robots_mod.RobotsDecision.ALLOW_ALL:
@@ -547,8 +564,14 @@ class Engine:
             self._log(req, res, "err30X")
             if res.location:
                 target = normalize(res.location, req.url, max_length=self.config.max_url_size)
-                if target is not None:
-                    self._add_links((target,), req.url, rec.depth, redirect=True)
+                if target is None:
+                    pass
+                elif rec.hops >= self.config.max_redirects:
+                    # Hops are counted from the URL first queued (kept in its
+                    # record, on disk too): an endless chain ends here.
+                    self.rejected["tooManyRedirects"] += 1
+                else:
+                    self._add_links((target,), req.url, rec.depth, redirect=True, hops=rec.hops + 1)
         elif status in RETRY_STATUSES:
             reason = "err50X"  # 429 too: a server that asks to slow down
             if res.retry_after is not None:
@@ -682,7 +705,7 @@ class Engine:
         if self.reload:
             self._restore()
         for seed in self.config.start_urls:
-            result, reason = self.add_url(seed)
+            result, reason = self.add_url(seed, seed=True)
             if result == "rejected":
                 print(f"larbin_py: start URL {seed!r} refused: {reason}", file=self.err)
         if self.config.can_reload:

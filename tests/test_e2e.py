@@ -40,6 +40,7 @@ def make_config(tmp_path, sim: Sim, **changes):
     values = dict(
         start_urls=tuple(sim.seeds),
         dns_servers=(("127.0.0.1", sim.dns_port),),
+        private_networks="allow",  # the synthetic web lives on loopback
         save_dir=str(tmp_path / "save"),
         state_dir=str(tmp_path / "state"),
         http_port=0,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import random
+import zlib
 from collections import defaultdict
 
 import pytest
@@ -453,3 +454,104 @@ def test_connect_lag_moves_the_next_start_without_adding_up(tmp_path):
     g.sent_late(req, 0.3)
     assert g.ips["10.0.0.8"].next_allowed == pytest.approx(1.3)
     assert req.site.next_allowed == pytest.approx(1.3)
+
+
+def test_robots_refusing_a_full_fifo_brings_the_parked_urls_back(tmp_path):
+    # One page links 41 URLs robots.txt disallows, then /ok.html: the FIFO
+    # (40) takes the first 40, the last two wait in the wait store.  Refusing
+    # the 40 frees the site while no request runs: the frontier must load the
+    # parked URLs at once, not wait for an event that never comes.
+    f = make(tmp_path, max_urls_by_site=40, wait_duration=0.01)
+    root = "http://r.test/"
+    links = {root: [f"http://r.test/no/{i}" for i in range(41)] + ["http://r.test/ok.html"]}
+    sim = LinkSim(f, links=links, ips={"r.test": "10.0.0.4"}, latency=0.01,
+                  robots_body={"r.test": "User-agent: *\nDisallow: /no/\n"})
+    sim.pushed.add(root)
+    f.push(root, 3, 2)
+    sim.run(until=60.0)
+    assert f.wait.pushed == 2  # the two really were parked
+    assert sim.fetched == [root, "http://r.test/ok.html"]
+    assert f.forgotten["forbiddenRobots"] == 41
+    assert f.idle() and sim.now < 1.0
+    taken, accounted = f.conservation()
+    assert taken == accounted == 43
+
+
+def test_a_name_that_fails_frees_room_for_its_parked_urls(tmp_path):
+    # The site's FIFO is full and more of its URLs are parked; its name fails
+    # for good, so the FIFO's URLs are forgotten as noDNS: the parked ones must
+    # come back (and be forgotten in turn) instead of waiting for ever.
+    f = make(tmp_path, max_urls_by_site=4, wait_duration=0.01)
+    for i in range(10):
+        f.push(f"http://gone.test/{i}", 3, 0)
+    sim = Sim(f, ips={}, dns_fail=lambda host, n: True)
+    sim.run(until=600.0)
+    assert f.forgotten["noDNS"] == 10
+    assert f.idle() and len(f.wait) == 0
+
+
+def test_records_keep_their_redirect_hops_and_old_lines_still_read(tmp_path):
+    from larbin_py.frontier.store import UrlRecord, UrlStore, decode_record, encode_record
+
+    plain = UrlRecord("http://a.test/x", 3, 2)
+    assert encode_record(plain) == b"%08x 3 2 http://a.test/x\n" % zlib.crc32(b"3 2 http://a.test/x")
+    assert decode_record(encode_record(plain)) == plain  # the format of old segments, unchanged
+    hopped = UrlRecord("http://a.test/y", 3, 2, 4)
+    assert decode_record(encode_record(hopped)) == hopped
+    bad = bytearray(encode_record(hopped))
+    bad[11] = ord("5")  # the hop count changed: the checksum catches it
+    assert decode_record(bytes(bad)) is None
+    # through the disk part of a store (RAM holds one record)
+    store = UrlStore(str(tmp_path / "s"), ram_urls=1)
+    recs = [UrlRecord(f"http://a.test/{i}", 1, 0, i % 3) for i in range(20)]
+    for rec in recs:
+        store.push(rec)
+    assert [store.pop() for _ in recs] == recs
+    store.close()
+    f = make(tmp_path)
+    f.push("http://a.test/r", 2, 1, hops=3)
+    f.load(0.0)
+    assert f.sites["http://a.test:80"].fifo[0].hops == 3
+
+
+def test_a_stale_address_found_by_next_request_is_asked_again_at_once(tmp_path):
+    # One site, a DNS answer valid 1.5 s and a page every second: the second
+    # page finds the address stale inside next_request.  Nothing else runs,
+    # so next_wakeup must say the DNS request is due, or the crawl stalls.
+    f = make(tmp_path, wait_duration=1.0)
+    for i in range(4):
+        f.push(f"http://short.test/{i}", 3, 2)
+    sim = Sim(f, ips={}, latency=0.01)
+    sim.dns_answer = lambda site: f.dns_resolved(site, ("10.0.0.9",), 1.5, sim.now)
+    sim.run(until=60.0)
+    assert sorted(sim.fetched) == [f"http://short.test/{i}" for i in range(4)]
+    assert sim.dns_queries["short.test"] >= 2
+    assert f.idle()
+
+
+def test_after_a_reload_the_parked_urls_are_replayed_without_waiting_for_an_event(tmp_path):
+    # 3000 URLs parked in the wait store at the checkpoint; after --reload
+    # the main and priority lanes are empty and nothing runs: loading stays
+    # due (next_wakeup says now) until the replay is done.
+    f = make(tmp_path, max_urls_by_site=1, ram_urls=5000)
+    for i in range(3001):
+        f.push(f"http://one.test/{i}", 3, 2)
+    f.load(0.0, max_reads=10_000)
+    assert len(f.wait) == 3000
+    state, carry = f.checkpoint(0.0, 1000.0)
+    f.close()
+    g = make(tmp_path, max_urls_by_site=1, ram_urls=5000, positions=state["stores"])
+    g.restore(state, carry, 0.0, 1000.0)
+    g.load(5.0)  # the carried URLs first, then parked ones, 2000 reads
+    assert len(g.prio) == 0 and len(g.main) == 0 and g._wait_replay > 0
+    for site in g.take_dns_requests():
+        g.dns_resolved(site, ("10.0.3.1",), 300.0, 5.0)
+    g.max_requests = 0  # nothing may start: only loading moves
+    assert g.next_wakeup() == 5.0
+    sim = Sim(g, ips={"one.test": "10.0.3.1"}, latency=0.001)
+    sim.now = 5.0
+    sim.run(until=6.0)
+    assert g._wait_replay == 0
+    g.max_requests = 50
+    sim.run(until=10_000.0)
+    assert len(sim.fetched) == 3001 and g.idle()

@@ -39,6 +39,10 @@ The data path (Larbin's, with its one failure mode removed)::
   ``wait_duration`` apart (each stretched by a random jitter of up to ``jitter``,
   a fraction: waitJitter, 5 % by default), and
   at most ``conn_per_ip`` requests run to one IP.
+* **Private addresses** (``private_networks``, see
+  :mod:`larbin_py.frontier.addresses`): the addresses a name resolves to are
+  filtered by the policy; a site left with none is *refused* until its DNS
+  answer expires, and its URLs are forgotten as ``privateAddress``.
 * **Retries**: a URL whose DNS, connection or server failed goes back to the
   tail of its site's FIFO with one retry fewer, and is forgotten with its
   reason when none are left.
@@ -58,6 +62,7 @@ from typing import Callable
 
 from .. import robots as robots_mod
 from ..throttle import ServerPace
+from .addresses import POLICIES as PRIVATE_POLICIES, is_private_address
 from .sites import DnsState, IPSite, NamedSite, RobotsState
 from .store import UrlRecord, UrlStore
 
@@ -159,6 +164,7 @@ class Frontier:
         segment_bytes: int = 64 * 1024 * 1024,
         server_rtt_factor: float = 0.0,
         positions: dict | None = None,
+        private_networks: str = "allow",
     ) -> None:
         self.ram_urls = ram_urls
         self.max_urls_by_site = max_urls_by_site
@@ -173,6 +179,11 @@ class Frontier:
         self.server_rtt_factor = server_rtt_factor
         self.rng = rng or random.Random()
         self.on_forget = on_forget
+        if private_networks not in PRIVATE_POLICIES:
+            raise ValueError(f"private_networks: expected one of {', '.join(PRIVATE_POLICIES)}")
+        self.private_networks = private_networks
+        #: Host names whose private addresses ``seeds`` lets through (see allow_private).
+        self.private_hosts: set[str] = set()
         # The three stores share the RAM budget: the main lane gets most of it.
         lane = max(1, ram_urls // 10)
 
@@ -210,6 +221,7 @@ class Frontier:
         self._wanting: set[NamedSite] = set()  # parked sites drained to refill_block
         self._rotating = False
         self._wait_misses = 0
+        self._last_now = 0.0  # the latest ``now`` given (see next_wakeup)
         # Counters for conservation and stats.
         self.taken = 0
         self.fetched = 0
@@ -219,9 +231,12 @@ class Frontier:
     # ------------------------------------------------------------------
     # Input
     # ------------------------------------------------------------------
-    def push(self, url: str, depth: int, retries: int, *, priority: bool = False) -> None:
-        """Queue a URL that passed the rules and the seen test."""
-        rec = UrlRecord(url, depth, retries)
+    def push(self, url: str, depth: int, retries: int, *, priority: bool = False, hops: int = 0) -> None:
+        """Queue a URL that passed the rules and the seen test.
+
+        ``hops``: the redirects that led to it (kept with the record, on disk too).
+        """
+        rec = UrlRecord(url, depth, retries, hops)
         (self.prio if priority else self.main).push(rec)
         self.taken += 1
 
@@ -237,6 +252,7 @@ class Frontier:
         whose URLs are parked there has freed room), then the main store.
         Returns the number of records placed in a site.
         """
+        self._last_now = now
         placed = 0
         reads = 0
         while reads < max_reads and self.in_sites < self.ram_urls:
@@ -267,6 +283,16 @@ class Frontier:
         if self._rotating and not len(self.wait):
             self._end_rotation()
         return placed
+
+    def _load_due(self) -> bool:
+        """True when :meth:`load` has work now: the gate is open and a store
+        has records it would read (the wait store only while a rotation runs
+        or a reload's parked records are being replayed)."""
+        if self.in_sites >= self.ram_urls:
+            return False
+        if len(self.prio) or len(self.main):
+            return True
+        return bool(len(self.wait)) and (self._rotating or self._wait_replay > 0)
 
     def _end_rotation(self) -> None:
         """A whole turn of the wait store found nothing for the wanting sites.
@@ -318,12 +344,26 @@ class Frontier:
         return False
 
     def _on_work(self, site: NamedSite, now: float) -> None:
+        if site.dns is DnsState.REFUSED and site.dns_expiry <= now:
+            site.dns = DnsState.NEW  # the answer expired: the name may have moved
         if site.dns is DnsState.NEW:
             site.dns = DnsState.RESOLVING
             self.dns_pending += 1
             self.dns_wanted.append(site)
         elif site.dns is DnsState.OK:
             self._make_ready(site, now)
+        elif site.dns is DnsState.REFUSED:
+            self._refuse_fifo(site)
+
+    def _refuse_fifo(self, site: NamedSite) -> None:
+        """Forget the URLs of a site whose addresses are all refused."""
+        if not site.fifo:
+            return
+        self.in_sites -= len(site.fifo)
+        for rec in site.fifo:
+            self._forget(rec, "privateAddress")
+        site.fifo.clear()
+        self._freed(site)
 
     def _freed(self, site: NamedSite) -> None:
         """A slot of ``site`` became free: parked URLs of it may come back."""
@@ -348,12 +388,37 @@ class Frontier:
         wanted, self.dns_wanted = self.dns_wanted, []
         return wanted
 
+    def allow_private(self, host: str) -> None:
+        """Let ``host`` (a start URL's host name) reach private addresses under ``seeds``."""
+        self.private_hosts.add(host.lower())
+
+    def allowed_addresses(self, host: str, ips) -> tuple[str, ...]:
+        """The addresses of ``ips`` the ``privateNetworks`` policy lets ``host`` reach."""
+        policy = self.private_networks
+        if policy == "allow" or (policy == "seeds" and host.lower() in self.private_hosts):
+            return tuple(ips)
+        return tuple(ip for ip in ips if not is_private_address(ip))
+
     def dns_resolved(self, site: NamedSite, ips: tuple[str, ...], ttl: float, now: float) -> None:
+        """The name resolved to ``ips`` (valid ``ttl`` seconds).
+
+        The addresses the private-network policy refuses are dropped; when
+        none is left, the site is refused until the answer expires and its
+        URLs are forgotten as ``privateAddress`` (those in flight end as
+        they will: they started on an address allowed then).
+        """
         self.dns_pending -= 1
-        site.dns = DnsState.OK
-        site.ips = ips
         site.dns_expiry = now + ttl
         site.dns_failures = 0
+        ips = self.allowed_addresses(site.host, ips)
+        if not ips:
+            site.dns = DnsState.REFUSED
+            site.ips = ()
+            site.ip_site = None
+            self._refuse_fifo(site)
+            return
+        site.dns = DnsState.OK
+        site.ips = ips
         ip = ips[0]
         ip_site = self.ips.get(ip)
         if ip_site is None:
@@ -375,9 +440,13 @@ class Frontier:
             else:
                 self.in_sites -= 1
                 self._forget(rec, "noDNS")
-                self._freed(site)
+        dropped = len(site.fifo) - len(kept)
         site.fifo.clear()
         site.fifo.extend(kept)
+        if dropped:
+            # After the FIFO shrank (not while it is walked): its parked URLs
+            # may come back, to be asked for again or forgotten in turn.
+            self._freed(site)
         delay = self.dns_retry_base * (2 ** min(site.dns_failures - 1, 6))
         site.retry_at = now + delay
         self._add_timer(site.retry_at, site, "dns")
@@ -413,6 +482,7 @@ class Frontier:
 
     def tick(self, now: float) -> None:
         """Run the DNS and robots.txt retry timers that are due."""
+        self._last_now = now
         timers = self._timers
         while timers and timers[0][0] <= now:
             _, _, site, kind = heapq.heappop(timers)
@@ -428,7 +498,19 @@ class Frontier:
                 self._make_ready(site, now)
 
     def next_wakeup(self) -> float | None:
-        """The earliest time at which :meth:`next_request` or :meth:`tick` has work."""
+        """The earliest time at which :meth:`load`, :meth:`next_request` or :meth:`tick` has work.
+
+        Work is due at once (the latest ``now`` given) when a site waits for
+        :meth:`take_dns_requests` (:meth:`next_request` found its address
+        stale), or when the gate is open and a store has records to read:
+        the main or priority lane, or the wait store once a site freed room.
+        Both happen outside any request's end (robots.txt refusing the URLs
+        of a FIFO in :meth:`next_request`, a name that did not resolve):
+        without this, nothing would ask DNS again or bring the parked URLs
+        back, and the crawl would wait for ever with nothing running.
+        """
+        if self.dns_wanted or self._load_due():
+            return self._last_now
         t = math.inf
         if self._heap and self.requests < self.max_requests:
             t = self._heap[0][0]
@@ -438,6 +520,7 @@ class Frontier:
 
     def next_request(self, now: float) -> Request | None:
         """The next request allowed to start at ``now``, or None."""
+        self._last_now = now
         heap = self._heap
         while heap and self.requests < self.max_requests:
             t, _, ip = heap[0]
@@ -656,6 +739,8 @@ class Frontier:
         self.in_flight -= 1
         req.record = None  # already accounted for: release only the request
         self._release(req, now)
+        if site.dns is DnsState.REFUSED:  # its name moved to a refused address meanwhile
+            self._refuse_fifo(site)
         return True
 
     def robots_known(self, req: Request, rules, ttl: float, now: float) -> None:

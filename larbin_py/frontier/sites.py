@@ -24,6 +24,7 @@ class DnsState(Enum):
     RESOLVING = "resolving"  # a query is running
     OK = "ok"  # ips known until dns_expiry
     FAILED = "failed"  # last query failed; ask again at retry_at
+    REFUSED = "refused"  # every address is private (privateNetworks): URLs forgotten until dns_expiry
 
 
 class RobotsState(Enum):

@@ -17,6 +17,11 @@ the same idea, shaped for crash safety:
 Record format, one per line, ASCII::
 
     <crc32 of the rest, 8 hex digits> <depth> <retries> <url>\\n
+    <crc32 of the rest, 8 hex digits> <depth> <retries> <hops> <url>\\n
+
+The second form is a redirect target (``hops`` redirects from the URL first
+queued, see the engine's ``maxRedirects``); any other record is written in
+the first form, so segments written before hops were counted read as ever.
 
 Normalized URLs contain no whitespace, so the line is unambiguous.  A line
 whose checksum does not match (the torn tail of a segment after a crash) ends
@@ -39,15 +44,20 @@ __all__ = ["UrlRecord", "UrlStore", "encode_record", "decode_record"]
 
 @dataclass(slots=True)
 class UrlRecord:
-    """One queued URL: where it points, how deep it may still go, retries left."""
+    """One queued URL: where it points, how deep it may still go, retries left,
+    and how many redirects led to it (0 for a URL met as a link or a seed)."""
 
     url: str
     depth: int
     retries: int
+    hops: int = 0
 
 
 def encode_record(rec: UrlRecord) -> bytes:
-    body = f"{rec.depth} {rec.retries} {rec.url}".encode("utf-8", "surrogateescape")
+    if rec.hops:
+        body = f"{rec.depth} {rec.retries} {rec.hops} {rec.url}".encode("utf-8", "surrogateescape")
+    else:
+        body = f"{rec.depth} {rec.retries} {rec.url}".encode("utf-8", "surrogateescape")
     return b"%08x %s\n" % (zlib.crc32(body), body)
 
 
@@ -60,7 +70,11 @@ def decode_record(line: bytes) -> UrlRecord | None:
     try:
         if int(line[:8], 16) != zlib.crc32(body):
             return None
-        depth, retries, url = body.split(b" ", 2)
+        fields = body.split(b" ", 3)  # a URL holds no space: 3 fields, or 4 with hops
+        if len(fields) == 4:
+            depth, retries, hops, url = fields
+            return UrlRecord(url.decode("utf-8", "surrogateescape"), int(depth), int(retries), int(hops))
+        depth, retries, url = fields
         return UrlRecord(url.decode("utf-8", "surrogateescape"), int(depth), int(retries))
     except ValueError:
         return None
