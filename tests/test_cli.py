@@ -75,7 +75,7 @@ def test_no_start_url_exits_2(tmp_path):
 def test_bad_set_exits_2(tmp_path):
     (tmp_path / "larbin.conf").write_text(SEED)
     line = one_line_error(run("--set", "waitDuration=1", "--set", "waitDuration=-1", cwd=tmp_path))
-    assert line.endswith("--set:2: waitDuration: expected a number of seconds >= 0, got '-1'")
+    assert line.endswith("--set:2: waitDuration: expected a number of seconds in [0, 3600], got '-1'")
     line = one_line_error(run("--set", "novalue", cwd=tmp_path))
     assert "expected KEY=VALUE, got 'novalue'" in line
 
@@ -232,7 +232,7 @@ def test_config_errors_never_reach_the_engine(fake_engine, capsys):
     assert main([]) == 2
     assert fake.calls == []
     assert capsys.readouterr().err.strip() == \
-        "larbin: larbin.conf:2: pagesConnexions: expected an integer >= 1, got '0'"
+        "larbin: larbin.conf:2: pagesConnexions: expected an integer in 1..100000, got '0'"
 
 
 def test_missing_engine_module_gives_1(monkeypatch, tmp_path, capsys):
