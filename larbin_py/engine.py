@@ -669,7 +669,7 @@ class Engine:
         other state files name themselves, see larbin_py.state).
         """
         self._state_broken = True
-        where = os.path.join(self.config.state_dir, "frontier")
+        where = f"the URL stores in {os.path.join(self.config.state_dir, 'frontier')}"
         self._fail(describe_write_error(exc, where) + "; the crawl stops, the last good checkpoint "
                    "is kept: continue with --reload once the cause is fixed")
 

@@ -189,3 +189,49 @@ def test_an_incompatible_state_is_refused(tmp_path):
     with pytest.raises(StateError, match="unreadable"):
         read_checkpoint(str(state))
     assert files_under(state) == {"checkpoint.json"}
+
+
+def limit_file_size(limit: int):
+    """A preexec_fn: files the child writes stop at ``limit`` bytes (EFBIG, not SIGXFSZ)."""
+    def apply() -> None:
+        import resource
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # ignored dispositions survive exec
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+async def crawl_process(conf: str, *args: str, cwd: str, preexec=None) -> tuple[int, str]:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "larbin_py", "-c", conf, *args, cwd=cwd, env=env, preexec_fn=preexec,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 150)
+    return proc.returncode, err.decode()
+
+
+@pytest.mark.async_timeout(280)
+@pytest.mark.parametrize("ignore_robots,failing", [(False, "robots.log"), (True, "frontier")])
+async def test_a_state_file_that_cannot_grow_stops_cleanly_and_reload_finishes(tmp_path, ignore_robots,
+                                                                               failing):
+    """RLIMIT_FSIZE makes the real state writes fail with EFBIG, as a full disk
+    does with ENOSPC: one clear line naming the file, the summary, exit 1.
+    The robots.txt answers' log fills first; without robots.txt, the URL stores."""
+    async with Sim(sim_config(35)) as sim:
+        config = make_config(tmp_path, sim, output_mode="stats", wait_duration=0.05, checkpoint_interval=0.3,
+                             ignore_robots=ignore_robots)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        conf = write_conf(tmp_path, config)
+        code, err = await crawl_process(conf, cwd=str(tmp_path), preexec=limit_file_size(16 * 1024))
+        assert code == 1, err
+        assert "Traceback" not in err and "internal error" not in err, err
+        state = str(tmp_path / "state")
+        [line] = [line for line in err.splitlines() if line.startswith("larbin_py: cannot write")]
+        assert f"{state}{os.sep}{failing}: file too large (EFBIG)" in line, line
+        assert "--reload" in line
+        assert "URLs taken" in err and "FAILED: cannot write" in err  # the summary
+        assert len(set(page_requests(sim.log))) < len(truth.must_request)
+        code, err = await crawl_process(conf, "--reload", cwd=str(tmp_path))
+        assert code == 0, err
+        assert "continuing the crawl saved in" in err and "end of work" in err
+        assert set(page_requests(sim.log)) == truth.must_request
