@@ -9,6 +9,7 @@ SIGTERM at chosen points of the sim's request log and restarts it with
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import json
 import os
@@ -211,27 +212,58 @@ async def crawl_process(conf: str, *args: str, cwd: str, preexec=None) -> tuple[
 
 
 @pytest.mark.async_timeout(280)
-@pytest.mark.parametrize("ignore_robots,failing", [(False, "robots.log"), (True, "frontier")])
-async def test_a_state_file_that_cannot_grow_stops_cleanly_and_reload_finishes(tmp_path, ignore_robots,
-                                                                               failing):
+@pytest.mark.parametrize("hosts,ignore_robots,interval,failing", [
+    (60, False, 0.3, "robots.log"),  # robots.txt answers' log, at a checkpoint
+    (150, True, 30.0, "frontier"),  # a URL store, flushed by a page's links (a task)
+])
+async def test_a_state_file_that_cannot_grow_stops_cleanly_and_reload_finishes(tmp_path, hosts, ignore_robots,
+                                                                               interval, failing):
     """RLIMIT_FSIZE makes the real state writes fail with EFBIG, as a full disk
-    does with ENOSPC: one clear line naming the file, the summary, exit 1.
-    The robots.txt answers' log fills first; without robots.txt, the URL stores."""
-    async with Sim(sim_config(35)) as sim:
-        config = make_config(tmp_path, sim, output_mode="stats", wait_duration=0.05, checkpoint_interval=0.3,
-                             ignore_robots=ignore_robots)
+    does with ENOSPC: one clear line naming the file, the summary, exit 1."""
+    sim_cfg = dataclasses.replace(sim_config(35), hosts=hosts)
+    async with Sim(sim_cfg) as sim:
+        config = make_config(tmp_path, sim, output_mode="stats", wait_duration=0.05,
+                             checkpoint_interval=interval, ignore_robots=ignore_robots)
         truth = sim.truth(crawl_rules(config, sim.seeds))
         conf = write_conf(tmp_path, config)
         code, err = await crawl_process(conf, cwd=str(tmp_path), preexec=limit_file_size(16 * 1024))
-        assert code == 1, err
-        assert "Traceback" not in err and "internal error" not in err, err
-        state = str(tmp_path / "state")
-        [line] = [line for line in err.splitlines() if line.startswith("larbin_py: cannot write")]
-        assert f"{state}{os.sep}{failing}: file too large (EFBIG)" in line, line
-        assert "--reload" in line
-        assert "URLs taken" in err and "FAILED: cannot write" in err  # the summary
+        line = check_clean_write_failure(code, err, tmp_path / "state" / failing, "file too large (EFBIG)")
+        assert "ulimit -f" in line
         assert len(set(page_requests(sim.log))) < len(truth.must_request)
         code, err = await crawl_process(conf, "--reload", cwd=str(tmp_path))
         assert code == 0, err
         assert "continuing the crawl saved in" in err and "end of work" in err
+        assert set(page_requests(sim.log)) == truth.must_request
+
+
+def check_clean_write_failure(code: int, err: str, path, reason: str) -> str:
+    """Exit 1, one line naming ``path`` and ``reason``, the summary, no traceback."""
+    assert code == 1, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    [line] = [line for line in err.splitlines() if line.startswith("larbin_py: cannot write")]
+    assert f"{path}: {reason}" in line and "--reload" in line, line
+    assert "URLs taken" in err and "FAILED: cannot write" in err  # the summary
+    return line
+
+
+@pytest.mark.async_timeout(280)
+async def test_a_full_disk_under_the_seen_log_stops_cleanly_and_reload_finishes(tmp_path):
+    """ENOSPC for real: seen.log made a link to /dev/full on a --reload."""
+    async with Sim(sim_config(36)) as sim:
+        config = make_config(tmp_path, sim, output_mode="stats", wait_duration=0.05, checkpoint_interval=0.3)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        conf = write_conf(tmp_path, config)
+        code, err = await crawl_process(conf, "--set", "limitPage=60", cwd=str(tmp_path))
+        assert code == 0, err
+        seen = tmp_path / "state" / "seen.log"
+        kept = seen.read_bytes()
+        seen.unlink()
+        seen.symlink_to("/dev/full")
+        code, err = await crawl_process(conf, "--reload", cwd=str(tmp_path))
+        check_clean_write_failure(code, err, seen, "no space left on device (ENOSPC)")
+        seen.unlink()
+        seen.write_bytes(kept)
+        code, err = await crawl_process(conf, "--reload", cwd=str(tmp_path))
+        assert code == 0, err
+        assert "end of work" in err
         assert set(page_requests(sim.log)) == truth.must_request
