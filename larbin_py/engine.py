@@ -205,6 +205,9 @@ class Engine:
             positions=self._checkpoint_doc["frontier"]["stores"] if self._checkpoint_doc else None,
         )
         self.damaged["store"] = self.frontier.corrupt_records
+        #: Store segments found cut short on --reload (one sentence each).
+        self.store_damage = [message for store in (self.frontier.main, self.frontier.prio, self.frontier.wait)
+                             for message in getattr(store, "damage", ())]
         #: Adaptive MaxRequestCount (issue 7); None when flowControl is off.
         self.flow: RttController | None = None
         if config.flow_control:
@@ -760,6 +763,8 @@ class Engine:
             print("larbin_py: damaged state dropped (a crash cut these files): "
                   + ", ".join(f"{k} {v} {'bytes' if k == 'seen' else 'records'}" for k, v in damage.items()),
                   file=self.err)
+        for message in self.store_damage:
+            print(f"larbin_py: damaged state: {message}", file=self.err)
         self._carry = []
 
     def _checkpoint(self) -> bool:

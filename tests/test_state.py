@@ -267,3 +267,33 @@ async def test_a_full_disk_under_the_seen_log_stops_cleanly_and_reload_finishes(
         assert code == 0, err
         assert "end of work" in err
         assert set(page_requests(sim.log)) == truth.must_request
+
+
+@pytest.mark.async_timeout(200)
+async def test_a_segment_cut_before_the_checkpoint_position_is_reported_and_the_crawl_goes_on(tmp_path):
+    """A store segment cut short (before the checkpoint's read position): --reload
+    says which file and what was lost, keeps the rest, and ends its crawl."""
+    async with Sim(sim_config(37)) as sim:
+        config = make_config(tmp_path, sim, output_mode="stats", wait_duration=0.05, ram_urls=50)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        conf = write_conf(tmp_path, config)
+        code, err = await crawl_process(conf, "--set", "limitPage=100", cwd=str(tmp_path))
+        assert code == 0, err
+        first = set(page_requests(sim.log))
+        with open(tmp_path / "state" / "checkpoint.json") as f:
+            seg, off = json.load(f)["frontier"]["stores"]["main"]
+        assert off > 200, off  # URLs wait on disk: the read position is inside the log
+        segment = tmp_path / "state" / "frontier" / "main" / f"seg-{seg:08d}.log"
+        with open(segment, "r+b") as f:
+            f.truncate(off // 2 + 3)  # in the middle of a record, before the read position
+        kept = segment.read_bytes().rfind(b"\n") + 1  # up to the last whole record
+        assert 0 < kept < off // 2 + 3
+        code, err = await crawl_process(conf, "--reload", cwd=str(tmp_path))
+        assert code == 0, err
+        assert "Traceback" not in err
+        assert (f"larbin_py: damaged state: {segment}: {kept} bytes, cut before the checkpoint's "
+                f"read position (byte {off}): whatever was queued after that point is lost, the rest of "
+                "the store is kept") in err
+        assert "end of work" in err and "queued 0 + in flight 0" in err
+        fetched = set(page_requests(sim.log))
+        assert first < fetched <= truth.must_request  # the crawl went on with what was kept
