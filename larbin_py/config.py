@@ -33,7 +33,7 @@ Every problem raises :class:`ConfigError`, whose ``str()`` is one line naming
 the file, the line and the key::
 
     larbin.conf:12: waitDuraton: unknown key (did you mean waitDuration?)
-    larbin.conf:7: pagesConnexions: expected an integer >= 1, got 'abc'
+    larbin.conf:7: pagesConnexions: expected an integer in 1..100000, got 'abc'
     --set:1: outputMode: expected one of none, save, mirror, stats, warc or 0..4, got 'html'
     larbin.conf: cannot read: No such file or directory
 
@@ -41,6 +41,11 @@ the file, the line and the key::
 2 ``mirror``, 3 ``stats``, 4 ``warc``.  Times are seconds and take fractions
 (``waitDuration 0.2``).  ``startUrl`` values are kept as written (the engine
 normalizes them) but must look like ``http://`` or ``https://`` URLs.
+
+Every number has a range (``low..high`` for integers, ``[low, high]`` or
+``(low, high]`` for seconds), so no value can overflow a timer or make a
+crawl that never ends; nan and inf are refused.  The ranges are written next
+to their keys in the shipped larbin.conf.
 
 :class:`Config` validates itself on construction, so :meth:`Config.replace`
 and direct construction get the same range checks as the file (without a
