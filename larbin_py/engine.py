@@ -700,10 +700,7 @@ class Engine:
         except OutputError as exc:
             self.failed = f"cannot open the output: {exc}"
             print(f"larbin_py: {self.failed}", file=self.err)
-            self.state = "failed"
-            self.frontier.close()
-            self.seen.close()
-            await self._stop_servers()
+            await self._abandon_start()
             return self.summary()
         if self.on_servers_started is not None:
             self.on_servers_started(self)
@@ -857,7 +854,8 @@ class Engine:
         self.servers = []
 
     async def _abandon_start(self) -> None:
-        """Undo a start that failed before the crawl began (StartError).
+        """Undo a start that failed before the crawl began (StartError, or an
+        output that cannot be opened).
 
         Nothing was fetched, queued or checkpointed: the logs are closed as
         they are, and a fresh stateDir loses the empty files and folders this

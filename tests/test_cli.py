@@ -323,3 +323,13 @@ def test_an_input_port_beyond_loopback_without_a_token_is_refused(tmp_path):
                          "input port needs an httpToken (or inputPort 0)")
     assert not (tmp_path / "state").exists()
     crawl_ok(run("-c", str(conf), "--set", "httpBind=127.0.0.1", cwd=tmp_path))
+
+
+def test_an_output_that_cannot_open_leaves_a_fresh_state_dir_empty(tmp_path):
+    (tmp_path / "save").write_text("a file where saveDir should be")
+    conf = quick_conf(tmp_path, 0)
+    proc = run("-c", str(conf), cwd=tmp_path)
+    assert proc.returncode == 1 and "cannot open the output" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "state").exists()
+    (tmp_path / "save").unlink()
+    crawl_ok(run("-c", str(conf), cwd=tmp_path))
