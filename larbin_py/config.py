@@ -33,7 +33,7 @@ Every problem raises :class:`ConfigError`, whose ``str()`` is one line naming
 the file, the line and the key::
 
     larbin.conf:12: waitDuraton: unknown key (did you mean waitDuration?)
-    larbin.conf:7: pagesConnexions: expected an integer >= 1, got 'abc'
+    larbin.conf:7: pagesConnexions: expected an integer in 1..100000, got 'abc'
     --set:1: outputMode: expected one of none, save, mirror, stats, warc or 0..4, got 'html'
     larbin.conf: cannot read: No such file or directory
 
@@ -41,6 +41,11 @@ the file, the line and the key::
 2 ``mirror``, 3 ``stats``, 4 ``warc``.  Times are seconds and take fractions
 (``waitDuration 0.2``).  ``startUrl`` values are kept as written (the engine
 normalizes them) but must look like ``http://`` or ``https://`` URLs.
+
+Every number has a range (``low..high`` for integers, ``[low, high]`` or
+``(low, high]`` for seconds), so no value can overflow a timer or make a
+crawl that never ends; nan and inf are refused.  The ranges are written next
+to their keys in the shipped larbin.conf.
 
 :class:`Config` validates itself on construction, so :meth:`Config.replace`
 and direct construction get the same range checks as the file (without a
@@ -354,10 +359,14 @@ class _Switch(_Key):
 
 
 class _Int(_Key):
-    def __init__(self, name: str, attr: str, low: int = 0, high: int | None = None):
+    """An integer in ``low..high`` (both included): every number has a range, so
+    a value that would overflow or never end (``limitTime 1e308``) is refused
+    when the file is read, not met as a traceback in the middle of a crawl."""
+
+    def __init__(self, name: str, attr: str, low: int, high: int):
         super().__init__(name, attr)
         self.low, self.high = low, high
-        self.expected = f"an integer in {low}..{high}" if high is not None else f"an integer >= {low}"
+        self.expected = f"an integer in {low}..{high}"
 
     def parse(self, words: list[str]) -> int:
         word = self._one(words)
@@ -368,7 +377,7 @@ class _Int(_Key):
 
     def coerce(self, value: Any) -> int:
         if (not isinstance(value, int) or isinstance(value, bool) or value < self.low
-                or (self.high is not None and value > self.high)):
+                or value > self.high):
             raise _Bad(f"expected {self.expected}, got {value!r}")
         return value
 
@@ -376,11 +385,20 @@ class _Int(_Key):
         return [f"{self.name} {value}"]
 
 
+def _num(x: float) -> str:
+    """``x`` for a message: 31536000, not 3.1536e+07."""
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
 class _Seconds(_Key):
-    def __init__(self, name: str, attr: str, low: float = 0.0, above: bool = False):
+    """A finite number of seconds in ``[low, high]`` (``(low, high]`` with
+    ``above``); nan and inf are refused."""
+
+    def __init__(self, name: str, attr: str, low: float, high: float, above: bool = False,
+                 what: str = "a number of seconds"):
         super().__init__(name, attr)
-        self.low, self.above = low, above
-        self.expected = f"a number of seconds {'>' if above else '>='} {low:g}"
+        self.low, self.high, self.above = low, high, above
+        self.expected = f"{what} in {'(' if above else '['}{_num(low)}, {_num(high)}]"
 
     def parse(self, words: list[str]) -> float:
         word = self._one(words)
@@ -392,8 +410,12 @@ class _Seconds(_Key):
     def coerce(self, value: Any) -> float:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise _Bad(f"expected {self.expected}, got {value!r}")
-        number = float(value)
-        if not math.isfinite(number) or number < self.low or (self.above and number == self.low):
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond any float
+            raise _Bad(f"expected {self.expected}, got {value!r}") from None
+        if (not math.isfinite(number) or number < self.low or (self.above and number == self.low)
+                or number > self.high):
             raise _Bad(f"expected {self.expected}, got {value!r}")
         return value if type(value) is float else number
 
@@ -406,14 +428,7 @@ class _Fraction(_Seconds):
     """A number in (0, 1], or in [0, 1] with ``zero``."""
 
     def __init__(self, name: str, attr: str, *, zero: bool = False):
-        super().__init__(name, attr, 0.0, above=not zero)
-        self.expected = "a number in [0, 1]" if zero else "a number in (0, 1]"
-
-    def coerce(self, value: Any) -> float:
-        number = super().coerce(value)
-        if number > 1.0:
-            raise _Bad(f"expected {self.expected}, got {value!r}")
-        return number
+        super().__init__(name, attr, 0.0, 1.0, above=not zero, what="a number")
 
 
 class _Text(_Key):
@@ -599,41 +614,41 @@ KEYS: tuple[_Key, ...] = (
     _Switch("fetchInfo", "fetch_info"),
     _Switch("histograms", "histograms"),
     _Switch("canReload", "can_reload"),
-    _Seconds("checkpointInterval", "checkpoint_interval", above=True),
+    _Seconds("checkpointInterval", "checkpoint_interval", 0, 86_400, above=True),
     _Text("saveDir", "save_dir"),
     _Text("stateDir", "state_dir"),
-    _Int("filesPerDir", "files_per_dir", 1),
-    _Int("pagesConnexions", "pages_connexions", 1),
-    _Int("dnsConnexions", "dns_connexions", 1),
-    _Int("connexionsPerIP", "connexions_per_ip", 1),
+    _Int("filesPerDir", "files_per_dir", 1, 1_000_000),
+    _Int("pagesConnexions", "pages_connexions", 1, 100_000),
+    _Int("dnsConnexions", "dns_connexions", 1, 10_000),
+    _Int("connexionsPerIP", "connexions_per_ip", 1, 100_000),
     _Switch("flowControl", "flow_control"),
-    _Int("minConnexions", "min_connexions", 1),
+    _Int("minConnexions", "min_connexions", 1, 100_000),
     _Fraction("rttAlpha", "rtt_alpha"),
-    _Seconds("rttInterval", "rtt_interval", above=True),
-    _Seconds("rttMin", "rtt_min"),
-    _Seconds("rttMax", "rtt_max", above=True),
-    _Int("connIncrease", "conn_increase", 0),
-    _Int("connDecrease", "conn_decrease", 0),
-    _Seconds("serverRttFactor", "server_rtt_factor"),
+    _Seconds("rttInterval", "rtt_interval", 0, 3600, above=True),
+    _Seconds("rttMin", "rtt_min", 0, 600),
+    _Seconds("rttMax", "rtt_max", 0, 600, above=True),
+    _Int("connIncrease", "conn_increase", 0, 100_000),
+    _Int("connDecrease", "conn_decrease", 0, 100_000),
+    _Seconds("serverRttFactor", "server_rtt_factor", 0, 100, what="a number"),
     _DnsServers("dnsServers", "dns_servers", nonempty=True),
-    _Seconds("dnsTimeout", "dns_timeout", above=True),
-    _Seconds("dnsValidTime", "dns_valid_time"),
-    _Seconds("waitDuration", "wait_duration"),
+    _Seconds("dnsTimeout", "dns_timeout", 0, 600, above=True),
+    _Seconds("dnsValidTime", "dns_valid_time", 0, 31_536_000),
+    _Seconds("waitDuration", "wait_duration", 0, 3600),
     _Fraction("waitJitter", "wait_jitter", zero=True),
-    _Seconds("connectTimeout", "connect_timeout", above=True),
-    _Seconds("timeoutPage", "timeout_page", above=True),
-    _Int("timeoutIncr", "timeout_incr", 0),
-    _Int("retries", "retries", 0),
-    _Int("maxPageSize", "max_page_size", 1),
-    _Int("maxUrlSize", "max_url_size", 16),
-    _Int("maxUrlsBySite", "max_urls_by_site", 1),
-    _Int("ramUrls", "ram_urls", 1),
+    _Seconds("connectTimeout", "connect_timeout", 0, 600, above=True),
+    _Seconds("timeoutPage", "timeout_page", 0, 3600, above=True),
+    _Int("timeoutIncr", "timeout_incr", 0, 1_000_000_000),
+    _Int("retries", "retries", 0, 20),
+    _Int("maxPageSize", "max_page_size", 1, 1_000_000_000),
+    _Int("maxUrlSize", "max_url_size", 16, 65_536),
+    _Int("maxUrlsBySite", "max_urls_by_site", 1, 1_000_000),
+    _Int("ramUrls", "ram_urls", 1, 100_000_000),
     _Proxy("proxy", "proxy"),
-    _Int("bondWidth", "bond_width", 0),
+    _Int("bondWidth", "bond_width", 0, 1_000_000_000_000),
     _Choice("httpParser", "http_parser", HTTP_PARSERS),
-    _Seconds("limitTime", "limit_time"),
-    _Int("limitPage", "limit_page", 0),
-    _Int("depthInSite", "depth_in_site", 0),
+    _Seconds("limitTime", "limit_time", 0, 31_536_000),
+    _Int("limitPage", "limit_page", 0, 1_000_000_000_000),
+    _Int("depthInSite", "depth_in_site", 0, 10_000),
     _Switch("depthBySite", "depth_by_site"),
     _Int("maxRedirects", "max_redirects", 0, 100),
     _Switch("noExternalLinks", "no_external_links"),
@@ -663,7 +678,7 @@ def _is_loopback(host: str) -> bool:
     if host.lower() == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
 
@@ -683,9 +698,44 @@ def _cross_problems(config: Config) -> list[tuple[str, str]]:
         problems.append(("specificSearch", "needs a specificSet block (the types or extensions to keep)"))
     if config.http_port and config.http_port == config.input_port:
         problems.append(("inputPort", f"same port as httpPort ({config.http_port})"))
-    if os.path.normpath(config.save_dir) == os.path.normpath(config.state_dir):
-        problems.append(("stateDir", f"must differ from saveDir ({config.save_dir!r})"))
+    if not _is_loopback(config.http_bind) and config.http_token is None:
+        # Beyond loopback, whoever reaches the address could feed the crawl
+        # URLs, or read every URL and host of it: a token, or no server.
+        if config.input_port:
+            problems.append(("inputPort", f"httpBind {config.http_bind} is not a loopback address, so the "
+                                          "input port needs an httpToken (or inputPort 0)"))
+        if config.http_port:
+            problems.append(("httpBind", f"{config.http_bind} is not a loopback address, so the stats "
+                                         f"server (httpPort {config.http_port}) needs an httpToken "
+                                         "(or httpPort 0)"))
+    problems.extend(_nesting_problems(config))
     return problems
+
+
+def _nesting_problems(config: Config) -> list[tuple[str, str]]:
+    """saveDir and stateDir must be apart: neither inside the other.
+
+    A mirror writes ``saveDir/HOST/PATH``: with stateDir inside saveDir, a
+    crawled host named like it overwrites the crawl's own state.  Compared
+    as real paths (symbolic links resolved), so two spellings of one folder
+    are caught too.
+    """
+    save = os.path.realpath(config.save_dir)
+    state = os.path.realpath(config.state_dir)
+    if save == state:
+        return [("stateDir", f"must differ from saveDir ({config.save_dir!r})")]
+    if _inside(state, save):
+        return [("stateDir", f"{config.state_dir!r} is inside saveDir {config.save_dir!r} (crawled pages "
+                             "could overwrite the crawl's state): keep stateDir and saveDir apart")]
+    if _inside(save, state):
+        return [("saveDir", f"{config.save_dir!r} is inside stateDir {config.state_dir!r}: "
+                            "keep saveDir and stateDir apart")]
+    return []
+
+
+def _inside(path: str, folder: str) -> bool:
+    """True when real path ``path`` lies under real path ``folder``."""
+    return path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _lookup(word: str) -> _Key | None:

@@ -49,11 +49,12 @@ from .net.dns import Resolver
 from .net.http import Fetcher
 from .output import Document, OutputError, make_output
 from .rules import UrlRules
-from .state import ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, has_state, read_checkpoint, write_checkpoint
+from .state import (ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, describe_write_error, has_state,
+                    read_checkpoint, write_checkpoint)
 from .throttle import RttController
 from .url import fingerprint, fingerprints, normalize
 
-__all__ = ["Engine", "Summary", "StateDirInUse", "StateError", "crawl_main", "HTML_TYPES"]
+__all__ = ["Engine", "Summary", "StartError", "StateDirInUse", "StateError", "crawl_main", "HTML_TYPES"]
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 #: Answers retried after a wait: the server is busy or failing for now.
@@ -68,6 +69,14 @@ RETRYABLE = {"noConnection": "noConnection", "timeout": "timeout", "reset": "res
 
 class StateDirInUse(Exception):
     """A plain start found the state of an earlier crawl in stateDir."""
+
+
+class StartError(Exception):
+    """The crawl could not start (a server could not listen): one line, exit 2.
+
+    Raised by :meth:`Engine.run` before the crawl wrote anything: stateDir
+    is left as it was (a fresh one holds nothing, a checkpoint is intact).
+    """
 
 
 @dataclass
@@ -173,6 +182,12 @@ class Engine:
             self.seen = SeenSet()
         #: Links lately met, known to be in :attr:`seen` (checked before the rules).
         self.seen_urls = SeenUrls()
+        #: What a fresh stateDir held before this engine: a start that fails
+        #: (a server cannot listen) removes what it added, see _abandon_start.
+        self._state_before = _entries(state_dir)
+        #: A write to stateDir failed: the logs may lack records, so the seen
+        #: log must not get ahead of the stores (see _shutdown).
+        self._state_broken = False
         os.makedirs(state_dir, exist_ok=True)
         self._robots_log: RobotsLog | None = None
         self._robots_answers: dict[str, tuple[float, bytes | None]] = {}
@@ -207,6 +222,9 @@ class Engine:
             private_networks=config.private_networks,
         )
         self.damaged["store"] = self.frontier.corrupt_records
+        #: Store segments found cut short on --reload (one sentence each).
+        self.store_damage = [message for store in (self.frontier.main, self.frontier.prio, self.frontier.wait)
+                             for message in getattr(store, "damage", ())]
         #: Adaptive MaxRequestCount (issue 7); None when flowControl is off.
         self.flow: RttController | None = None
         if config.flow_control:
@@ -364,7 +382,17 @@ class Engine:
     # ------------------------------------------------------------------
     def _pump_soon(self) -> None:
         if self._pump_handle is None and self._loop is not None:
-            self._pump_handle = self._loop.call_soon(self._pump)
+            self._pump_handle = self._loop.call_soon(self._pump_guarded)
+
+    def _pump_guarded(self) -> None:
+        """:meth:`_pump`, a failed write to stateDir (a store refilled from
+        its log flushes first) stopping the crawl instead of escaping."""
+        try:
+            self._pump()
+        except OSError as exc:
+            self._write_failed(exc)
+            if self._stopping and not self._tasks:
+                self._finish()
 
     def _now(self) -> float:
         return self._loop.time()
@@ -422,7 +450,7 @@ class Engine:
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = float("inf")
-        self._pump()
+        self._pump_guarded()
 
     def _spawn(self, coro) -> None:
         task = self._loop.create_task(coro)
@@ -433,7 +461,10 @@ class Engine:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             exc = task.exception()
-            self._fail(f"internal error: {type(exc).__name__}: {exc}")
+            if isinstance(exc, OSError):  # a write to stateDir (the URL stores) failed
+                self._write_failed(exc)
+            else:
+                self._fail(f"internal error: {type(exc).__name__}: {exc}")
         self._pump_soon()
 
     # ------------------------------------------------------------------
@@ -678,6 +709,17 @@ class Engine:
             print(f"larbin_py: {message}", file=self.err)
         self.request_stop("failed")
 
+    def _write_failed(self, exc: OSError) -> None:
+        """A write to stateDir failed (a full disk...): say which file and why, stop.
+
+        A write() names no file; the URL stores' folder is named then (the
+        other state files name themselves, see larbin_py.state).
+        """
+        self._state_broken = True
+        where = f"the URL stores in {os.path.join(self.config.state_dir, 'frontier')}"
+        self._fail(describe_write_error(exc, where) + "; the crawl stops, the last good checkpoint "
+                   "is kept: continue with --reload once the cause is fixed")
+
     def _finish(self) -> None:
         if self._done is not None and not self._done.done():
             self._done.set_result(None)
@@ -690,25 +732,32 @@ class Engine:
         self._started = self._loop.time()
         self._wall_started = time.time()
         self._done = self._loop.create_future()
+        # The servers listen first: a port in use or a bad httpBind stops the
+        # start before the output or a checkpoint is written (StartError).
+        try:
+            await self._start_servers()
+        except StartError:
+            await self._abandon_start()
+            raise
         try:
             self._build_components()
         except OutputError as exc:
             self.failed = f"cannot open the output: {exc}"
             print(f"larbin_py: {self.failed}", file=self.err)
-            self.state = "failed"
-            self.frontier.close()
-            self.seen.close()
+            await self._abandon_start()
             return self.summary()
-        await self._start_servers()
         if self.on_servers_started is not None:
             self.on_servers_started(self)
-        if self.reload:
-            self._restore()
-        for seed in self.config.start_urls:
-            result, reason = self.add_url(seed, seed=True)
-            if result == "rejected":
-                print(f"larbin_py: start URL {seed!r} refused: {reason}", file=self.err)
-        if self.config.can_reload:
+        try:
+            if self.reload:
+                self._restore()
+            for seed in self.config.start_urls:
+                result, reason = self.add_url(seed, seed=True)
+                if result == "rejected":
+                    print(f"larbin_py: start URL {seed!r} refused: {reason}", file=self.err)
+        except OSError as exc:
+            self._write_failed(exc)
+        if self.config.can_reload and self.failed is None:
             self._checkpoint()
         self.state = "running"
         if self.config.limit_time:
@@ -755,6 +804,8 @@ class Engine:
             print("larbin_py: damaged state dropped (a crash cut these files): "
                   + ", ".join(f"{k} {v} {'bytes' if k == 'seen' else 'records'}" for k, v in damage.items()),
                   file=self.err)
+        for message in self.store_damage:
+            print(f"larbin_py: damaged state: {message}", file=self.err)
         self._carry = []
 
     def _checkpoint(self) -> bool:
@@ -766,7 +817,11 @@ class Engine:
             state, carry = self.frontier.checkpoint(self._now(), time.time())
             if self._robots_log is not None:
                 self._robots_log.flush(sync=True)
-            self.seen.flush(sync=True)
+            try:
+                self.seen.flush(sync=True)
+            except OSError as exc:
+                exc.filename = exc.filename or os.path.join(self.config.state_dir, SEEN_LOG)
+                raise
             if self.cookies is not None and self.cookies.changes != self._cookies_saved:
                 save_jar(self.config.state_dir, self.cookies.to_json())
                 self._cookies_saved = self.cookies.changes
@@ -785,9 +840,12 @@ class Engine:
             }
             write_checkpoint(self.config.state_dir, data, carry, self._checkpoint_serial)
             self.frontier.release_segments(state)
-        except (OSError, OutputError) as exc:
+        except OutputError as exc:
             self._fail(f"cannot save the crawl state: {exc}; the last good checkpoint is kept, "
                        "continue with --reload once the cause is fixed")
+            return False
+        except OSError as exc:
+            self._write_failed(exc)
             return False
         self.checkpoints += 1
         return True
@@ -801,26 +859,64 @@ class Engine:
                                                            self._on_checkpoint_timer)
 
     async def _start_servers(self) -> None:
+        """Start the stats and input servers; StartError (one line) when one cannot listen."""
         c = self.config
         if c.http_port:
             from .web.server import StatsServer
 
-            server = StatsServer(self, host=c.http_bind, port=c.http_port, token=c.http_token, accept_urls=c.url_input)
-            await server.start()
-            self.servers.append(server)
+            server = await self._listen("httpPort", lambda: StatsServer(
+                self, host=c.http_bind, port=c.http_port, token=c.http_token, accept_urls=c.url_input))
             self.http_server = server
         if c.input_port:
             from .web.input import InputServer
 
-            server = InputServer(self, host=c.http_bind, port=c.input_port, token=c.http_token)
-            await server.start()
-            self.servers.append(server)
+            await self._listen("inputPort", lambda: InputServer(
+                self, host=c.http_bind, port=c.input_port, token=c.http_token))
         if c.print_stats:
             from .web.terminal import StatusLine
 
             line = StatusLine(self, stream=self.err)
             line.start()
             self.servers.append(line)
+
+    async def _listen(self, key: str, make):
+        """Build and start one server (``key`` names its port in errors)."""
+        c = self.config
+        port = c.http_port if key == "httpPort" else c.input_port
+        host = f"[{c.http_bind}]" if ":" in c.http_bind else c.http_bind
+        try:
+            server = make()
+            await server.start()
+        except (OSError, ValueError) as exc:
+            raise StartError(f"cannot listen on {host}:{port} ({key}, httpBind): "
+                             f"{_listen_reason(exc)}") from None
+        self.servers.append(server)
+        return server
+
+    async def _stop_servers(self) -> None:
+        for server in self.servers:
+            result = server.stop() if hasattr(server, "stop") else server.close()
+            if asyncio.iscoroutine(result):
+                await result
+        self.servers = []
+
+    async def _abandon_start(self) -> None:
+        """Undo a start that failed before the crawl began (StartError, or an
+        output that cannot be opened).
+
+        Nothing was fetched, queued or checkpointed: the logs are closed as
+        they are, and a fresh stateDir loses the empty files and folders this
+        start made (so the next plain start does not take it for an earlier
+        crawl); a --reload's checkpoint and logs are left intact.
+        """
+        self.state = "failed"
+        await self._stop_servers()
+        if self._robots_log is not None:
+            self._robots_log.close()
+        self.seen.close()
+        self.frontier.close()
+        if not self.reload:
+            _remove_new_empty(self.config.state_dir, self._state_before)
 
     async def _shutdown(self) -> None:
         if self._timer is not None:
@@ -833,22 +929,33 @@ class Engine:
             self._checkpoint_timer.cancel()
         if self.config.can_reload and self.failed is None:
             self._checkpoint()
-        self.state = "failed" if self.failed else "finished"
-        if self._robots_log is not None:
-            self._robots_log.close()
-        self.seen.close()
+        # A failed write may fail again (the disk is still full): each close
+        # is tried once and a failure only reported, so the summary still comes.
+        # The stores close before the seen log, which is not written at all
+        # once a state write failed: a fingerprint on disk whose URL is not
+        # would lose that URL on --reload.
+        closes = [self._robots_log.close] if self._robots_log is not None else []
+        closes.append(self.frontier.close)
+        for close in closes:
+            try:
+                close()
+            except OSError as exc:
+                self._write_failed(exc)
+        if not self._state_broken:
+            try:
+                self.seen.close()
+            except OSError as exc:
+                exc.filename = exc.filename or os.path.join(self.config.state_dir, SEEN_LOG)
+                self._write_failed(exc)
         try:
             self._output.close()
         except OutputError as exc:
             if self.failed is None:
                 self.failed = f"output failed: {exc}"
-        self.frontier.close()
+        self.state = "failed" if self.failed else "finished"
         await self._fetcher.close()
         self._resolver.close()
-        for server in self.servers:
-            result = server.stop() if hasattr(server, "stop") else server.close()
-            if asyncio.iscoroutine(result):
-                await result
+        await self._stop_servers()
 
     def _elapsed(self) -> float:
         """Crawl time so far, the runs before a --reload included."""
@@ -958,6 +1065,49 @@ class Engine:
         }
 
 
+def _listen_reason(exc: BaseException) -> str:
+    """Why a server could not listen, in words: 'address already in use'."""
+    import socket
+
+    if isinstance(exc, socket.gaierror):
+        return f"unknown host name or address ({str(exc.strerror or exc).lower()})"
+    if isinstance(exc, OSError) and exc.errno:
+        return os.strerror(exc.errno).lower()
+    return str(exc)
+
+
+def _entries(path: str) -> set[str] | None:
+    """Every file and folder under ``path`` (None when ``path`` is absent)."""
+    if not os.path.isdir(path):
+        return None
+    found = set()
+    for root, dirs, files in os.walk(path):
+        found.update(os.path.join(root, name) for name in dirs + files)
+    return found
+
+
+def _remove_new_empty(path: str, before: set[str] | None) -> None:
+    """Remove the empty files and folders under ``path`` not in ``before``
+    (``path`` itself too when it was absent): what a failed start added."""
+    for root, dirs, files in os.walk(path, topdown=False):
+        for name in files:
+            full = os.path.join(root, name)
+            if (before is None or full not in before) and os.path.getsize(full) == 0:
+                os.unlink(full)
+        for name in dirs:
+            full = os.path.join(root, name)
+            if before is None or full not in before:
+                try:
+                    os.rmdir(full)
+                except OSError:  # not empty: something else is in it
+                    pass
+    if before is None:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+
+
 def _percentile(values, q: float) -> float | None:
     if not values:
         return None
@@ -1008,6 +1158,9 @@ async def run_engine(engine: Engine) -> int:
         loop.add_signal_handler(sig, engine.request_stop, reason)
     try:
         summary = await engine.run()
+    except StartError as exc:
+        print(f"larbin_py: {exc}", file=sys.stderr)
+        return 2
     finally:
         for sig in SIGNAL_STOPS:
             loop.remove_signal_handler(sig)

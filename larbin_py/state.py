@@ -25,6 +25,7 @@ store's records: a line cut by a crash is detected, dropped and counted.
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 import zlib
@@ -36,6 +37,7 @@ __all__ = [
     "VERSION",
     "StateError",
     "RobotsLog",
+    "describe_write_error",
     "has_state",
     "read_checkpoint",
     "write_checkpoint",
@@ -52,6 +54,32 @@ FRONTIER_DIR = "frontier"
 
 class StateError(Exception):
     """stateDir cannot be used as asked (missing, foreign, incompatible, damaged)."""
+
+
+def describe_write_error(exc: OSError, path: str | None = None) -> str:
+    """One line saying which file or folder could not be written, and why.
+
+    ``path`` names the file (or folder) when ``exc`` does not (a ``write()``
+    on an open file carries no name).  A full disk (ENOSPC, EDQUOT) and a
+    file size limit (EFBIG, ``ulimit -f``) say what to do about them.
+    """
+    where = exc.filename if exc.filename is not None else path
+    code = exc.errno
+    name = errno.errorcode.get(code, "") if code is not None else ""
+    reason = (os.strerror(code) if code else exc.strerror or str(exc)).lower()
+    text = f"cannot write {where}: {reason}" + (f" ({name})" if name else "")
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        text += "; free space on that disk"
+    elif code == errno.EFBIG:
+        text += "; a file size limit was reached (ulimit -f)"
+    return text
+
+
+def _named(exc: OSError, path: str) -> OSError:
+    """``exc`` naming ``path`` when it names no file (so the message can)."""
+    if exc.filename is None:
+        exc.filename = path
+    return exc
 
 
 def has_state(state_dir: str) -> bool:
@@ -74,22 +102,32 @@ def _fsync_dir(path: str) -> None:
 
 
 def write_checkpoint(state_dir: str, data: dict, carry: list[UrlRecord], serial: int) -> None:
-    """Write checkpoint ``serial`` (``data`` + ``carry``) atomically; see the module docstring."""
+    """Write checkpoint ``serial`` (``data`` + ``carry``) atomically; see the module docstring.
+
+    An OSError names the file it failed on (``filename``); the previous
+    checkpoint is then still the one in force.
+    """
     carry_name = f"carry-{serial:08d}.log"
     carry_path = os.path.join(state_dir, carry_name)
-    with open(carry_path, "wb") as f:
-        f.write(b"".join(encode_record(rec) for rec in carry))
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(carry_path, "wb") as f:
+            f.write(b"".join(encode_record(rec) for rec in carry))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise _named(exc, carry_path)
     doc = {"format": FORMAT, "version": VERSION, "serial": serial, "carry": carry_name,
            "carry_count": len(carry), **data}
     tmp = os.path.join(state_dir, CHECKPOINT + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, separators=(",", ":"))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(state_dir, CHECKPOINT))
-    _fsync_dir(state_dir)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(state_dir, CHECKPOINT))
+        _fsync_dir(state_dir)
+    except OSError as exc:
+        raise _named(exc, tmp)
     for name in os.listdir(state_dir):
         if name.startswith("carry-") and name.endswith(".log") and name != carry_name:
             try:
@@ -160,15 +198,23 @@ class RobotsLog:
         self._buf.append(b"%08x %s\n" % (zlib.crc32(rest), rest))
 
     def flush(self, sync: bool = False) -> None:
-        if self._buf:
-            self._f.write(b"".join(self._buf))
-            self._buf.clear()
-        if sync:
-            os.fsync(self._f.fileno())
+        """Write the buffered lines; an OSError names this log's path."""
+        try:
+            if self._buf:
+                view = memoryview(b"".join(self._buf))
+                self._buf.clear()
+                while view:  # an unbuffered write may be short (a disk filling up)
+                    view = view[self._f.write(view):]
+            if sync:
+                os.fsync(self._f.fileno())
+        except OSError as exc:
+            raise _named(exc, self.path)
 
     def close(self) -> None:
-        self.flush()
-        self._f.close()
+        try:
+            self.flush()
+        finally:
+            self._f.close()
 
     @staticmethod
     def load(path: str) -> tuple[dict[str, tuple[float, bytes | None]], int]:

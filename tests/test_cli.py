@@ -8,6 +8,7 @@ replace ``larbin_py.engine`` by a fake module so that they test the wiring
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import types
@@ -75,7 +76,7 @@ def test_no_start_url_exits_2(tmp_path):
 def test_bad_set_exits_2(tmp_path):
     (tmp_path / "larbin.conf").write_text(SEED)
     line = one_line_error(run("--set", "waitDuration=1", "--set", "waitDuration=-1", cwd=tmp_path))
-    assert line.endswith("--set:2: waitDuration: expected a number of seconds >= 0, got '-1'")
+    assert line.endswith("--set:2: waitDuration: expected a number of seconds in [0, 3600], got '-1'")
     line = one_line_error(run("--set", "novalue", cwd=tmp_path))
     assert "expected KEY=VALUE, got 'novalue'" in line
 
@@ -232,7 +233,7 @@ def test_config_errors_never_reach_the_engine(fake_engine, capsys):
     assert main([]) == 2
     assert fake.calls == []
     assert capsys.readouterr().err.strip() == \
-        "larbin: larbin.conf:2: pagesConnexions: expected an integer >= 1, got '0'"
+        "larbin: larbin.conf:2: pagesConnexions: expected an integer in 1..100000, got '0'"
 
 
 def test_missing_engine_module_gives_1(monkeypatch, tmp_path, capsys):
@@ -241,3 +242,94 @@ def test_missing_engine_module_gives_1(monkeypatch, tmp_path, capsys):
     Path("larbin.conf").write_text(SEED)
     assert main([]) == 1
     assert "crawl engine is not built yet" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- servers that cannot listen (issue 18 §5)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def held_port() -> socket.socket:
+    """A listening socket on 127.0.0.1: its port is in use."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock
+
+
+def quick_conf(tmp_path: Path, http_port: int, extra: str = "") -> Path:
+    """A crawl that ends at once: its one start URL refuses connections."""
+    conf = tmp_path / "larbin.conf"
+    conf.write_text(f"startUrl http://127.0.0.1:{free_port()}/\ndnsServers 127.0.0.1:9\n"
+                    f"outputMode mirror\nretries 0\nconnectTimeout 2\nignoreRobots\n"
+                    f"httpPort {http_port}\n{extra}")
+    return conf
+
+
+def crawl_ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "end of work" in proc.stderr
+
+
+def tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_a_stats_port_in_use_stops_the_start_and_leaves_nothing(tmp_path):
+    with held_port() as sock:
+        port = sock.getsockname()[1]
+        conf = quick_conf(tmp_path, port)
+        line = one_line_error(run("-c", str(conf), cwd=tmp_path))
+        assert line == f"larbin_py: cannot listen on 127.0.0.1:{port} (httpPort, httpBind): address already in use"
+    assert not (tmp_path / "state").exists() and not (tmp_path / "save").exists()
+    crawl_ok(run("-c", str(conf), cwd=tmp_path))  # a plain start works at once
+
+
+def test_a_port_in_use_on_reload_keeps_the_checkpoint(tmp_path):
+    port = free_port()
+    conf = quick_conf(tmp_path, port)
+    crawl_ok(run("-c", str(conf), cwd=tmp_path))
+    before = tree(tmp_path / "state")
+    assert "checkpoint.json" in before
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+        line = one_line_error(run("-c", str(conf), "--reload", cwd=tmp_path))
+        assert line == f"larbin_py: cannot listen on 127.0.0.1:{port} (httpPort, httpBind): address already in use"
+    assert tree(tmp_path / "state") == before
+    proc = run("-c", str(conf), "--reload", cwd=tmp_path)
+    crawl_ok(proc)
+    assert "continuing the crawl saved in" in proc.stderr
+
+
+@pytest.mark.parametrize("bind", ["999.999.999.999", "no-such-host.invalid"])
+def test_an_httpbind_that_cannot_be_listened_on_stops_the_start(tmp_path, bind):
+    port = free_port()
+    conf = quick_conf(tmp_path, port, f"httpBind {bind}\nhttpToken 0123456789abcdef\n")
+    line = one_line_error(run("-c", str(conf), cwd=tmp_path))
+    assert line.startswith(f"larbin_py: cannot listen on {bind}:{port} (httpPort, httpBind): unknown host name")
+    assert not (tmp_path / "state").exists()
+    crawl_ok(run("-c", str(conf), "--set", "httpBind=127.0.0.1", cwd=tmp_path))
+
+
+def test_an_input_port_beyond_loopback_without_a_token_is_refused(tmp_path):
+    conf = quick_conf(tmp_path, 0, f"inputPort {free_port()}\nhttpBind 0.0.0.0\n")
+    line = one_line_error(run("-c", str(conf), cwd=tmp_path))
+    assert line.endswith("larbin.conf:8: inputPort: httpBind 0.0.0.0 is not a loopback address, so the "
+                         "input port needs an httpToken (or inputPort 0)")
+    assert not (tmp_path / "state").exists()
+    crawl_ok(run("-c", str(conf), "--set", "httpBind=127.0.0.1", cwd=tmp_path))
+
+
+def test_an_output_that_cannot_open_leaves_a_fresh_state_dir_empty(tmp_path):
+    (tmp_path / "save").write_text("a file where saveDir should be")
+    conf = quick_conf(tmp_path, 0)
+    proc = run("-c", str(conf), cwd=tmp_path)
+    assert proc.returncode == 1 and "cannot open the output" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "state").exists()
+    (tmp_path / "save").unlink()
+    crawl_ok(run("-c", str(conf), cwd=tmp_path))

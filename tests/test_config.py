@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from pathlib import Path
 
@@ -284,7 +285,7 @@ def test_set_overrides_replace_file_values_and_seeds_add():
 
 def test_set_errors_name_the_override():
     assert error(SEED, ("waitDuration", "1"), ("pagesConnexions", "0")) == \
-        "--set:2: pagesConnexions: expected an integer >= 1, got '0'"
+        "--set:2: pagesConnexions: expected an integer in 1..100000, got '0'"
     assert error(SEED, ("waitDuraton", "1")) == "--set:1: waitDuraton: unknown key (did you mean waitDuration?)"
     assert error(SEED, ("outputMode", "html")).startswith("--set:1: outputMode: expected one of none, save")
     assert error(SEED, extra_start_urls=["http://ok.example/", "ftp://x"]) == \
@@ -311,17 +312,17 @@ def test_unknown_key_suggests_the_closest():
 
 
 @pytest.mark.parametrize("line,message", [
-    ("pagesConnexions abc", "pagesConnexions: expected an integer >= 1, got 'abc'"),
-    ("pagesConnexions 0", "pagesConnexions: expected an integer >= 1, got '0'"),
-    ("pagesConnexions 1.5", "pagesConnexions: expected an integer >= 1, got '1.5'"),
+    ("pagesConnexions abc", "pagesConnexions: expected an integer in 1..100000, got 'abc'"),
+    ("pagesConnexions 0", "pagesConnexions: expected an integer in 1..100000, got '0'"),
+    ("pagesConnexions 1.5", "pagesConnexions: expected an integer in 1..100000, got '1.5'"),
     ("pagesConnexions", "pagesConnexions: expected one value, got nothing"),
     ("pagesConnexions 1 2", "pagesConnexions: expected one value, got 2 words: '1 2'"),
     ("httpPort 65536", "httpPort: expected an integer in 0..65535, got '65536'"),
     ("inputPort -1", "inputPort: expected an integer in 0..65535, got '-1'"),
-    ("filesPerDir 0", "filesPerDir: expected an integer >= 1, got '0'"),
-    ("waitDuration -0.1", "waitDuration: expected a number of seconds >= 0, got '-0.1'"),
-    ("waitDuration nan", "waitDuration: expected a number of seconds >= 0, got 'nan'"),
-    ("timeoutPage 0", "timeoutPage: expected a number of seconds > 0, got '0'"),
+    ("filesPerDir 0", "filesPerDir: expected an integer in 1..1000000, got '0'"),
+    ("waitDuration -0.1", "waitDuration: expected a number of seconds in [0, 3600], got '-0.1'"),
+    ("waitDuration nan", "waitDuration: expected a number of seconds in [0, 3600], got 'nan'"),
+    ("timeoutPage 0", "timeoutPage: expected a number of seconds in (0, 3600], got '0'"),
     ("outputMode 5", "outputMode: expected one of none, save, mirror, stats, warc or 0..4, got '5'"),
     ("httpParser llhttp", "httpParser: expected one of httptools, h11, got 'llhttp'"),
     ("httpParser", "httpParser: expected one value, got nothing"),
@@ -416,7 +417,7 @@ def test_config_is_frozen_and_replace_validates():
         config.wait_duration = 1.0  # type: ignore[misc]
     with pytest.raises(ConfigError) as info:
         config.replace(pages_connexions=0)
-    assert str(info.value) == "pagesConnexions: expected an integer >= 1, got 0"
+    assert str(info.value) == "pagesConnexions: expected an integer in 1..100000, got 0"
     with pytest.raises(ConfigError, match="waitDuration"):
         config.replace(wait_duration="1")
     with pytest.raises(ConfigError, match="specificSearch"):
@@ -454,3 +455,128 @@ def test_wait_jitter_is_a_fraction_from_zero_to_one():
     assert "f.conf:2: waitJitter" in str(err.value) and "[0, 1]" in str(err.value)
     with pytest.raises(ConfigError):
         parse_config_text("startUrl http://a.test/\nwaitJitter -0.1\n")
+
+
+# ---------------------------------------------------------------- ranges (issue 18 §5)
+
+#: Every numeric key, with values outside its range, nan and inf included.
+BAD_NUMBERS = [
+    ("dnsTimeout", "3000000"), ("dnsTimeout", "1e308"), ("dnsTimeout", "0"), ("dnsTimeout", "inf"),
+    ("waitDuration", "1e308"), ("waitDuration", "3601"), ("waitDuration", "-inf"), ("waitDuration", "nan"),
+    ("dnsValidTime", "1e12"), ("dnsValidTime", "-1"), ("connectTimeout", "601"), ("connectTimeout", "0"),
+    ("timeoutPage", "1e9"), ("timeoutPage", "NaN"), ("limitTime", "1e308"), ("limitTime", "31536001"),
+    ("checkpointInterval", "0"), ("checkpointInterval", "1e300"), ("rttInterval", "1e6"),
+    ("rttMin", "601"), ("rttMax", "0"), ("rttMax", "inf"), ("serverRttFactor", "101"),
+    ("rttAlpha", "1.5"), ("waitJitter", "nan"),
+    ("httpPort", "65536"), ("inputPort", "-1"), ("filesPerDir", "0"), ("filesPerDir", "1000001"),
+    ("pagesConnexions", "0"), ("pagesConnexions", "100001"), ("dnsConnexions", "10001"),
+    ("connexionsPerIP", "100001"), ("minConnexions", "0"), ("minConnexions", "100001"),
+    ("connIncrease", "100001"), ("connDecrease", "-1"), ("timeoutIncr", "1000000001"),
+    ("retries", "21"), ("retries", "99999999999999999999"), ("maxPageSize", "1000000001"),
+    ("maxUrlSize", "15"), ("maxUrlSize", "65537"), ("maxUrlsBySite", "1000001"),
+    ("ramUrls", "100000001"), ("bondWidth", "1000000000001"), ("limitPage", "1000000000001"),
+    ("depthInSite", "10001"), ("depthInSite", "1" * 5000),
+]
+
+
+def numeric_keys():
+    return [key for key in KEYS if hasattr(key, "high")]
+
+
+def test_the_bad_number_table_covers_every_numeric_key():
+    assert {key.name for key in numeric_keys()} <= {name for name, _ in BAD_NUMBERS}
+
+
+@pytest.mark.parametrize("name,value", BAD_NUMBERS)
+def test_a_number_outside_its_range_names_file_line_key_and_range(name, value):
+    key = next(key for key in KEYS if key.name == name)
+    assert error(SEED + f"# comment\n{name} {value}\n") == \
+        f"t.conf:3: {name}: expected {key.expected}, got {value!r}"
+    assert error(SEED, (name, value)) == f"--set:1: {name}: expected {key.expected}, got {value!r}"
+    assert re.search(r"in [\[(]?-?\d+(\.\d+)?(\.\.|, )\d+(\.\d+)?\]?$", key.expected), key.expected
+
+
+def test_every_number_has_a_finite_range_holding_its_default_and_ends():
+    config = Config(dns_servers=(("127.0.0.1", 53),))
+    shipped = load_config(SHIPPED, require_start_urls=False, resolv_conf="/nonexistent")
+    for key in numeric_keys():
+        assert math.isfinite(key.high) and key.low <= key.high, key.name
+        for value in (getattr(config, key.attr), getattr(shipped, key.attr)):
+            assert key.low <= value <= key.high, key.name
+        assert parse(SEED, ("rttMax", "600"), (key.name, str(key.high))) is not None
+        if not getattr(key, "above", False):
+            assert parse(SEED, (key.name, str(key.low))) is not None
+    # Config built in code is held to the same ranges
+    with pytest.raises(ConfigError, match=r"dnsTimeout: expected a number of seconds in \(0, 600\]"):
+        config.replace(dns_timeout=3_000_000)
+    with pytest.raises(ConfigError, match="waitDuration"):
+        config.replace(wait_duration=10 ** 400)
+
+
+def test_every_range_is_documented_next_to_its_key():
+    paragraphs = SHIPPED.read_text().split("\n\n")
+    for key in numeric_keys():
+        [paragraph] = [p for p in paragraphs if re.search(rf"^#?{key.name}\b", p, re.M)]
+        paragraph = re.sub(r"\s*\n#\s*", " ", paragraph)
+        written = key.expected.split(" in ", 1)[1]
+        assert f"Range {written}" in paragraph or f"{key.name} {written}" in paragraph, (key.name, written)
+
+
+@pytest.mark.async_timeout(60)
+async def test_a_crawl_starts_and_ends_with_every_number_at_its_maximum(tmp_path):
+    from larbin_py.engine import Engine
+
+    values = {key.attr: key.high for key in numeric_keys() if key.attr not in ("http_port", "input_port")}
+    config = Config(dns_servers=(("127.0.0.1", 9),), save_dir=str(tmp_path / "save"),
+                    state_dir=str(tmp_path / "state"), http_port=0, output_mode="stats", **values)
+    summary = await Engine(config).run()
+    assert summary.failed is None and summary.stop_reason == "end of work"
+
+
+# ---------------------------------------------------------------- servers beyond loopback, nested folders
+
+
+@pytest.mark.parametrize("text,message", [
+    ("inputPort 1976\nhttpPort 0\nhttpBind 0.0.0.0\n",
+     "t.conf:2: inputPort: httpBind 0.0.0.0 is not a loopback address, so the input port needs an "
+     "httpToken (or inputPort 0)"),
+    ("httpBind 192.0.2.7\n",
+     "t.conf:2: httpBind: 192.0.2.7 is not a loopback address, so the stats server (httpPort 8081) "
+     "needs an httpToken (or httpPort 0)"),
+    ("httpBind ::\nhttpPort 9000\n",
+     "t.conf:2: httpBind: :: is not a loopback address, so the stats server (httpPort 9000) "
+     "needs an httpToken (or httpPort 0)"),
+])
+def test_a_server_beyond_loopback_needs_a_token(text, message):
+    assert error(SEED + text) == message
+
+
+def test_servers_beyond_loopback_with_a_token_or_off_are_accepted():
+    token = "httpToken 0123456789abcdef\n"
+    assert parse(SEED + "httpBind 0.0.0.0\ninputPort 1976\n" + token).input_port == 1976
+    assert parse(SEED + "httpBind 0.0.0.0\nhttpPort 0\n").http_port == 0
+    for bind in ("127.0.0.1", "127.3.4.5", "::1", "[::1]", "localhost"):
+        assert parse(SEED + f"httpBind {bind}\ninputPort 1976\n").input_port == 1976
+
+
+@pytest.mark.parametrize("save,state,key,inside", [
+    ("x", "x/state", "stateDir", "is inside saveDir"),
+    ("x/", "./x/y/../state", "stateDir", "is inside saveDir"),
+    ("x/save", "x", "saveDir", "is inside stateDir"),
+])
+def test_nested_save_and_state_dirs_are_refused(tmp_path, save, state, key, inside):
+    message = error(SEED + f"saveDir {tmp_path / save}\nstateDir {tmp_path / state}\n")
+    line = 2 if key == "saveDir" else 3
+    assert message.startswith(f"t.conf:{line}: {key}: ") and inside in message
+    assert "saveDir" in message and "stateDir" in message
+
+
+def test_nesting_is_judged_on_real_paths(tmp_path):
+    (tmp_path / "save").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "save")
+    message = error(SEED + f"saveDir {tmp_path / 'link'}\nstateDir {tmp_path / 'save' / 'state'}\n")
+    assert message.startswith("t.conf:3: stateDir: ") and "is inside saveDir" in message
+    assert error(SEED + f"saveDir {tmp_path / 'link'}\nstateDir {tmp_path / 'save'}\n") == \
+        f"t.conf:3: stateDir: must differ from saveDir ({str(tmp_path / 'link')!r})"
+    # siblings sharing a prefix are apart
+    assert parse(SEED + f"saveDir {tmp_path / 'save'}\nstateDir {tmp_path / 'save2'}\n")

@@ -9,6 +9,7 @@ SIGTERM at chosen points of the sim's request log and restarts it with
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import json
 import os
@@ -189,3 +190,110 @@ def test_an_incompatible_state_is_refused(tmp_path):
     with pytest.raises(StateError, match="unreadable"):
         read_checkpoint(str(state))
     assert files_under(state) == {"checkpoint.json"}
+
+
+def limit_file_size(limit: int):
+    """A preexec_fn: files the child writes stop at ``limit`` bytes (EFBIG, not SIGXFSZ)."""
+    def apply() -> None:
+        import resource
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # ignored dispositions survive exec
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+async def crawl_process(conf: str, *args: str, cwd: str, preexec=None) -> tuple[int, str]:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "larbin_py", "-c", conf, *args, cwd=cwd, env=env, preexec_fn=preexec,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 150)
+    return proc.returncode, err.decode()
+
+
+@pytest.mark.async_timeout(280)
+@pytest.mark.parametrize("hosts,ignore_robots,interval,failing", [
+    (60, False, 0.3, "robots.log"),  # robots.txt answers' log, at a checkpoint
+    (150, True, 30.0, "frontier"),  # a URL store, flushed by a page's links (a task)
+])
+async def test_a_state_file_that_cannot_grow_stops_cleanly_and_reload_finishes(tmp_path, hosts, ignore_robots,
+                                                                               interval, failing):
+    """RLIMIT_FSIZE makes the real state writes fail with EFBIG, as a full disk
+    does with ENOSPC: one clear line naming the file, the summary, exit 1."""
+    sim_cfg = dataclasses.replace(sim_config(35), hosts=hosts)
+    async with Sim(sim_cfg) as sim:
+        config = make_config(tmp_path, sim, output_mode="stats", wait_duration=0.05,
+                             checkpoint_interval=interval, ignore_robots=ignore_robots)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        conf = write_conf(tmp_path, config)
+        code, err = await crawl_process(conf, cwd=str(tmp_path), preexec=limit_file_size(16 * 1024))
+        line = check_clean_write_failure(code, err, tmp_path / "state" / failing, "file too large (EFBIG)")
+        assert "ulimit -f" in line
+        assert len(set(page_requests(sim.log))) < len(truth.must_request)
+        code, err = await crawl_process(conf, "--reload", cwd=str(tmp_path))
+        assert code == 0, err
+        assert "continuing the crawl saved in" in err and "end of work" in err
+        assert set(page_requests(sim.log)) == truth.must_request
+
+
+def check_clean_write_failure(code: int, err: str, path, reason: str) -> str:
+    """Exit 1, one line naming ``path`` and ``reason``, the summary, no traceback."""
+    assert code == 1, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    [line] = [line for line in err.splitlines() if line.startswith("larbin_py: cannot write")]
+    assert f"{path}: {reason}" in line and "--reload" in line, line
+    assert "URLs taken" in err and "FAILED: cannot write" in err  # the summary
+    return line
+
+
+@pytest.mark.async_timeout(280)
+async def test_a_full_disk_under_the_seen_log_stops_cleanly_and_reload_finishes(tmp_path):
+    """ENOSPC for real: seen.log made a link to /dev/full on a --reload."""
+    async with Sim(sim_config(36)) as sim:
+        config = make_config(tmp_path, sim, output_mode="stats", wait_duration=0.05, checkpoint_interval=0.3)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        conf = write_conf(tmp_path, config)
+        code, err = await crawl_process(conf, "--set", "limitPage=60", cwd=str(tmp_path))
+        assert code == 0, err
+        seen = tmp_path / "state" / "seen.log"
+        kept = seen.read_bytes()
+        seen.unlink()
+        seen.symlink_to("/dev/full")
+        code, err = await crawl_process(conf, "--reload", cwd=str(tmp_path))
+        check_clean_write_failure(code, err, seen, "no space left on device (ENOSPC)")
+        seen.unlink()
+        seen.write_bytes(kept)
+        code, err = await crawl_process(conf, "--reload", cwd=str(tmp_path))
+        assert code == 0, err
+        assert "end of work" in err
+        assert set(page_requests(sim.log)) == truth.must_request
+
+
+@pytest.mark.async_timeout(200)
+async def test_a_segment_cut_before_the_checkpoint_position_is_reported_and_the_crawl_goes_on(tmp_path):
+    """A store segment cut short (before the checkpoint's read position): --reload
+    says which file and what was lost, keeps the rest, and ends its crawl."""
+    async with Sim(sim_config(37)) as sim:
+        config = make_config(tmp_path, sim, output_mode="stats", wait_duration=0.05, ram_urls=50)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        conf = write_conf(tmp_path, config)
+        code, err = await crawl_process(conf, "--set", "limitPage=100", cwd=str(tmp_path))
+        assert code == 0, err
+        first = set(page_requests(sim.log))
+        with open(tmp_path / "state" / "checkpoint.json") as f:
+            seg, off = json.load(f)["frontier"]["stores"]["main"]
+        assert off > 200, off  # URLs wait on disk: the read position is inside the log
+        segment = tmp_path / "state" / "frontier" / "main" / f"seg-{seg:08d}.log"
+        with open(segment, "r+b") as f:
+            f.truncate(off // 2 + 3)  # in the middle of a record, before the read position
+        kept = segment.read_bytes().rfind(b"\n") + 1  # up to the last whole record
+        assert 0 < kept < off // 2 + 3
+        code, err = await crawl_process(conf, "--reload", cwd=str(tmp_path))
+        assert code == 0, err
+        assert "Traceback" not in err
+        assert (f"larbin_py: damaged state: {segment}: {kept} bytes, cut before the checkpoint's "
+                f"read position (byte {off}): whatever was queued after that point is lost, the rest of "
+                "the store is kept") in err
+        assert "end of work" in err and "queued 0 + in flight 0" in err
+        fetched = set(page_requests(sim.log))
+        assert first < fetched <= truth.must_request  # the crawl went on with what was kept

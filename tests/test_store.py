@@ -213,3 +213,42 @@ def test_seen_urls_keeps_two_generations_and_drops_the_oldest():
     assert len(held) == 4
     held.remember(list("klmnop"))  # a page of more than size links: its last ones stay
     assert held.unknown(list("defgklmnop")) == list("defklm") and len(held) == 4
+
+
+def test_a_segment_cut_before_the_read_position_is_reported_and_reading_goes_on(tmp_path):
+    s = UrlStore(str(tmp_path), ram_urls=10, segment_bytes=2000)
+    for i in range(200):
+        s.push(rec(i))
+    for _ in range(60):
+        s.pop()
+    seg, off = s.read_position()
+    s.close()
+    segments = sorted(os.listdir(tmp_path))
+    assert len(segments) > seg + 1 and off > 100
+    # the read segment cut in the middle of a record, before the read position
+    path = tmp_path / f"seg-{seg:08d}.log"
+    with open(path, "r+b") as f:
+        f.truncate(off // 2 + 3)
+    again = UrlStore.open_existing(str(tmp_path), (seg, off), ram_urls=10, segment_bytes=2000)
+    [message] = again.damage
+    assert message.startswith(f"{path}: {off // 2 + 3} bytes, cut before the checkpoint's read position")
+    urls = drain(again)
+    # reading goes on at the next segment: every record of the later segments is kept
+    later = b"".join((tmp_path / name).read_bytes() for name in segments[seg + 1:])
+    assert urls == [decode_record(line).url for line in later.splitlines()]
+    assert urls[-1] == rec(199).url
+
+    # the last segment cut (or emptied) before the read position: read on from its end
+    t = tmp_path / "last"
+    s = UrlStore(str(t), ram_urls=10)
+    for i in range(50):
+        s.push(rec(i))
+    position = s.read_position()
+    s.close()
+    with open(t / "seg-00000000.log", "r+b") as f:
+        f.truncate(0)
+    again = UrlStore.open_existing(str(t), position, ram_urls=10)
+    assert len(again.damage) == 1 and len(again) == 0 and again.pop() is None
+    again.push(rec(7))
+    assert drain(again) == [rec(7).url]
+    assert UrlStore.open_existing(str(t / "new"), (0, 0), ram_urls=10).damage == []

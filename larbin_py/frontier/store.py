@@ -170,6 +170,24 @@ class UrlStore:
                 if keep < len(data):
                     store.corrupt_records += 1
                     f.truncate(keep)
+        #: What was found damaged beyond a torn record, one sentence each.
+        store.damage = []
+        first = store._seg_path(read_seg)
+        size = os.path.getsize(first) if os.path.exists(first) else 0
+        if size < read_off:
+            # The segment was cut (or lost) before the checkpoint's read
+            # position: what it held after that point is gone, nothing before
+            # it is needed (those records were carried).  Read on from the
+            # last whole record: the end of this segment, or the next one.
+            store.damage.append(
+                f"{first}: {'missing' if not os.path.exists(first) else f'{size} bytes'}, cut before the "
+                f"checkpoint's read position (byte {read_off}): whatever was queued after that point is "
+                "lost, the rest of the store is kept")
+            if read_seg < store._write_seg:
+                read_seg = next(n for n in segments if n > read_seg)
+                read_off = 0
+            else:
+                read_off = size
         backlog = 0
         for n in segments:
             try:
