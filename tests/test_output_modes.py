@@ -242,9 +242,14 @@ def test_resume_refuses_inconsistent_position(tmp_path):
 def _crash(out) -> None:
     """Drop an output like a killed process would: no close, no further flush."""
     out._index._file.close()  # buffer already flushed by the caller
+    tree = out._tree
+    tree._dirty.clear()  # a killed process syncs nothing
+    for fd in tree._unsynced:
+        os.close(fd)
+    tree._unsynced.clear()
     if getattr(out, "_dir_fd", -1) >= 0:
         os.close(out._dir_fd)
-    out._tree.close()
+    tree.close()
 
 
 # -- stats / none / factory ------------------------------------------------------
