@@ -156,6 +156,11 @@ class Engine:
             self._checkpoint_doc, self._carry, bad_carry = read_checkpoint(state_dir)
             # Outcomes committed after that checkpoint; the state is cut back to the last commit.
             self._replay = read_journals(state_dir, int(self._checkpoint_doc["serial"]))
+            # URLs found done by an earlier --reload and still waiting in the stores
+            pending = {str(url): str(outcome) for url, outcome in self._checkpoint_doc.get("replay", ())}
+            if pending:
+                pending.update(self._replay.done)
+                self._replay.done = pending
             cut_to_commit(state_dir, self._checkpoint_doc, self._replay, os.path.join(state_dir, SEEN_LOG))
             self.seen = SeenSet.load(os.path.join(state_dir, SEEN_LOG)) \
                 if os.path.exists(os.path.join(state_dir, SEEN_LOG)) else SeenSet()
@@ -825,6 +830,9 @@ class Engine:
                 },
                 "time": time.time(),
             }
+            replay = getattr(self.frontier, "replay", None)
+            if replay:  # found done in a journal, not yet out of the stores: still done
+                data["replay"] = [[url, outcome] for url, outcome in replay.items()]
             await self._committer.checkpoint(data, carry, self._checkpoint_serial)
             self.frontier.release_segments(state)
         except OutputError as exc:

@@ -348,3 +348,23 @@ def test_mirror_writes_many_pages_with_a_consistent_index(tmp_path):
         out.write(d)
     out.close()
     assert len(check_index(tmp_path)) == 300
+
+
+@pytest.mark.parametrize("mode", ["mirror", "save"])
+def test_sync_fsyncs_the_pages_not_every_filesystem(tmp_path, monkeypatch, mode):
+    """Issue 18 #3: a checkpoint's sync is the crawl's own files, never os.sync()."""
+    def no_sync():
+        raise AssertionError("os.sync() flushes every filesystem of the machine")
+
+    monkeypatch.setattr(os, "sync", no_sync)
+    synced = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
+    out = open_output(mode, str(tmp_path))
+    paths = [out.write(doc(f"http://h/{i}", b"page %d" % i)) for i in range(3)]
+    out.flush(sync=True)
+    assert sorted(synced) == sorted(str(tmp_path / p) for p in paths)
+    synced.clear()
+    paths = [out.write(doc("http://h/late", b"late"))]
+    out.close()
+    assert synced == [str(tmp_path / paths[0])]
