@@ -299,7 +299,7 @@ class Engine:
         if disk or c.can_reload:
             self._writer = WriterThread(self._loop, on_error=self._on_writer_error, on_room=self._pump_soon)
             if disk and not isinstance(self._output, ThreadedOutput):
-                self._output = ThreadedOutput(self._output, self._writer)
+                self._output = ThreadedOutput(self._output, self._writer, self._loop)
         if c.can_reload:
             state_dir = c.state_dir
             self._committer = Committer(

@@ -265,6 +265,9 @@ class Committer:
 
     def _prepare(self, checkpoint: bool) -> tuple[dict, int, list[str]]:
         """Write the loop's buffers out; (store positions, seen length, paths to sync)."""
+        submit = getattr(self.output, "submit_pending", None)
+        if submit is not None:  # the pages this commit covers go to the writer first
+            submit()
         fr = self.frontier
         fr.flush()
         self.seen.flush()

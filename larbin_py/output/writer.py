@@ -85,9 +85,12 @@ class WriterThread:
         # The writer may have drained the queue between the test and the flag.
         return self._submitted - self._finished >= self.max_backlog
 
-    def submit(self, fn: Callable, *args) -> None:
-        """Run ``fn(*args)`` on the writer thread; a failure goes to ``on_error``."""
-        self._put((_WRITE, fn, args, None))
+    def submit(self, fn: Callable, *args, weight: int = 1) -> None:
+        """Run ``fn(*args)`` on the writer thread; a failure goes to ``on_error``.
+
+        ``weight``: how many items of the backlog the job counts for (a batch of pages).
+        """
+        self._put((_WRITE, fn, args, None), weight)
 
     def call(self, fn: Callable, *args, always: bool = False) -> asyncio.Future:
         """Run ``fn(*args)`` on the writer thread; its result as a future.
@@ -96,14 +99,14 @@ class WriterThread:
         when an earlier :meth:`submit` job failed.
         """
         fut = self._loop.create_future()
-        self._put((_ALWAYS if always else _CALL, fn, args, fut))
+        self._put((_ALWAYS if always else _CALL, fn, args, fut), 1)
         return fut
 
-    def _put(self, job) -> None:
+    def _put(self, job, weight: int) -> None:
         if self._closed:
             raise RuntimeError("writer thread closed")
-        self._submitted += 1
-        self._queue.put(job)
+        self._submitted += weight
+        self._queue.put((job, weight))
 
     async def aclose(self) -> None:
         """Finish the queued jobs, then stop the thread."""
@@ -111,7 +114,7 @@ class WriterThread:
             return
         done = self.call(lambda: None, always=True)
         self._closed = True
-        self._queue.put(None)
+        self._queue.put((None, 0))
         try:
             await done
         finally:
@@ -122,7 +125,7 @@ class WriterThread:
         if self._closed:
             return
         self._closed = True
-        self._queue.put(None)
+        self._queue.put((None, 0))
         self._thread.join()
 
     # -- the writer's side -------------------------------------------------
@@ -135,7 +138,7 @@ class WriterThread:
     def _run(self) -> None:
         get = self._queue.get
         while True:
-            job = get()
+            job, weight = get()
             if job is None:
                 return
             kind, fn, args, fut = job
@@ -157,7 +160,7 @@ class WriterThread:
                     if fut is not None:
                         self._post(_resolve, fut, result, None)
             finally:
-                self._finished += 1
+                self._finished += weight
                 if self._want_room and self._submitted - self._finished <= self.max_backlog // 2:
                     self._want_room = False
                     if self.on_room is not None:
@@ -175,10 +178,14 @@ class ThreadedOutput:
     engine's gate.  ``stats`` are the inner output's, updated by the writer.
     """
 
-    def __init__(self, inner, writer: WriterThread) -> None:
+    def __init__(self, inner, writer: WriterThread, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.inner = inner
         self.writer = writer
         self.mode = inner.mode
+        # Pages of one turn of the loop go to the writer as one job: a
+        # thread hand-over per page costs more CPU than the write itself.
+        self._batch: list[Document] = []
+        self._loop = loop
 
     @property
     def stats(self) -> OutputStats:
@@ -188,13 +195,32 @@ class ThreadedOutput:
         error = self.writer.error
         if error is not None:
             raise error if isinstance(error, OutputError) else OutputError(f"writer failed: {error!r}")
-        self.writer.submit(self.inner.write, doc)
+        batch = self._batch
+        batch.append(doc)
+        if len(batch) == 1:
+            if self._loop is not None:
+                self._loop.call_soon(self.submit_pending)
+            else:
+                self.submit_pending()
         return None
+
+    def submit_pending(self) -> None:
+        """Hand the pages written since the last hand-over to the writer (in order)."""
+        batch = self._batch
+        if batch:
+            self._batch = []
+            self.writer.submit(self._write_many, batch, weight=len(batch))
+
+    def _write_many(self, docs: list[Document]) -> None:
+        write = self.inner.write
+        for doc in docs:
+            write(doc)
 
     def backlog_full(self) -> bool:
         return self.writer.full()
 
     def flush(self, sync: bool = False) -> None:
+        self.submit_pending()
         self.writer.submit(self.inner.flush, sync)
 
     def sync_position(self) -> dict:
@@ -207,6 +233,7 @@ class ThreadedOutput:
 
     async def aclose(self) -> None:
         """Write what is queued, then close the inner output (on the writer)."""
+        self.submit_pending()
         await self.writer.call(self.inner.close, always=True)
 
     def close(self) -> None:
