@@ -47,7 +47,9 @@ from .frontier.store import UrlRecord
 from .net.cookies import CookieJar, load_jar, save_jar
 from .net.dns import Resolver
 from .net.http import Fetcher
+from .journal import Committer, FETCHED, ReplayFrontier, cut_to_commit, read_journals
 from .output import Document, OutputError, make_output
+from .output.writer import ThreadedOutput, WriterThread
 from .rules import UrlRules
 from .state import (ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, describe_write_error, has_state,
                     read_checkpoint, write_checkpoint)
@@ -168,11 +170,21 @@ class Engine:
         self._checkpoint_doc: dict | None = None
         self._carry: list[UrlRecord] = []
         self.damaged: dict[str, int] = {}
+        self._replay = None
         if reload:
             self._checkpoint_doc, self._carry, bad_carry = read_checkpoint(state_dir)
+            # Outcomes committed after that checkpoint; the state is cut back to the last commit.
+            self._replay = read_journals(state_dir, int(self._checkpoint_doc["serial"]))
+            # URLs found done by an earlier --reload and still waiting in the stores
+            pending = {str(url): str(outcome) for url, outcome in self._checkpoint_doc.get("replay", ())}
+            if pending:
+                pending.update(self._replay.done)
+                self._replay.done = pending
+            cut_to_commit(state_dir, self._checkpoint_doc, self._replay, os.path.join(state_dir, SEEN_LOG))
             self.seen = SeenSet.load(os.path.join(state_dir, SEEN_LOG)) \
                 if os.path.exists(os.path.join(state_dir, SEEN_LOG)) else SeenSet()
-            self.damaged = {"carry": bad_carry, "seen": self.seen.dropped_bytes}
+            self.damaged = {"carry": bad_carry, "seen": self.seen.dropped_bytes,
+                            "journal": self._replay.damaged}
         else:
             if has_state(state_dir):
                 raise StateDirInUse(
@@ -203,9 +215,16 @@ class Engine:
             self.cookies, bad = load_jar(state_dir, time.time()) if reload else (CookieJar(), 0)
             self.damaged["cookies"] = bad
         self._checkpoint_serial = int(self._checkpoint_doc["serial"]) if self._checkpoint_doc else 0
+        if self._replay is not None:  # above every journal's number
+            self._checkpoint_serial = max(self._checkpoint_serial, self._replay.max_serial)
         self._checkpoint_timer: asyncio.TimerHandle | None = None
+        self._checkpoint_task: asyncio.Task | None = None
         self.checkpoints = 0
-        self.frontier = Frontier(
+        #: The writer thread (page files, fsyncs) and the group commits (larbin_py.journal).
+        self._writer: WriterThread | None = None
+        self._committer: Committer | None = None
+        self._from_request = False  # an outcome being recorded comes from a request of ours
+        self.frontier = (ReplayFrontier if self._replay is not None and self._replay.done else Frontier)(
             frontier_dir,
             ram_urls=config.ram_urls,
             max_urls_by_site=config.max_urls_by_site,
@@ -225,6 +244,8 @@ class Engine:
         #: Store segments found cut short on --reload (one sentence each).
         self.store_damage = [message for store in (self.frontier.main, self.frontier.prio, self.frontier.wait)
                              for message in getattr(store, "damage", ())]
+        if isinstance(self.frontier, ReplayFrontier):
+            self.frontier.replay = dict(self._replay.done)
         #: Adaptive MaxRequestCount (issue 7); None when flowControl is off.
         self.flow: RttController | None = None
         if config.flow_control:
@@ -309,6 +330,48 @@ class Engine:
         if self._output is None:
             position = self._checkpoint_doc.get("output") if self._checkpoint_doc else None
             self._output = make_output(c, position=position)
+        disk = getattr(self._output, "mode", None) in ("mirror", "save", "warc")
+        if disk or c.can_reload:
+            self._writer = WriterThread(self._loop, on_error=self._on_writer_error, on_room=self._pump_soon)
+            if disk and not isinstance(self._output, ThreadedOutput):
+                self._output = ThreadedOutput(self._output, self._writer, self._loop)
+        if c.can_reload:
+            state_dir = c.state_dir
+            self._committer = Committer(
+                self._loop, self._writer, state_dir, frontier=self.frontier, seen=self.seen,
+                seen_log=os.path.join(state_dir, SEEN_LOG), robots_log=self._robots_log,
+                robots_path=os.path.join(state_dir, ROBOTS_LOG), output=self._output,
+                serial=self._checkpoint_serial, on_durable=self._pump_soon, on_error=self._on_commit_error)
+
+    def _on_writer_error(self, exc: BaseException) -> None:
+        """(Loop.) A page could not be stored by the writer thread: the crawl fails."""
+        if isinstance(exc, OutputError):
+            self._fail(f"output failed: {exc}")
+        else:
+            self._fail(f"output failed: {type(exc).__name__}: {exc}")
+
+    def _on_commit_error(self, exc: BaseException) -> None:
+        if isinstance(exc, OutputError):
+            self._fail(f"output failed: {exc}")
+        elif isinstance(exc, OSError):
+            self._write_failed(exc)
+        else:
+            self._fail(f"cannot save the crawl state: {type(exc).__name__}: {exc}; the last good "
+                       "checkpoint is kept, continue with --reload once the cause is fixed")
+
+    def _disk_held(self) -> bool:
+        """The gate between the outputs and the frontier: True while no request may start.
+
+        Held while the writer's queue is full, and while requests running plus
+        outcomes not yet durable reach the connection cap (a crash must cost
+        at most the requests in flight).
+        """
+        writer = self._writer
+        if writer is not None and writer.full():
+            return True
+        com = self._committer
+        return com is not None and com.uncommitted > 0 and \
+            self.frontier.requests + com.uncommitted >= self.frontier.max_requests
 
     # ------------------------------------------------------------------
     # Input: seeds, links, URLs given at run time
@@ -399,6 +462,8 @@ class Engine:
 
     def _pump(self) -> None:
         self._pump_handle = None
+        if self.state == "starting":  # the first checkpoint is being written; run() pumps after it
+            return
         fr = self.frontier
         now = self._now()
         fr.tick(now)
@@ -409,6 +474,8 @@ class Engine:
             limit = self.config.limit_page
             while True:
                 if limit and fr.fetched + self._pages_running() >= limit:
+                    break
+                if self._writer is not None and self._disk_held():
                     break
                 req = fr.next_request(now)
                 if req is None:
@@ -550,11 +617,14 @@ class Engine:
             if res.status is not None:
                 jar.receive(req.url, [v for n, v in res.headers if n == b"set-cookie"], time.time())
         self._count_bytes(res)
+        self._from_request = True
         try:
             self._on_page(req, res)
         except OutputError as exc:
             self.frontier.forget(req, "outputError", self._now())
             self._fail(f"output failed: {exc}")
+        finally:
+            self._from_request = False
 
     def _count_bytes(self, res) -> None:
         self.bytes += res.bytes_read
@@ -640,6 +710,8 @@ class Engine:
         if save:
             self._output.write(self._document(req, res, duplicate_of))
         fr.fetched_ok(req, now)
+        if self._committer is not None:
+            self._committer.done(req.url, FETCHED, True)
         self.last.append({"url": req.url, "status": res.status, "reason": "ok", "bytes": len(res.body), "time": time.time()})
         self._log(req, res, "duplicate" if duplicate_of else "ok")
         if is_html and duplicate_of is None:
@@ -675,6 +747,8 @@ class Engine:
         )
 
     def _on_forget(self, rec: UrlRecord, reason: str) -> None:
+        if self._committer is not None:
+            self._committer.done(rec.url, reason, self._from_request)
         self.last.append({"url": rec.url, "status": None, "reason": reason, "bytes": 0, "time": time.time()})
 
     def _log(self, req: Request, res, reason: str) -> None:
@@ -758,7 +832,7 @@ class Engine:
         except OSError as exc:
             self._write_failed(exc)
         if self.config.can_reload and self.failed is None:
-            self._checkpoint()
+            await self._checkpoint()
         self.state = "running"
         if self.config.limit_time:
             self._loop.call_later(self.config.limit_time, self.request_stop, f"limitTime {self.config.limit_time:g} s reached")
@@ -779,7 +853,26 @@ class Engine:
         """Continue the crawl of the checkpoint read in ``__init__``."""
         doc = self._checkpoint_doc
         now, wall = self._now(), time.time()
-        self.frontier.restore(doc["frontier"], self._carry, now, wall)
+        state = doc["frontier"]
+        carry = self._carry
+        replay = self.frontier.replay if isinstance(self.frontier, ReplayFrontier) else {}
+        found_done = len(replay)
+        if replay:
+            # Carried URLs done after the checkpoint are counted, not queued;
+            # those still in the stores are dropped as they come out.
+            state = dict(state, forgotten=dict(state["forgotten"]))
+            fetched, kept_carry = int(state["fetched"]), []
+            for rec in carry:
+                outcome = replay.pop(rec.url, None)
+                if outcome is None:
+                    kept_carry.append(rec)
+                elif outcome == FETCHED:
+                    fetched += 1
+                else:
+                    state["forgotten"][outcome] = int(state["forgotten"].get(outcome, 0)) + 1
+            state["fetched"] = fetched
+            carry = kept_carry
+        self.frontier.restore(state, carry, now, wall)
         eng = doc.get("engine", {})
         self.bytes = int(eng.get("bytes", 0))
         self.requests = int(eng.get("requests", 0))
@@ -798,8 +891,9 @@ class Engine:
         damage = {k: v for k, v in self.damaged.items() if v}
         print(f"larbin_py: continuing the crawl saved in {self.config.state_dir!r} (checkpoint "
               f"{doc['serial']}): {self.frontier.fetched} pages done, {self.frontier.queued} URLs queued, "
-              f"{len(self._carry)} of them carried from memory, {len(self.seen)} URLs seen, "
-              f"robots.txt of {kept} sites kept", file=self.err)
+              f"{len(carry)} of them carried from memory, {len(self.seen)} URLs seen, "
+              f"robots.txt of {kept} sites kept; {found_done} URLs found done in "
+              f"{self._replay.commits} commits of the journal", file=self.err)
         if damage:
             print("larbin_py: damaged state dropped (a crash cut these files): "
                   + ", ".join(f"{k} {v} {'bytes' if k == 'seen' else 'records'}" for k, v in damage.items()),
@@ -808,27 +902,24 @@ class Engine:
             print(f"larbin_py: damaged state: {message}", file=self.err)
         self._carry = []
 
-    def _checkpoint(self) -> bool:
-        """Make the crawl's progress durable; False (and the crawl stops) on failure."""
-        if not self.config.can_reload:
+    async def _checkpoint(self) -> bool:
+        """Make the crawl's progress durable; False (and the crawl stops) on failure.
+
+        The snapshot is taken on the loop; the writer thread syncs what it
+        covers (pages, index, stores, seen log) and writes the checkpoint
+        while the loop goes on (larbin_py.journal).
+        """
+        if not self.config.can_reload or self._committer is None:
             return True
         try:
-            self._output.flush(sync=True)
-            state, carry = self.frontier.checkpoint(self._now(), time.time())
-            if self._robots_log is not None:
-                self._robots_log.flush(sync=True)
-            try:
-                self.seen.flush(sync=True)
-            except OSError as exc:
-                exc.filename = exc.filename or os.path.join(self.config.state_dir, SEEN_LOG)
-                raise
             if self.cookies is not None and self.cookies.changes != self._cookies_saved:
-                save_jar(self.config.state_dir, self.cookies.to_json())
-                self._cookies_saved = self.cookies.changes
+                changes = self.cookies.changes
+                await self._writer.call(save_jar, self.config.state_dir, self.cookies.to_json())
+                self._cookies_saved = changes
+            state, carry = self.frontier.checkpoint(self._now(), time.time(), sync=False)
             self._checkpoint_serial += 1
             data = {
                 "frontier": state,
-                "output": self._output.position(),
                 "engine": {
                     "bytes": self.bytes,
                     "requests": self.requests,
@@ -838,11 +929,13 @@ class Engine:
                 },
                 "time": time.time(),
             }
-            write_checkpoint(self.config.state_dir, data, carry, self._checkpoint_serial)
+            replay = getattr(self.frontier, "replay", None)
+            if replay:  # found done in a journal, not yet out of the stores: still done
+                data["replay"] = [[url, outcome] for url, outcome in replay.items()]
+            await self._committer.checkpoint(data, carry, self._checkpoint_serial)
             self.frontier.release_segments(state)
         except OutputError as exc:
-            self._fail(f"cannot save the crawl state: {exc}; the last good checkpoint is kept, "
-                       "continue with --reload once the cause is fixed")
+            self._fail(f"output failed: {exc}")
             return False
         except OSError as exc:
             self._write_failed(exc)
@@ -854,7 +947,12 @@ class Engine:
         self._checkpoint_timer = None
         if self._stopping:
             return
-        if self._checkpoint():
+        self._checkpoint_task = self._loop.create_task(self._timed_checkpoint())
+
+    async def _timed_checkpoint(self) -> None:
+        ok = await self._checkpoint()
+        self._checkpoint_task = None
+        if ok and not self._stopping:
             self._checkpoint_timer = self._loop.call_later(self.config.checkpoint_interval,
                                                            self._on_checkpoint_timer)
 
@@ -927,8 +1025,24 @@ class Engine:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._checkpoint_timer is not None:
             self._checkpoint_timer.cancel()
+        if self._checkpoint_task is not None:
+            await asyncio.gather(self._checkpoint_task, return_exceptions=True)
         if self.config.can_reload and self.failed is None:
-            self._checkpoint()
+            await self._checkpoint()
+        if self._committer is not None:
+            self._committer.close()
+        try:
+            if isinstance(self._output, ThreadedOutput):
+                await self._output.aclose()  # the pages still queued, then the files' sync
+            else:
+                self._output.close()
+        except OutputError as exc:
+            if self.failed is None:
+                self.failed = f"output failed: {exc}"
+        if self._writer is not None:
+            await self._writer.aclose()
+            if self._committer is not None:
+                self._committer.close_journal()
         # A failed write may fail again (the disk is still full): each close
         # is tried once and a failure only reported, so the summary still comes.
         # The stores close before the seen log, which is not written at all
@@ -947,11 +1061,6 @@ class Engine:
             except OSError as exc:
                 exc.filename = exc.filename or os.path.join(self.config.state_dir, SEEN_LOG)
                 self._write_failed(exc)
-        try:
-            self._output.close()
-        except OutputError as exc:
-            if self.failed is None:
-                self.failed = f"output failed: {exc}"
         self.state = "failed" if self.failed else "finished"
         await self._fetcher.close()
         self._resolver.close()

@@ -476,6 +476,7 @@ BAD_NUMBERS = [
     ("maxUrlSize", "15"), ("maxUrlSize", "65537"), ("maxUrlsBySite", "1000001"),
     ("ramUrls", "100000001"), ("bondWidth", "1000000000001"), ("limitPage", "1000000000001"),
     ("depthInSite", "10001"), ("depthInSite", "1" * 5000),
+    ("maxRedirects", "-1"), ("maxRedirects", "101"),
 ]
 
 

@@ -242,9 +242,14 @@ def test_resume_refuses_inconsistent_position(tmp_path):
 def _crash(out) -> None:
     """Drop an output like a killed process would: no close, no further flush."""
     out._index._file.close()  # buffer already flushed by the caller
+    tree = out._tree
+    tree._dirty.clear()  # a killed process syncs nothing
+    for fd in tree._unsynced:
+        os.close(fd)
+    tree._unsynced.clear()
     if getattr(out, "_dir_fd", -1) >= 0:
         os.close(out._dir_fd)
-    out._tree.close()
+    tree.close()
 
 
 # -- stats / none / factory ------------------------------------------------------
@@ -343,3 +348,23 @@ def test_mirror_writes_many_pages_with_a_consistent_index(tmp_path):
         out.write(d)
     out.close()
     assert len(check_index(tmp_path)) == 300
+
+
+@pytest.mark.parametrize("mode", ["mirror", "save"])
+def test_sync_fsyncs_the_pages_not_every_filesystem(tmp_path, monkeypatch, mode):
+    """Issue 18 #3: a checkpoint's sync is the crawl's own files, never os.sync()."""
+    def no_sync():
+        raise AssertionError("os.sync() flushes every filesystem of the machine")
+
+    monkeypatch.setattr(os, "sync", no_sync)
+    synced = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
+    out = open_output(mode, str(tmp_path))
+    paths = [out.write(doc(f"http://h/{i}", b"page %d" % i)) for i in range(3)]
+    out.flush(sync=True)
+    assert sorted(synced) == sorted(str(tmp_path / p) for p in paths)
+    synced.clear()
+    paths = [out.write(doc("http://h/late", b"late"))]
+    out.close()
+    assert synced == [str(tmp_path / paths[0])]

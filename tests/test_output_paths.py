@@ -239,6 +239,7 @@ def test_safe_tree_keeps_few_directories_open_and_reuses_them(tmp_path, monkeypa
     assert len(opened) - 20 == 6  # each directory: a miss, then the open after mkdir
     for i in range(10):  # more directories than the cache holds
         tree.write(["h.test", f"d{i}"], "index.html", b"y")
+    tree.sync()  # the files written stay open until synced
     assert open_fds() - before <= 3
     tree.close()
     assert open_fds() < before
@@ -297,3 +298,40 @@ def test_safe_tree_does_not_retry_a_write_that_cannot_succeed(tmp_path, monkeypa
     assert not (tmp_path / "save" / "h.test" / "two.html").exists()
     assert tree.write(["h.test"], "two.html", b"2") == "h.test/two.html"  # the cache still works
     tree.close()
+
+
+def test_safe_tree_sync_fsyncs_only_its_own_files_and_bounds_them(tmp_path, monkeypatch):
+    """Issue 18 #3: durability of the pages without os.sync() (every filesystem of the machine)."""
+    from larbin_py.output import paths
+    from larbin_py.output.paths import SafeTree
+
+    def no_sync():
+        raise AssertionError("os.sync() flushes every filesystem of the machine")
+
+    monkeypatch.setattr(os, "sync", no_sync)
+    synced = []
+    real_fdatasync, real_fsync = os.fdatasync, os.fsync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(("data", os.readlink(f"/proc/self/fd/{fd}"))), real_fdatasync(fd)))
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(("dir", os.readlink(f"/proc/self/fd/{fd}"))), real_fsync(fd)))
+    root = tmp_path / "save"
+    tree = SafeTree(str(root))
+    tree.write(["h.test", "a"], "one.html", b"1")
+    tree.write(["h.test", "a"], "two.html", b"2")
+    # no page synced one by one (a parent directory closed after a mkdir is synced then)
+    assert [kind for kind, _ in synced] in ([], ["dir"])
+    tree.sync()
+    files = sorted(p for kind, p in synced if kind == "data")
+    dirs = sorted(p for kind, p in synced if kind == "dir")
+    assert files == [str(root / "h.test" / "a" / "one.html"), str(root / "h.test" / "a" / "two.html")]
+    # the renames' directory, and the parents that got a new directory
+    assert set(dirs) == {str(root), str(root / "h.test"), str(root / "h.test" / "a")}
+    synced.clear()
+    tree.sync()
+    assert synced == []  # nothing new: nothing to sync
+    monkeypatch.setattr(paths, "MAX_UNSYNCED", 4)
+    for i in range(9):
+        tree.write(["h.test", "a"], f"p{i}.html", b"x")
+    assert len(tree._unsynced) <= 4  # the oldest were synced early: open files stay bounded
+    assert len([1 for kind, _ in synced if kind == "data"]) >= 5
+    tree.close()
+    assert sorted(p for kind, p in synced if kind == "data")[-1].endswith("p8.html")

@@ -160,22 +160,27 @@ async def test_a_full_disk_stops_cleanly_and_reload_continues(tmp_path):
 
 
 @pytest.mark.async_timeout(200)
-async def test_a_torn_segment_tail_is_dropped_and_reported(tmp_path):
+async def test_what_follows_the_last_commit_is_cut_and_a_torn_journal_line_reported(tmp_path):
     async with Sim(sim_config(34)) as sim:
         config = make_config(tmp_path, sim, output_mode="stats", wait_duration=0.05, limit_page=60)
         truth = sim.truth(crawl_rules(config, sim.seeds))
         await Engine(config).run()
-        main = tmp_path / "state" / "frontier" / "main"
+        state = tmp_path / "state"
+        main = state / "frontier" / "main"
         last = sorted(os.listdir(main))[-1]
-        with open(main / last, "ab") as f:
+        with open(main / last, "ab") as f:  # appended after the last commit, then cut by a crash
             f.write(b"0123abcd 3 3 http://torn.sim.test/half-a-rec")
+        [journal] = [n for n in os.listdir(state) if n.startswith("journal-")]
+        with open(state / journal, "ab") as f:  # a commit line cut by the crash
+            f.write(b'0badc0de {"done":[["http://never.sim.test/","')
         err = open(tmp_path / "err.txt", "w+")
         summary = await Engine(config.replace(limit_page=0), reload=True, err=err).run()
         err.seek(0)
         text = err.read()
-        assert "damaged state dropped" in text and "store 1 records" in text
+        assert "damaged state dropped" in text and "journal 1 records" in text
         assert summary.stop_reason == "end of work"
         assert set(page_requests(sim.log)) == truth.must_request
+        assert not any("torn.sim.test" in r.url for r in sim.log.requests)
 
 
 def test_an_incompatible_state_is_refused(tmp_path):

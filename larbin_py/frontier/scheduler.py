@@ -802,7 +802,7 @@ class Frontier:
     # ------------------------------------------------------------------
     # Checkpoints (crash safety; the engine writes them, see engine.state)
     # ------------------------------------------------------------------
-    def checkpoint(self, now: float, wall: float) -> tuple[dict, list[UrlRecord]]:
+    def checkpoint(self, now: float, wall: float, *, sync: bool = True) -> tuple[dict, list[UrlRecord]]:
         """What a restart needs: ``(state, carry)``; flushes the stores first.
 
         ``carry`` lists every record held in memory and not done: the
@@ -810,8 +810,10 @@ class Frontier:
         counts as done only once its outcome is recorded).  ``state`` holds
         the stores' read positions (the first record not in a RAM window),
         the counters, and the sites' pending waits as wall-clock times.
+        ``sync=False`` leaves the fsync of the stores to the caller (the
+        engine's writer thread).
         """
-        self.flush(sync=True)
+        self.flush(sync=sync)
         carry: list[UrlRecord] = []
         for store in (self.prio, self.wait, self.main):
             carry.extend(store.ram_records())

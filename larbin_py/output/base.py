@@ -1,11 +1,18 @@
 """What every output shares: the page record, the error, the counters, the index.
 
-An *output* receives one :class:`Document` per fetched page, on the event
-loop's thread, and stores it synchronously.  Writes are small: a page file is
-written with one ``write`` to a temporary name and renamed into place
-(``os.replace``), so a crash never leaves a half-written page; index lines go
-to a buffered file that :meth:`Output.flush` pushes to the kernel and
-``flush(sync=True)`` makes durable (checkpoints only).
+An *output* receives one :class:`Document` per fetched page and stores it
+synchronously.  The engine never calls a disk output (``mirror``, ``save``,
+``warc``) on the event loop: it wraps it in a
+:class:`~larbin_py.output.writer.ThreadedOutput`, whose writer thread makes
+every call, one at a time and in order (so an output needs no locking).  A
+page file is written with one ``write`` to a temporary name and renamed
+into place (``os.replace``), so a crash never leaves a half-written page
+under its name; index lines go to a buffered file that :meth:`Output.flush`
+pushes to the kernel.  ``flush(sync=True)`` (a group commit or a
+checkpoint, see :mod:`larbin_py.journal`) makes durable the page files
+written since the last sync, their directories and the index -- the
+output's own files, never ``os.sync()`` -- and ``position()`` right after
+it names exactly what is durable.
 
 Index format (``saveDir/index.tsv``, UTF-8, one line per write)::
 
@@ -149,7 +156,15 @@ class OutputStats:
 
 @runtime_checkable
 class Output(Protocol):
-    """The interface the engine uses; one implementation per ``outputMode``."""
+    """The interface the engine uses; one implementation per ``outputMode``.
+
+    Called from one thread at a time (the writer thread for disk outputs).
+    The engine reaches a threaded output through
+    :class:`~larbin_py.output.writer.ThreadedOutput`, which adds
+    ``backlog_full()`` (the gate: no request starts while it is True) and
+    ``sync_position()`` (``flush(sync=True)`` then ``position()``, run on the
+    writer by a commit).
+    """
 
     mode: str
     stats: OutputStats

@@ -5,13 +5,14 @@ reversible and safe mapping), plus ``saveDir/index.tsv``.  A page fetched
 again overwrites its file atomically and gets a new index line; a page with
 ``duplicate_of`` set is saved like any other (the mirror stays browsable).
 
-Page files are not fsynced one by one: ``flush(sync=True)`` (a checkpoint)
-and ``close()`` call ``os.sync()`` so every page renamed so far is durable.
+Page files are not fsynced one by one as they are written:
+``flush(sync=True)`` (a commit or a checkpoint) and ``close()`` fdatasync
+the files written since the last sync and fsync their directories
+(:meth:`~larbin_py.output.paths.SafeTree.sync`) -- the crawl's own files,
+never ``os.sync()``.
 """
 
 from __future__ import annotations
-
-import os
 
 from .base import Document, IndexWriter, OutputError, OutputStats, position_int
 from .paths import SafeTree, url_to_parts
@@ -48,11 +49,10 @@ class MirrorOutput:
         return relpath
 
     def flush(self, sync: bool = False) -> None:
-        self._index.flush(sync)
         if sync:
-            # Page files were renamed into place without fsync (one per page
-            # would be far too slow); a checkpoint makes them all durable.
-            os.sync()
+            # Pages first: a durable index line must name a whole file.
+            self._tree.sync()
+        self._index.flush(sync)
 
     def position(self) -> dict:
         return {"mode": self.mode, "index_length": self._index.length}
@@ -62,8 +62,8 @@ class MirrorOutput:
             return
         self._closed = True
         try:
+            self._tree.sync()
             self._index.close()
-            os.sync()
         finally:
             self._tree.close()
 

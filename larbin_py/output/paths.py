@@ -45,6 +45,13 @@ directory and is renamed over the final name (``os.replace``).  The last
 64 directories written to stay open (a crawl writes many pages into few
 directories), so a page usually costs its file's open, write, close and
 rename and nothing more.
+
+Durability (:meth:`SafeTree.sync`): the files written since the last sync
+stay open (at most :data:`MAX_UNSYNCED`; past that the oldest are synced
+early) and the directories that got a new name are remembered; ``sync()``
+fdatasyncs those files and fsyncs those directories -- the crawl's own
+files only, never ``os.sync()`` (which flushes every filesystem of the
+machine).  A page is whole on disk once a sync after its write returned.
 """
 
 from __future__ import annotations
@@ -81,6 +88,9 @@ HASH_MARK = "%%h"
 LONG_DIR = "%%long"
 BAD_DIR = "%%unparsed"
 TMP_NAME = "%%tmp"
+#: Files written and not yet synced that :class:`SafeTree` keeps open; past
+#: this many the oldest half is synced at once (bounds the open descriptors).
+MAX_UNSYNCED = 512
 
 _URL_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://([^/?#]*)([^?#]*)(?:\?([^#]*))?", re.S)
 _UNSAFE = re.compile(r'[^!-~]|[%/\\<>:"|?*]')
@@ -251,7 +261,7 @@ class SafeTree:
     Returns the path written, relative to the root.
     """
 
-    __slots__ = ("root", "_root_fd", "_dirs", "dir_cache_size")
+    __slots__ = ("root", "_root_fd", "_dirs", "dir_cache_size", "_unsynced", "_dirty")
 
     def __init__(self, root: str, *, dir_cache_size: int = 64):
         self.root = os.path.abspath(root)
@@ -260,6 +270,10 @@ class SafeTree:
         #: path again costs an open and a close per component and page.
         self._dirs: OrderedDict[tuple[str, ...], tuple[int, list[str]]] = OrderedDict()
         self.dir_cache_size = dir_cache_size
+        #: Files written since the last :meth:`sync`, still open (fds).
+        self._unsynced: list[int] = []
+        #: Directory fds that got a new entry since the last :meth:`sync`.
+        self._dirty: set[int] = set()
         try:
             os.makedirs(self.root, exist_ok=True)
             self._root_fd = os.open(self.root, _DIR_FLAGS)
@@ -278,6 +292,7 @@ class SafeTree:
             except FileNotFoundError:
                 try:
                     os.mkdir(candidate, 0o755, dir_fd=fd)
+                    self._dirty.add(fd)
                 except FileExistsError:
                     pass
                 return os.open(candidate, _DIR_FLAGS, dir_fd=fd), candidate
@@ -302,16 +317,16 @@ class SafeTree:
                 _check_name(name)
                 child, real = self._enter(fd, name)
                 if fd != start:
-                    os.close(fd)
+                    self._close_dir(fd)
                 fd = child
                 actual.append(real)
         except OSError as exc:
             if fd != start:
-                os.close(fd)
+                self._close_dir(fd, quiet=True)
             raise OutputError.from_os("create directory", "/".join(dirs), exc) from exc
         except BaseException:
             if fd != start:
-                os.close(fd)
+                self._close_dir(fd, quiet=True)
             raise
         return fd, actual
 
@@ -332,13 +347,59 @@ class SafeTree:
         hit = cache[key] = self._descend(fd, actual, key[depth:], dirs)
         if len(cache) > self.dir_cache_size:
             _old, (old_fd, _names) = cache.popitem(last=False)
-            os.close(old_fd)
+            self._close_dir(old_fd)
         return hit
 
     def _drop_dirs(self) -> None:
         while self._dirs:
             _key, (fd, _names) = self._dirs.popitem()
-            os.close(fd)
+            self._close_dir(fd, quiet=True)
+
+    def _close_dir(self, fd: int, *, quiet: bool = False) -> None:
+        """Close a directory fd, fsyncing it first when it got a new entry."""
+        try:
+            if fd in self._dirty:
+                self._dirty.discard(fd)
+                os.fsync(fd)
+        except OSError as exc:
+            if not quiet:
+                os.close(fd)
+                raise OutputError.from_os("sync", self.root, exc) from exc
+        os.close(fd)
+
+    def close_dir(self, fd: int) -> None:
+        """Close ``fd`` from :meth:`open_dir` (synced first if it got entries)."""
+        self._close_dir(fd)
+
+    def sync(self) -> None:
+        """Make every file written and every name created so far durable.
+
+        fdatasync of each file written since the last sync, then fsync of
+        each directory that got an entry (the renames): this crawl's files
+        only.  Raises :class:`OutputError` on failure.
+        """
+        self._sync_files(len(self._unsynced))
+        dirty, self._dirty = self._dirty, set()
+        for fd in dirty:
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                raise OutputError.from_os("sync", self.root, exc) from exc
+
+    def _sync_files(self, count: int) -> None:
+        files = self._unsynced[:count]
+        del self._unsynced[:count]
+        error = None
+        for fd in files:
+            try:
+                if error is None:
+                    os.fdatasync(fd)
+            except OSError as exc:
+                error = exc
+            finally:
+                os.close(fd)
+        if error is not None:
+            raise OutputError.from_os("sync", self.root, error) from error
 
     def write_in(self, fd: int, leaf: str, data: bytes, display: str) -> str:
         """Atomically write ``data`` as ``leaf`` in the open directory ``fd``.
@@ -356,19 +417,25 @@ class SafeTree:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(tmp, view):]
-            finally:
+                try:
+                    os.replace(TMP_NAME, leaf, src_dir_fd=fd, dst_dir_fd=fd)
+                except IsADirectoryError:
+                    leaf += FILE_ALT
+                    os.replace(TMP_NAME, leaf, src_dir_fd=fd, dst_dir_fd=fd)
+            except BaseException:
                 os.close(tmp)
-            try:
-                os.replace(TMP_NAME, leaf, src_dir_fd=fd, dst_dir_fd=fd)
-            except IsADirectoryError:
-                leaf += FILE_ALT
-                os.replace(TMP_NAME, leaf, src_dir_fd=fd, dst_dir_fd=fd)
+                raise
         except OSError as exc:
             self._discard(fd)
             raise OutputError.from_os("write", display, exc) from exc
         except BaseException:
             self._discard(fd)
             raise
+        # Kept open until the next sync(): fdatasync needs it, and reopening costs more.
+        self._unsynced.append(tmp)
+        self._dirty.add(fd)
+        if len(self._unsynced) > MAX_UNSYNCED:
+            self._sync_files(MAX_UNSYNCED // 2)
         return leaf
 
     @staticmethod
@@ -401,7 +468,16 @@ class SafeTree:
         return "/".join(actual) + "/" + name
 
     def close(self) -> None:
-        self._drop_dirs()
-        if self._root_fd >= 0:
-            os.close(self._root_fd)
-            self._root_fd = -1
+        """Sync what was written (see :meth:`sync`) and close every fd."""
+        try:
+            if self._root_fd >= 0:
+                self.sync()
+        finally:
+            for fd in self._unsynced:
+                os.close(fd)
+            self._unsynced.clear()
+            self._dirty.clear()
+            self._drop_dirs()
+            if self._root_fd >= 0:
+                os.close(self._root_fd)
+                self._root_fd = -1

@@ -5,7 +5,9 @@ Page *n* (0, 1, 2... in write order) is ``saveDir/dDDDDD/fFFFFF`` with
 zero-padded; more digits past 99999).  ``saveDir/index.tsv`` maps each file
 back to its URL.  The position holds the next page number, so a resumed
 crawl continues the numbering (files numbered after the checkpoint are
-overwritten as the crawl redoes that work).
+overwritten as the crawl redoes that work).  ``flush(sync=True)`` and
+``close()`` fdatasync the page files written since the last sync and fsync
+their directories, never ``os.sync()``.
 """
 
 from __future__ import annotations
@@ -70,13 +72,14 @@ class SaveOutput:
 
     def _close_dir(self) -> None:
         if self._dir_fd >= 0:
-            os.close(self._dir_fd)
-            self._dir_fd, self._dir_number = -1, -1
+            fd, self._dir_fd, self._dir_number = self._dir_fd, -1, -1
+            self._tree.close_dir(fd)  # fsynced first when it got new files
 
     def flush(self, sync: bool = False) -> None:
-        self._index.flush(sync)
         if sync:
-            os.sync()  # page files are renamed without fsync; checkpoints make them durable
+            # Pages first: a durable index line must name a whole file.
+            self._tree.sync()
+        self._index.flush(sync)
 
     def position(self) -> dict:
         return {"mode": self.mode, "index_length": self._index.length, "next_file": self._next}
@@ -86,8 +89,10 @@ class SaveOutput:
             return
         self._closed = True
         try:
+            self._tree.sync()
             self._index.close()
-            os.sync()
         finally:
-            self._close_dir()
-            self._tree.close()
+            try:
+                self._close_dir()
+            finally:
+                self._tree.close()
