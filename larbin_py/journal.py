@@ -270,7 +270,11 @@ class Committer:
             submit()
         fr = self.frontier
         fr.flush()
-        self.seen.flush()
+        try:
+            self.seen.flush()
+        except OSError as exc:  # a write() names no file: say which one failed
+            exc.filename = exc.filename or self.seen_log
+            raise
         paths = [self.seen_log]
         if self.robots_log is not None:
             self.robots_log.flush()
