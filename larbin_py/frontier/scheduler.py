@@ -62,6 +62,7 @@ from typing import Callable
 
 from .. import robots as robots_mod
 from ..throttle import ServerPace
+from ..url import authority_of
 from .addresses import POLICIES as PRIVATE_POLICIES, is_private_address
 from .sites import DnsState, IPSite, NamedSite, RobotsState
 from .store import UrlRecord, UrlStore
@@ -81,47 +82,17 @@ REFILL_SHARE = 4
 
 
 def site_key(url: str) -> tuple[str, str, str, int] | None:
-    """``(key, scheme, host, port)`` of an absolute http(s) URL, or None.
+    """``(key, scheme, host, port)`` of an absolute http(s) URL, or None
+    (:func:`larbin_py.url.authority_of` splits it).
 
     ``key`` is ``scheme://host:port`` with the port always written, so the
     key of ``http://a/`` and ``http://a:80/x`` is the same.  User info is not
     part of the site.
     """
-    i = url.find("://")
-    if i <= 0:
+    parts = authority_of(url)
+    if parts is None:
         return None
-    scheme = url[:i]
-    if scheme == "http":
-        default = 80
-    elif scheme == "https":
-        default = 443
-    else:
-        return None
-    start = i + 3
-    end = len(url)
-    for ch in "/?#":
-        j = url.find(ch, start)
-        if j != -1 and j < end:
-            end = j
-    authority = url[start:end]
-    at = authority.rfind("@")
-    if at != -1:
-        authority = authority[at + 1:]
-    if authority.startswith("["):
-        close = authority.find("]")
-        if close == -1:
-            return None
-        host = authority[: close + 1]
-        rest = authority[close + 1:]
-        port_s = rest[1:] if rest.startswith(":") else ""
-    else:
-        host, _, port_s = authority.partition(":")
-    if not host:
-        return None
-    try:
-        port = int(port_s) if port_s else default
-    except ValueError:
-        return None
+    scheme, _, host, port, _ = parts
     return f"{scheme}://{host}:{port}", scheme, host, port
 
 

@@ -84,6 +84,7 @@ from typing import Callable, Iterable
 import h11
 
 from ..config import HTTP_PARSERS
+from ..url import authority_of
 from .bandwidth import TokenBucket
 from .decode import BodyDecoder, DecodeError, media_type, parse_retry_after
 from .fastread import BAD, BIG, DONE, H11, NEED, FastReader
@@ -175,39 +176,23 @@ def _with_cookie(headers, block: bytes | None, cookie: bytes) -> tuple:
 def split_url(url: str) -> tuple[str, str, str, str]:
     """``(scheme, host_header, server_hostname, target)`` of an absolute URL.
 
+    The authority is split by :func:`larbin_py.url.authority_of`.
     ``host_header`` is the authority without userinfo (it keeps ``:port`` when
     the URL has one); ``server_hostname`` is the bare host (no brackets);
     ``target`` is the origin-form path and query (``/`` when empty), without
-    the fragment.  Raises ValueError on a non-http(s) URL.
+    the fragment.  Raises ValueError on a URL that is not http(s) with a host.
     """
-    scheme, sep, rest = url.partition("://")
-    scheme = scheme.lower()
-    if not sep or scheme not in ("http", "https"):
-        raise ValueError(f"not an http(s) URL: {url!r}")
-    end = len(rest)
-    for ch in "/?#":
-        i = rest.find(ch)
-        if 0 <= i < end:
-            end = i
-    authority = rest[:end]
-    target = rest[end:]
-    hash_at = target.find("#")
-    if hash_at >= 0:
-        target = target[:hash_at]
-    if not target:
-        target = "/"
-    elif target[0] == "?":
+    parts = authority_of(url)
+    if parts is None:
+        raise ValueError(f"not an http(s) URL with a host: {url!r}")
+    scheme, host_header, host, _, end = parts
+    hash_at = url.find("#", end)
+    target = url[end:] if hash_at == -1 else url[end:hash_at]
+    if target[:1] != "/":  # empty, or a query
         target = "/" + target
-    at = authority.rfind("@")
-    if at >= 0:
-        authority = authority[at + 1:]
-    if not authority:
-        raise ValueError(f"no host in URL: {url!r}")
-    if authority[0] == "[":
-        host = authority[1:authority.find("]")]
-    else:
-        host = authority.rpartition(":")[0] if ":" in authority else authority
-    return scheme, authority, host, target
+    if host[0] == "[":
+        host = host[1:-1]
+    return scheme, host_header, host, target
 
 
 class _Conn(asyncio.Protocol):
