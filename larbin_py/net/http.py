@@ -83,7 +83,6 @@ from typing import Callable, Iterable
 
 import h11
 
-from ..config import HTTP_PARSERS
 from ..url import authority_of
 from .bandwidth import TokenBucket
 from .decode import BodyDecoder, DecodeError, media_type, parse_retry_after
@@ -92,8 +91,9 @@ from .fastread import BAD, BIG, DONE, H11, NEED, FastReader
 __all__ = ["Fetcher", "FetchResult", "ERRORS"]
 
 ERRORS = ("noConnection", "timeout", "reset", "tooBig", "badResponse", "headerTooBig")
-#: How responses are read: llhttp with h11 as the referee, or h11 alone (larbin.conf ``httpParser``).
-PARSERS = HTTP_PARSERS
+#: How responses are read: llhttp with h11 as the referee, or h11 alone (larbin.conf
+#: ``httpParser``; larbin_py.config takes its choices from here).
+PARSERS: tuple[str, ...] = ("httptools", "h11")
 
 ACCEPT = b"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 ACCEPT_ENCODING = b"gzip, deflate"
