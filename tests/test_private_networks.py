@@ -122,7 +122,7 @@ def test_a_retry_while_the_name_is_refused_is_forgotten(tmp_path):
     f.robots_known(robots, None, 3600.0, 0.0)
     req = f.next_request(0.0)
     assert req is not None and req.url == "http://moved.test/a"
-    site.dns = site.dns.RESOLVING  # asked again meanwhile (its answer expired)
+    site.dns_event("ask")  # asked again meanwhile (its answer expired)
     f.dns_pending += 1
     f.dns_resolved(site, ("10.0.0.8",), 300.0, 0.5)
     assert f.retry(req, "timeout", 1.0) is True

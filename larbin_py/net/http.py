@@ -84,11 +84,12 @@ from typing import Callable, Iterable
 import h11
 
 from ..url import authority_of
+from ..transitions import step
 from .bandwidth import TokenBucket
 from .decode import BodyDecoder, DecodeError, media_type, parse_retry_after
 from .fastread import BAD, BIG, DONE, H11, NEED, FastReader
 
-__all__ = ["Fetcher", "FetchResult", "ERRORS"]
+__all__ = ["Fetcher", "FetchResult", "ERRORS", "CONN_TRANSITIONS"]
 
 ERRORS = ("noConnection", "timeout", "reset", "tooBig", "badResponse", "headerTooBig")
 #: How responses are read: llhttp with h11 as the referee, or h11 alone (larbin.conf
@@ -101,6 +102,18 @@ ACCEPT_ENCODING = b"gzip, deflate"
 HEADERS_KEPT = 1024
 
 _CONNECTING, _ACTIVE, _IDLE, _CLOSED = range(4)
+#: A connection's state machine (every change of ``_Conn.state`` goes through
+#: it, see larbin_py.transitions): (state, event) -> new state.
+CONN_TRANSITIONS: dict[tuple[int, str], int] = {
+    (_CONNECTING, "send"): _ACTIVE,  # start(): a request is written on a new or reused connection
+    (_ACTIVE, "done"): _IDLE,  # _finish(): the answer is complete (kept alive, or closed next)
+    (_ACTIVE, "fail"): _CLOSED,  # _finish() with an error: never reused
+    (_IDLE, "reuse"): _CONNECTING,  # taken from the idle pool; start() makes it active
+    (_CONNECTING, "close"): _CLOSED,  # the connect failed or timed out, or the fetcher closes
+    (_ACTIVE, "close"): _CLOSED,  # the fetch was cancelled: aborted mid-request (else _finish ran first)
+    (_IDLE, "close"): _CLOSED,  # stale, unsolicited bytes, or the fetcher closes
+    (_CLOSED, "close"): _CLOSED,  # close() is idempotent
+}
 _INF = float("inf")
 
 
@@ -302,7 +315,7 @@ class _Conn(asyncio.Protocol):
         writes, and h11 reads the response.
         """
         f = self.f
-        self.state = _ACTIVE
+        self.state = step(CONN_TRANSITIONS, self.state, "send", "connection")
         self.res = res
         self.resp_bytes = 0
         self._clear_response()
@@ -497,7 +510,7 @@ class _Conn(asyncio.Protocol):
         """Complete the request in flight; keep or close the connection."""
         f = self.f
         res = self.res
-        self.state = _CLOSED if error else _IDLE
+        self.state = step(CONN_TRANSITIONS, self.state, "fail" if error else "done", "connection")
         res.error = error
         res.error_detail = detail
         res.bytes_read = self.resp_bytes
@@ -555,7 +568,7 @@ class _Conn(asyncio.Protocol):
         self.closed = True
         if self.state == _ACTIVE and self.res is not None:
             self._finish("reset", "connection closed by the fetcher")
-        self.state = _CLOSED
+        self.state = step(CONN_TRANSITIONS, self.state, "close", "connection")
         self.f._forget(self)
         t = self.transport
         if t is not None:
@@ -837,13 +850,13 @@ class Fetcher:
             c = conns.pop()
             self._n_idle -= 1
             if c.closed or c.idle_since < limit or c.transport.is_closing():
-                c.state = _CLOSED
+                c.state = step(CONN_TRANSITIONS, c.state, "close", "connection")
                 c.closed = False  # let close() run its bookkeeping once
                 c.close()
                 continue
             if not conns:
                 del self._idle[key]
-            c.state = _CONNECTING  # not idle; start() makes it active
+            c.state = step(CONN_TRANSITIONS, c.state, "reuse", "connection")  # start() makes it active
             self._live.add(c)
             self._arm()
             return c
