@@ -18,20 +18,20 @@ def site() -> NamedSite:
     return NamedSite("http://a.test:80", "http", "a.test", 80)
 
 
-@pytest.mark.parametrize("state, event", list(DNS_TRANSITIONS))
-def test_every_dns_transition(state, event):
-    s = site()
-    s.dns = state
-    s.dns_event(event)
-    assert s.dns is DNS_TRANSITIONS[state, event]
+#: A site's two machines: the attribute holding the state, the method applying an event, the table.
+SITE_MACHINES = {"dns": ("dns", "dns_event", DNS_TRANSITIONS),
+                 "robots": ("robots_state", "robots_event", ROBOTS_TRANSITIONS)}
 
 
-@pytest.mark.parametrize("state, event", list(ROBOTS_TRANSITIONS))
-def test_every_robots_transition(state, event):
+@pytest.mark.parametrize("machine, state, event",
+                         [(name, state, event) for name, (_a, _m, table) in SITE_MACHINES.items()
+                          for state, event in table])
+def test_every_site_transition(machine, state, event):
+    attr, method, table = SITE_MACHINES[machine]
     s = site()
-    s.robots_state = state
-    s.robots_event(event)
-    assert s.robots_state is ROBOTS_TRANSITIONS[state, event]
+    setattr(s, attr, state)
+    getattr(s, method)(event)
+    assert getattr(s, attr) is table[state, event]
 
 
 @pytest.mark.parametrize("state, event", list(CONN_TRANSITIONS))
