@@ -8,6 +8,7 @@ python3*/html): link extraction pages/s, URL resolution µs per link
 (larbin_py.url.normalize link by link, and normalize_links on a page's
 links at once as extraction calls it, against the stdlib's urljoin +
 urldefrag as a peer, which neither validates nor canonicalizes), fingerprint ns per URL,
+the authority split ns per URL (site key, host, Host header and target),
 and the seen test ns per link in page-sized batches.  Aim (issue 8): URL
 resolution <= 2 µs per link on the sim's links.  Also the reading of one
 response as nginx sends it (8 headers, the page as body): the fetcher's
@@ -35,11 +36,14 @@ from common import report, table
 
 import h11
 
+from larbin_py.frontier.scheduler import site_key
 from larbin_py.frontier.seen import SeenSet
+from larbin_py.net.http import split_url
+from larbin_py.net.decode import media_type
 from larbin_py.net.fastread import DONE, FastReader
 from larbin_py.parse import extract
 from larbin_py.sim.web import SimConfig, SimWeb
-from larbin_py.url import fingerprints, normalize, normalize_links
+from larbin_py.url import fingerprints, host_of, normalize, normalize_links
 
 
 #: The issue's "stdlib urljoin costs 6-7 µs per link": the machine its aims were set on.
@@ -113,7 +117,7 @@ def sim_corpus(n_pages: int):
     for host in web.hosts.values():
         for pq, res in host.resources.items():
             if res.is_html:
-                pages.append((res.body, web.url(host.name, pq), res.content_type))
+                pages.append((res.body, web.url(host.name, pq), media_type(res.content_type.encode())[1]))
                 links.extend((lk.raw, lk.base) for lk in res.links)
     return pages[:n_pages], links
 
@@ -124,7 +128,7 @@ def doc_corpus(limit: int):
     for path in files:
         with open(path, "rb") as f:
             pages.append((f.read(), "http://docs.example.test/" + os.path.relpath(path, "/usr/share/doc"),
-                          "text/html"))
+                          None))
     return pages
 
 
@@ -174,6 +178,14 @@ def main() -> None:
     t = best(lambda: [fingerprints(batch) for batch in pages_of_urls], rounds)
     figures["fingerprint_ns"] = t / len(urls) * 1e9
     rows.append([f"fingerprints, batches of 100 ({len(urls)} URLs)", t / len(urls) * 1e9, len(urls) / t, "ns/URL"])
+    # The authority split (larbin_py.url.authority_of) as its three users ask it.
+    timed = turn_by_turn({"site_key": lambda: [site_key(u) for u in urls],
+                          "host_of": lambda: [host_of(u) for u in urls],
+                          "split_url": lambda: [split_url(u) for u in urls]}, rounds)
+    for name, label in (("site_key", "the frontier's site key"), ("host_of", "the rules' host"),
+                        ("split_url", "the fetcher's Host and target")):
+        figures[f"{name}_ns"] = timed[name] / len(urls) * 1e9
+        rows.append([f"{name}: {label} ({len(urls)} URLs)", figures[f"{name}_ns"], len(urls) / timed[name], "ns/URL"])
     rng = random.Random(3)
     seen = SeenSet(rng.getrandbits(64) for _ in range(200_000 if args.quick else 2_000_000))
     fps = fingerprints(urls)

@@ -27,12 +27,14 @@ from html.parser import HTMLParser
 
 from common import report, table
 
+from larbin_py.net.decode import media_type
 from larbin_py.parse import _PARSER, extract
 from larbin_py.sim.web import SimConfig, SimWeb
 from larbin_py.url import normalize
 
 
-def pages(n: int) -> list[tuple[bytes, str, str]]:
+def pages(n: int) -> list[tuple[bytes, str, str | None]]:
+    """``(body, url, charset)`` of ``n`` sim pages, the charset as the fetcher parses it."""
     hosts = max(1, n // 50)
     web = SimWeb.generate(SimConfig(seed=5, hosts=hosts, pages_per_host=(50, 50), body_size=(10_000, 60_000),
                                     links_per_page=(30, 150), extras=False, trap=False), 8080)
@@ -40,15 +42,15 @@ def pages(n: int) -> list[tuple[bytes, str, str]]:
     for host in web.hosts.values():
         for pq, res in host.resources.items():
             if res.is_html:
-                out.append((res.body, web.url(host.name, pq), res.content_type))
+                out.append((res.body, web.url(host.name, pq), media_type(res.content_type.encode())[1]))
     return out[:n]
 
 
-def ours(body, url, ctype):
-    return len(extract(body, url, ctype).links)
+def ours(body, url, charset):
+    return len(extract(body, url, charset).links)
 
 
-def lxml_iterlinks(body, url, ctype):
+def lxml_iterlinks(body, url, charset):
     import lxml.html
 
     doc = lxml.html.document_fromstring(body)
@@ -60,7 +62,7 @@ def lxml_iterlinks(body, url, ctype):
     return len(found)
 
 
-def lxml_tree_only(body, url, ctype):
+def lxml_tree_only(body, url, charset):
     from lxml import etree
 
     etree.fromstring(body, _PARSER)
@@ -79,7 +81,7 @@ class _Collect(HTMLParser):
                     self.raw.append(v)
 
 
-def stdlib(body, url, ctype):
+def stdlib(body, url, charset):
     p = _Collect()
     p.feed(body.decode("utf-8", "replace"))
     found = {u for u in (normalize(r, url) for r in p.raw) if u is not None}

@@ -67,6 +67,8 @@ from typing import Any, Iterable
 
 from . import __version__
 from .frontier.addresses import POLICIES as PRIVATE_NETWORKS
+from .frontier.addresses import is_loopback
+from .net.http import PARSERS as HTTP_PARSERS
 
 __all__ = [
     "Config",
@@ -83,9 +85,6 @@ __all__ = [
     "read_resolv_conf",
     "system_dns_servers",
 ]
-
-#: ``httpParser`` values: what reads HTTP responses (see larbin_py.net.fastread).
-HTTP_PARSERS: tuple[str, ...] = ("httptools", "h11")
 
 #: ``outputMode`` names, in the order of their numbers (0 none ... 4 warc).
 OUTPUT_MODES: tuple[str, ...] = ("none", "save", "mirror", "stats", "warc")
@@ -674,22 +673,13 @@ _BY_LOWER: dict[str, _Key] = {key.name.lower(): key for key in KEYS}
 assert {f.name for f in dataclasses.fields(Config)} == set(_BY_ATTR) | {"source"}
 
 
-def _is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _cross_problems(config: Config) -> list[tuple[str, str]]:
     """Problems between keys, as (key name, message); [] when consistent."""
     problems = []
     if config.url_input:
         if config.http_port == 0:
             problems.append(("urlInput", "needs the stats server: httpPort is 0 (off)"))
-        elif config.http_token is None and not _is_loopback(config.http_bind):
+        elif config.http_token is None and not is_loopback(config.http_bind):
             problems.append(("urlInput", f"httpBind {config.http_bind} is not a loopback address, "
                                          "so an httpToken is required"))
     if config.rtt_min > config.rtt_max:
@@ -698,7 +688,7 @@ def _cross_problems(config: Config) -> list[tuple[str, str]]:
         problems.append(("specificSearch", "needs a specificSet block (the types or extensions to keep)"))
     if config.http_port and config.http_port == config.input_port:
         problems.append(("inputPort", f"same port as httpPort ({config.http_port})"))
-    if not _is_loopback(config.http_bind) and config.http_token is None:
+    if not is_loopback(config.http_bind) and config.http_token is None:
         # Beyond loopback, whoever reaches the address could feed the crawl
         # URLs, or read every URL and host of it: a token, or no server.
         if config.input_port:

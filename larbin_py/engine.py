@@ -50,15 +50,15 @@ from .net.http import Fetcher
 from .journal import Committer, FETCHED, ReplayFrontier, cut_to_commit, read_journals
 from .output import Document, OutputError, make_output
 from .output.writer import ThreadedOutput, WriterThread
+from .parse import HTML_TYPES
 from .rules import UrlRules
 from .state import (ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, describe_write_error, has_state,
-                    read_checkpoint, write_checkpoint)
+                    read_checkpoint)
 from .throttle import RttController
 from .url import fingerprint, fingerprints, normalize
 
-__all__ = ["Engine", "Summary", "StartError", "StateDirInUse", "StateError", "crawl_main", "HTML_TYPES"]
+__all__ = ["Engine", "Summary", "StartError", "StateDirInUse", "StateError", "crawl_main"]
 
-HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 #: Answers retried after a wait: the server is busy or failing for now.
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 #: Longest Retry-After honoured, seconds.
@@ -93,6 +93,8 @@ class Summary:
     in_flight: int = 0
     forgotten: dict[str, int] = field(default_factory=dict)
     rejected: dict[str, int] = field(default_factory=dict)
+    #: Pages fetched (and counted in ``pages``) whose content could not be used, by reason (``parseError``).
+    page_errors: dict[str, int] = field(default_factory=dict)
     hosts: int = 0
     dns_queries: int = 0
     requests: int = 0
@@ -127,6 +129,8 @@ class Summary:
             lines.append("  forgotten       " + ", ".join(f"{k} {v}" for k, v in sorted(self.forgotten.items())))
         if self.rejected:
             lines.append("  links refused   " + ", ".join(f"{k} {v}" for k, v in sorted(self.rejected.items())))
+        if self.page_errors:
+            lines.append("  pages unparsed  " + ", ".join(f"{k} {v}" for k, v in sorted(self.page_errors.items())))
         if self.cookies is not None:
             c = self.cookies
             why = ", ".join(f"{k} {v}" for k, v in sorted(c["refused"].items()))
@@ -262,6 +266,8 @@ class Engine:
         self._fetcher = fetcher
         self._output = output
         self.rejected: Counter[str] = Counter()
+        #: Fetched pages whose links could not be read, by reason (``parseError``: Page.error).
+        self.page_errors: Counter[str] = Counter()
         self.bytes = 0
         self.requests = 0
         self.robots_requests = 0
@@ -716,20 +722,15 @@ class Engine:
         self._log(req, res, "duplicate" if duplicate_of else "ok")
         if is_html and duplicate_of is None:
             page = parse_mod.extract(
-                res.body, req.url, self._content_type_header(res),
+                res.body, req.url, res.charset,
                 get_images=c.get_image, max_url_size=c.max_url_size,
             )
+            if page.error is not None:
+                self.page_errors["parseError"] += 1
             if page.nofollow_links:
                 self.rejected["nofollow"] += page.nofollow_links
             if not page.meta_nofollow:
                 self._add_links(page.links, req.url, req.record.depth)
-
-    @staticmethod
-    def _content_type_header(res) -> str | None:
-        for name, value in res.headers:
-            if name == b"content-type":
-                return value.decode("latin-1")
-        return None
 
     def _document(self, req: Request, res, duplicate_of: str | None) -> Document:
         return Document(
@@ -878,6 +879,7 @@ class Engine:
         self.requests = int(eng.get("requests", 0))
         self.robots_requests = int(eng.get("robots_requests", 0))
         self.rejected.update({k: int(v) for k, v in eng.get("rejected", {}).items()})
+        self.page_errors.update({k: int(v) for k, v in eng.get("page_errors", {}).items()})
         self._elapsed_before = float(eng.get("elapsed", 0.0))
         kept = 0
         for url, (when, body) in self._robots_answers.items():
@@ -925,6 +927,7 @@ class Engine:
                     "requests": self.requests,
                     "robots_requests": self.robots_requests,
                     "rejected": dict(self.rejected),
+                    "page_errors": dict(self.page_errors),
                     "elapsed": self._elapsed(),
                 },
                 "time": time.time(),
@@ -1084,6 +1087,7 @@ class Engine:
             in_flight=fr.in_flight,
             forgotten=dict(fr.forgotten),
             rejected=dict(self.rejected),
+            page_errors=dict(self.page_errors),
             hosts=len(fr.sites),
             dns_queries=_stat(stats, "queries_sent"),
             requests=self.requests,
@@ -1142,6 +1146,7 @@ class Engine:
                 "rate_avg": fr.fetched / uptime if uptime > 0 else 0.0,
                 "bytes_rate_now": bytes_rate,
                 "limit": self.config.limit_page or None,
+                "errors": dict(self.page_errors),
             },
             "urls": {
                 "taken": fr.taken,

@@ -13,13 +13,15 @@ never reaching the network) and returns a :class:`Page`:
   ``name=larbin_py``/``larbin``) ``nofollow``/``noindex``/``none`` reported;
 * ``rel=canonical`` and the refresh target reported apart.
 
-Character set: the HTTP header's charset, else a byte-order mark, else a
+Character set: the HTTP header's charset (as the fetcher parsed it:
+``FetchResult.charset``, from :func:`larbin_py.net.decode.media_type`; the
+header is not read again here), else a byte-order mark, else a
 ``<meta charset>`` or ``<meta http-equiv=content-type>`` in the first 2 KB,
 else UTF-8; an unknown or wrong declaration falls back to the next source,
 and undecodable bytes are replaced, never fatal.
 
 Nothing raises: a page lxml cannot make sense of gives a Page without links
-and with ``error`` set.  A page nested deeper than libxml2's limit (2048
+and with ``error`` set (the engine counts it as ``parseError``).  A page nested deeper than libxml2's limit (2048
 levels) loses its deep part from the tree; its links are then also looked
 for by a plain scan of the text, so none is lost.
 """
@@ -34,7 +36,7 @@ from lxml import etree
 
 from .url import DEFAULT_MAX_LENGTH, normalize, normalize_links
 
-__all__ = ["Page", "extract", "detect_charset", "is_html"]
+__all__ = ["Page", "extract", "detect_charset", "HTML_TYPES"]
 
 #: Bytes scanned for a <meta> charset declaration.
 META_SCAN = 2048
@@ -43,10 +45,11 @@ _ROBOTS_NAMES = frozenset({"robots", "larbin_py", "larbin"})
 _TAGS = ("a", "area", "frame", "iframe", "link", "meta", "base", "img", "title")
 _META_CHARSET = re.compile(
     rb"""<meta[^>]*?(?:charset\s*=\s*["']?\s*([A-Za-z0-9_\-:.]+))""", re.I | re.S)
-_HEADER_CHARSET = re.compile(r"""charset\s*=\s*["']?\s*([A-Za-z0-9_\-:.]+)""", re.I)
 _REFRESH = re.compile(r"""^\s*\d*(?:\.\d*)?\s*[;,]?\s*(?:url\s*=\s*)?(.*)$""", re.I | re.S)
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
-_HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+#: The media types (as :func:`larbin_py.net.decode.media_type` gives them:
+#: lower case, no parameters) whose pages are parsed for links.
+HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 
 
 @dataclass(slots=True)
@@ -63,13 +66,6 @@ class Page:
     charset: str = "utf-8"
     title: str | None = None
     error: str | None = None
-
-
-def is_html(content_type: str | None) -> bool:
-    """True for an HTML media type (parameters ignored)."""
-    if not content_type:
-        return False
-    return content_type.split(";", 1)[0].strip().lower() in _HTML_TYPES
 
 
 def _known(name: str | bytes | None) -> str | None:
@@ -90,20 +86,21 @@ def _known(name: str | bytes | None) -> str | None:
     return info.name
 
 
-def detect_charset(body: bytes, content_type: str | None) -> str:
-    """The encoding to read ``body`` with: header, BOM, meta, then UTF-8."""
+def detect_charset(body: bytes, declared: str | None) -> str:
+    """The encoding to read ``body`` with: header, BOM, meta, then UTF-8.
+
+    ``declared`` is the header's charset parameter, already split from the
+    Content-Type by the fetcher (``FetchResult.charset``), or None.
+    """
     for bom, name in _BOMS:
         if body.startswith(bom):
             bom_name = name
             break
     else:
         bom_name = None
-    if content_type:
-        m = _HEADER_CHARSET.search(content_type)
-        if m:
-            name = _known(m.group(1))
-            if name is not None:
-                return name
+    name = _known(declared)
+    if name is not None:
+        return name
     if bom_name is not None:
         return bom_name
     m = _META_CHARSET.search(body, 0, META_SCAN)
@@ -190,12 +187,18 @@ def _parse_bytes(body: bytes, charset: str):
     return root, truncated
 
 
-def extract(body: bytes, url: str, content_type: str | None = None, *, get_images: bool = False,
+def extract(body: bytes, url: str, charset: str | None = None, *, get_images: bool = False,
             max_url_size: int = DEFAULT_MAX_LENGTH) -> Page:
-    """The links and page-level directives of HTML ``body`` fetched from ``url``."""
+    """The links and page-level directives of HTML ``body`` fetched from ``url``.
+
+    ``charset`` is the Content-Type header's charset parameter as the fetcher
+    parsed it (``FetchResult.charset``), or None.  Never raises: a failure
+    leaves the Page without links and with ``error`` set, the only place it is
+    reported (the caller counts it).
+    """
     page = Page(base=url)
     try:
-        page.charset = detect_charset(body, content_type)
+        page.charset = detect_charset(body, charset)
         if not body.strip():
             return page
         parsed = _parse_bytes(body, page.charset)

@@ -27,26 +27,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["UrlRules", "host_of"]
+from .url import host_of
+
+__all__ = ["UrlRules"]
 
 NEVER_FORBIDDEN = frozenset({".html", ".htm"})
-
-
-def host_of(url: str) -> str:
-    """The host of a normalized absolute URL (no user info, no port)."""
-    start = url.find("://") + 3
-    end = len(url)
-    for ch in "/?#":
-        j = url.find(ch, start)
-        if j != -1 and j < end:
-            end = j
-    authority = url[start:end]
-    at = authority.rfind("@")
-    if at != -1:
-        authority = authority[at + 1:]
-    if authority.startswith("["):
-        return authority[: authority.find("]") + 1]
-    return authority.partition(":")[0]
 
 
 @dataclass(slots=True)

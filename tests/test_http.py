@@ -18,8 +18,18 @@ import zlib
 
 import pytest
 
-from larbin_py.net.http import PARSERS, Fetcher
+from larbin_py.net.http import PARSERS, Fetcher, split_url
 from larbin_py.sim import Sim, SimConfig
+
+
+def test_split_url_gives_the_host_header_sni_and_target():
+    assert split_url("http://a.test") == ("http", "a.test", "a.test", "/")
+    assert split_url("http://a.test?q#f") == ("http", "a.test", "a.test", "/?q")
+    assert split_url("HTTPS://u:p@[::1]:8443/x#f") == ("https", "[::1]:8443", "::1", "/x")
+    assert split_url("http://a.test:/p") == ("http", "a.test:", "a.test", "/p")
+    for bad in ("ftp://a.test/", "http:///x", "http://[::1/"):
+        with pytest.raises(ValueError):
+            split_url(bad)
 
 
 class Server:

@@ -6,14 +6,20 @@ import random
 
 import pytest
 
-from larbin_py.parse import detect_charset, extract, is_html
+from larbin_py.net.decode import media_type
+from larbin_py.parse import HTML_TYPES, detect_charset, extract
 
 URL = "http://a.test/dir/page.html"
 
 
+def charset_of(ctype: str | None) -> str | None:
+    """The header's charset as the fetcher hands it to extract (FetchResult.charset)."""
+    return media_type(ctype.encode("latin-1"))[1] if ctype is not None else None
+
+
 def links(html: str | bytes, url: str = URL, ctype: str | None = "text/html; charset=utf-8", **kw):
     body = html.encode("utf-8") if isinstance(html, str) else html
-    return extract(body, url, ctype, **kw).links
+    return extract(body, url, charset_of(ctype), **kw).links
 
 
 def test_every_link_source_in_document_order():
@@ -37,7 +43,7 @@ def test_images_only_when_asked():
 
 def test_base_href_first_one_resolved_against_the_page():
     html = '<base href="../other/"><base href="http://c.test/"><a href="x">x</a>'
-    page = extract(html.encode(), URL, "text/html")
+    page = extract(html.encode(), URL, None)
     assert page.base == "http://a.test/other/"
     assert page.links == ["http://a.test/other/x"]
     # a base that is not http(s) is ignored
@@ -49,7 +55,7 @@ def test_base_href_first_one_resolved_against_the_page():
 def test_nofollow_links_are_counted_not_followed():
     html = ('<a rel="NoFollow" href="1">1</a><a rel="external nofollow noopener" href="2">2</a>'
             '<a rel="noopener" href="3">3</a><area rel=nofollow href="4">')
-    page = extract(html.encode(), URL, "text/html")
+    page = extract(html.encode(), URL, None)
     assert page.links == ["http://a.test/dir/3"]
     assert page.nofollow_links == 3
 
@@ -92,6 +98,8 @@ def test_entities_in_attributes():
 @pytest.mark.parametrize("ctype, body, want", [
     ("text/html; charset=ISO-8859-1", b"<meta charset=utf-8>", "cp1252"),  # header wins
     ("text/html; charset=bogus", b"<meta charset=shift_jis>", "shift_jis"),  # unknown header: next source
+    ('Text/HTML; Charset="KOI8-R"', b"\xef\xbb\xbf<meta charset=utf-8>", "koi8-r"),  # header over BOM
+    ("text/html; charset=utf-8", b"\xff\xfe<\x00h\x00", "utf-8"),
     ("text/html", b"\xef\xbb\xbf<html>", "utf-8"),  # BOM
     ("text/html", b"\xff\xfe<\x00h\x00", "utf-16-le"),
     (None, b'<meta http-equiv="Content-Type" content="text/html; charset=windows-1252">', "cp1252"),
@@ -99,7 +107,7 @@ def test_entities_in_attributes():
     (None, b"", "utf-8"),
 ])
 def test_charset_sources_and_priority(ctype, body, want):
-    assert detect_charset(body, ctype) == want
+    assert detect_charset(body, charset_of(ctype)) == want
 
 
 def test_latin1_page_with_non_ascii_href():
@@ -127,7 +135,7 @@ def test_title():
     b"<a href=\"\x00\x01ok\">x</a>",
 ])
 def test_hostile_small_inputs_never_raise(body):
-    page = extract(body, URL, "text/html")
+    page = extract(body, URL, None)
     assert page.error is None or isinstance(page.error, str)
     assert all(link.startswith("http://") for link in page.links)
 
@@ -137,7 +145,7 @@ def test_random_bytes_never_raise():
     for _ in range(300):
         body = bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 3000)))
         for ctype in (None, "text/html; charset=utf-16", "text/html; charset=shift_jis"):
-            page = extract(body, URL, ctype)
+            page = extract(body, URL, charset_of(ctype))
             assert isinstance(page.links, list)
 
 
@@ -156,9 +164,10 @@ def test_many_links_all_found():
     assert len(links(body)) == 5000
 
 
-def test_is_html():
-    assert is_html("text/html; charset=utf-8") and is_html("application/xhtml+xml")
-    assert not is_html("text/plain") and not is_html(None) and not is_html("")
+def test_html_types_are_media_types_as_the_fetcher_gives_them():
+    assert media_type(b"Text/HTML; charset=utf-8")[0] in HTML_TYPES
+    assert media_type(b"application/xhtml+xml")[0] in HTML_TYPES
+    assert media_type(b"text/plain")[0] not in HTML_TYPES
 
 
 def test_invalid_utf8_and_nul_do_not_hide_later_links():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from larbin_py.frontier.addresses import is_private_address
+from larbin_py.frontier.addresses import is_loopback, is_private_address
 from test_frontier import Sim, make
 
 PUBLIC = ["8.8.8.8", "1.1.1.1", "93.184.216.34", "100.63.255.255", "100.128.0.1", "172.32.0.1",
@@ -46,6 +46,15 @@ def run(tmp_path, policy, ips, urls, *, seeds=(), **kw):
 IPS = {"pub.test": ("8.8.8.8",), "meta.test": ("169.254.169.254",), "lan.test": ("192.168.1.10",),
        "both.test": ("10.0.0.1", "2606:4700::1", "127.0.0.1"), "seed.test": ("127.0.0.1",)}
 URLS = [f"http://{h}/{i}" for h in IPS for i in range(3)]
+
+
+@pytest.mark.parametrize("host, loopback", [
+    ("localhost", True), ("LocalHost", True), ("127.0.0.1", True), ("127.9.9.9", True), ("::1", True),
+    ("[::1]", True), ("0.0.0.0", False), ("::", False), ("192.168.1.1", False), ("localhost.", False),
+    ("example.test", False), ("", False),
+])
+def test_is_loopback_the_one_used_by_the_config_and_the_servers(host, loopback):
+    assert is_loopback(host) is loopback
 
 
 def test_deny_refuses_every_private_address_and_keeps_the_public_ones(tmp_path):
@@ -113,7 +122,7 @@ def test_a_retry_while_the_name_is_refused_is_forgotten(tmp_path):
     f.robots_known(robots, None, 3600.0, 0.0)
     req = f.next_request(0.0)
     assert req is not None and req.url == "http://moved.test/a"
-    site.dns = site.dns.RESOLVING  # asked again meanwhile (its answer expired)
+    site.dns_event("ask")  # asked again meanwhile (its answer expired)
     f.dns_pending += 1
     f.dns_resolved(site, ("10.0.0.8",), 300.0, 0.5)
     assert f.retry(req, "timeout", 1.0) is True

@@ -1,4 +1,5 @@
-from larbin_py.rules import UrlRules, host_of
+from larbin_py.rules import UrlRules
+from larbin_py.url import host_of
 
 
 def test_host_of():

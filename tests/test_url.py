@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from larbin_py.url import fingerprint, fingerprints, normalize, normalize_links, split
+from larbin_py.url import authority_of, fingerprint, fingerprints, host_of, normalize, normalize_links
 
 CASES = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "conformance", "url_cases.json")
 
@@ -145,10 +145,36 @@ def test_fingerprint_is_stable_64_bit_and_distinct():
     assert fingerprints([]) == []
 
 
-def test_split():
-    assert split("http://a.test/x?y") == ("http", "a.test", 80, "/x?y")
-    assert split("https://u:p@[::1]:8443/") == ("https", "[::1]", 8443, "/")
-    assert split("http://a.test") == ("http", "a.test", 80, "/")
+@pytest.mark.parametrize("url, parts", [
+    ("http://a.test/x?y", ("http", "a.test", "a.test", 80, "/x?y")),
+    ("https://a.test", ("https", "a.test", "a.test", 443, "")),
+    ("http://a.test?q#f", ("http", "a.test", "a.test", 80, "?q#f")),
+    ("http://a.test#f", ("http", "a.test", "a.test", 80, "#f")),
+    ("http://a.test:8080", ("http", "a.test:8080", "a.test", 8080, "")),
+    ("http://a.test:/x", ("http", "a.test:", "a.test", 80, "/x")),      # an empty port is the default
+    ("http://a.test:80/", ("http", "a.test:80", "a.test", 80, "/")),    # written as written
+    ("https://u:p@[::1]:8443/", ("https", "[::1]:8443", "[::1]", 8443, "/")),
+    ("http://[::ffff:1.2.3.4]/", ("http", "[::ffff:1.2.3.4]", "[::ffff:1.2.3.4]", 80, "/")),
+    ("http://[::1]?x", ("http", "[::1]", "[::1]", 80, "?x")),
+    ("http://u@v:w@a.test:81/p@q", ("http", "a.test:81", "a.test", 81, "/p@q")),  # the last "@" of the authority
+    ("http://@a.test/", ("http", "a.test", "a.test", 80, "/")),
+    ("HTTPS://A.Test/", ("https", "A.Test", "A.Test", 443, "/")),  # scheme lower-cased, host as written
+    ("http://1.2.3.4:65536/", ("http", "1.2.3.4:65536", "1.2.3.4", 65536, "/")),
+])
+def test_authority_of_splits_awkward_authorities(url, parts):
+    scheme, hostport, host, port, rest = parts
+    assert authority_of(url) == (scheme, hostport, host, port, len(url) - len(rest))
+    assert host_of(url) == host
+
+
+@pytest.mark.parametrize("url", [
+    "ftp://a.test/", "mailto:x@a.test", "a.test/x", "//a.test/", "http:/a.test/", "http:///x",
+    "http://:80/", "http://u@/", "http://[::1/", "http://[::1]x/", "http://a.test:8o/",
+    "http://a.test:80:81/", "http://a[b/", "",
+])
+def test_authority_of_refuses_what_has_no_http_authority(url):
+    assert authority_of(url) is None
+    assert host_of(url) == ""
 
 
 def test_the_whatwg_conformance_corpus():

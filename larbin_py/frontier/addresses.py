@@ -1,4 +1,5 @@
-"""Which server addresses a crawl may connect to (``privateNetworks``), sans-I/O.
+"""Which server addresses a crawl may connect to (``privateNetworks``), sans-I/O;
+and :func:`is_loopback`, where the crawler's own servers may listen without a token.
 
 A URL given through ``POST /urls``, or found on a public page, must not make
 the crawler fetch internal services: cloud metadata at 169.254.169.254, admin
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import ipaddress
 
-__all__ = ["POLICIES", "is_private_address"]
+__all__ = ["POLICIES", "is_loopback", "is_private_address"]
 
 #: The values of ``privateNetworks``.
 POLICIES: tuple[str, ...] = ("allow", "seeds", "deny")
@@ -30,6 +31,17 @@ POLICIES: tuple[str, ...] = ("allow", "seeds", "deny")
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 #: NAT64's well-known prefix (RFC 6052): the last 32 bits are an IPv4 address.
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` is ``localhost`` or a loopback IPv4/IPv6 literal
+    (brackets allowed): where a server of ours may listen without a token."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def is_private_address(ip: str) -> bool:

@@ -62,6 +62,7 @@ from typing import Callable
 
 from .. import robots as robots_mod
 from ..throttle import ServerPace
+from ..url import authority_of
 from .addresses import POLICIES as PRIVATE_POLICIES, is_private_address
 from .sites import DnsState, IPSite, NamedSite, RobotsState
 from .store import UrlRecord, UrlStore
@@ -81,47 +82,17 @@ REFILL_SHARE = 4
 
 
 def site_key(url: str) -> tuple[str, str, str, int] | None:
-    """``(key, scheme, host, port)`` of an absolute http(s) URL, or None.
+    """``(key, scheme, host, port)`` of an absolute http(s) URL, or None
+    (:func:`larbin_py.url.authority_of` splits it).
 
     ``key`` is ``scheme://host:port`` with the port always written, so the
     key of ``http://a/`` and ``http://a:80/x`` is the same.  User info is not
     part of the site.
     """
-    i = url.find("://")
-    if i <= 0:
+    parts = authority_of(url)
+    if parts is None:
         return None
-    scheme = url[:i]
-    if scheme == "http":
-        default = 80
-    elif scheme == "https":
-        default = 443
-    else:
-        return None
-    start = i + 3
-    end = len(url)
-    for ch in "/?#":
-        j = url.find(ch, start)
-        if j != -1 and j < end:
-            end = j
-    authority = url[start:end]
-    at = authority.rfind("@")
-    if at != -1:
-        authority = authority[at + 1:]
-    if authority.startswith("["):
-        close = authority.find("]")
-        if close == -1:
-            return None
-        host = authority[: close + 1]
-        rest = authority[close + 1:]
-        port_s = rest[1:] if rest.startswith(":") else ""
-    else:
-        host, _, port_s = authority.partition(":")
-    if not host:
-        return None
-    try:
-        port = int(port_s) if port_s else default
-    except ValueError:
-        return None
+    scheme, _, host, port, _ = parts
     return f"{scheme}://{host}:{port}", scheme, host, port
 
 
@@ -345,9 +316,9 @@ class Frontier:
 
     def _on_work(self, site: NamedSite, now: float) -> None:
         if site.dns is DnsState.REFUSED and site.dns_expiry <= now:
-            site.dns = DnsState.NEW  # the answer expired: the name may have moved
+            site.dns_event("expire")  # the answer expired: the name may have moved
         if site.dns is DnsState.NEW:
-            site.dns = DnsState.RESOLVING
+            site.dns_event("ask")
             self.dns_pending += 1
             self.dns_wanted.append(site)
         elif site.dns is DnsState.OK:
@@ -412,12 +383,12 @@ class Frontier:
         site.dns_failures = 0
         ips = self.allowed_addresses(site.host, ips)
         if not ips:
-            site.dns = DnsState.REFUSED
+            site.dns_event("refuse")
             site.ips = ()
             site.ip_site = None
             self._refuse_fifo(site)
             return
-        site.dns = DnsState.OK
+        site.dns_event("answer")
         site.ips = ips
         ip = ips[0]
         ip_site = self.ips.get(ip)
@@ -429,7 +400,7 @@ class Frontier:
     def dns_failed(self, site: NamedSite, error: str, now: float) -> None:
         """The name did not resolve: every waiting URL loses a retry."""
         self.dns_pending -= 1
-        site.dns = DnsState.FAILED
+        site.dns_event("fail")
         site.dns_failures += 1
         kept = []
         for rec in site.fifo:
@@ -488,13 +459,13 @@ class Frontier:
             _, _, site, kind = heapq.heappop(timers)
             if kind == "dns" and site.dns is DnsState.FAILED:
                 if site.fifo:
-                    site.dns = DnsState.RESOLVING
+                    site.dns_event("ask")
                     self.dns_pending += 1
                     self.dns_wanted.append(site)
                 else:
-                    site.dns = DnsState.NEW
+                    site.dns_event("expire")
             elif kind == "robots" and site.robots_state is RobotsState.ERROR:
-                site.robots_state = RobotsState.NONE
+                site.robots_event("expire")
                 self._make_ready(site, now)
 
     def next_wakeup(self) -> float | None:
@@ -549,7 +520,7 @@ class Frontier:
                 continue
             if site.dns_expiry <= now:
                 # The address is stale: ask DNS again before the next request.
-                site.dns = DnsState.RESOLVING
+                site.dns_event("ask")
                 self.dns_pending += 1
                 self.dns_wanted.append(site)
                 continue
@@ -569,9 +540,9 @@ class Frontier:
     def _take_from_site(self, site: NamedSite, ip: IPSite, now: float) -> Request | None:
         if self.obey_robots:
             if site.robots_state is RobotsState.OK and site.robots_expiry <= now:
-                site.robots_state = RobotsState.NONE
+                site.robots_event("expire")
             if site.robots_state is RobotsState.NONE:
-                site.robots_state = RobotsState.FETCHING
+                site.robots_event("fetch")
                 return self._start(site, ip, None, site.robots_url, ROBOTS, now)
         while site.fifo:
             rec = site.fifo.popleft()
@@ -747,7 +718,7 @@ class Frontier:
         """robots.txt was read (or is known to be absent): apply ``rules``."""
         site = req.site
         site.robots = rules
-        site.robots_state = RobotsState.OK
+        site.robots_event("known")
         site.robots_expiry = now + ttl
         site.robots_failures = 0
         delay = rules.crawl_delay(self.agent) if rules is not None else None
@@ -763,10 +734,10 @@ class Frontier:
         site.robots_failures += 1
         if site.robots_failures >= robots_mod.MAX_ERROR_ATTEMPTS:
             site.robots = robots_mod.RobotsTxt.disallow_all()
-            site.robots_state = RobotsState.OK
+            site.robots_event("give_up")
             site.robots_expiry = now + robots_mod.CACHE_TTL
         else:
-            site.robots_state = RobotsState.ERROR
+            site.robots_event("fail")
             site.retry_at = now + robots_mod.robots_retry_delay(site.robots_failures, self.robots_retry_base)
             self._add_timer(site.retry_at, site, "robots")
         self._release(req, now)
@@ -872,7 +843,7 @@ class Frontier:
         if site is None or site.robots_state is RobotsState.OK:
             return
         site.robots = rules
-        site.robots_state = RobotsState.OK
+        site.robots_event("restore")
         site.robots_expiry = expiry
         delay = rules.crawl_delay(self.agent) if rules is not None else None
         site.crawl_delay = min(float(delay), MAX_CRAWL_DELAY) if delay else 0.0

@@ -6,6 +6,12 @@ time the next request to that host name may start.  An :class:`IPSite` is one
 server address: the named sites on it that are ready to send, the earliest
 time the next request to that IP may start, and how many requests to it are
 running.  Both are plain data; :mod:`larbin_py.frontier.scheduler` drives them.
+
+A named site's DNS and robots.txt states change only through
+:meth:`NamedSite.dns_event` and :meth:`NamedSite.robots_event`, which apply
+:data:`DNS_TRANSITIONS` and :data:`ROBOTS_TRANSITIONS` (see
+:mod:`larbin_py.transitions`): the two tables below are the whole of both
+state machines.
 """
 
 from __future__ import annotations
@@ -14,9 +20,10 @@ from collections import deque
 from enum import Enum
 
 from ..throttle import ServerPace
+from ..transitions import step
 from .store import UrlRecord
 
-__all__ = ["DnsState", "RobotsState", "NamedSite", "IPSite"]
+__all__ = ["DnsState", "RobotsState", "DNS_TRANSITIONS", "ROBOTS_TRANSITIONS", "NamedSite", "IPSite"]
 
 
 class DnsState(Enum):
@@ -32,6 +39,30 @@ class RobotsState(Enum):
     FETCHING = "fetching"
     OK = "ok"  # rules known until robots_expiry
     ERROR = "error"  # unreachable or 5xx: everything disallowed until retry_at
+
+
+#: A site's DNS state machine: (state, event) -> new state.
+DNS_TRANSITIONS: dict[tuple[DnsState, str], DnsState] = {
+    (DnsState.NEW, "ask"): DnsState.RESOLVING,  # URLs arrived for a name never asked (or whose answer expired)
+    (DnsState.OK, "ask"): DnsState.RESOLVING,  # the address went stale before the next request
+    (DnsState.FAILED, "ask"): DnsState.RESOLVING,  # the retry timer, with URLs waiting
+    (DnsState.RESOLVING, "answer"): DnsState.OK,  # addresses the privateNetworks policy allows
+    (DnsState.RESOLVING, "refuse"): DnsState.REFUSED,  # every address is refused by privateNetworks
+    (DnsState.RESOLVING, "fail"): DnsState.FAILED,  # no answer, an error, no address
+    (DnsState.REFUSED, "expire"): DnsState.NEW,  # the refused answer expired: the name may have moved
+    (DnsState.FAILED, "expire"): DnsState.NEW,  # the retry timer, with no URL waiting
+}
+
+#: A site's robots.txt state machine: (state, event) -> new state.
+ROBOTS_TRANSITIONS: dict[tuple[RobotsState, str], RobotsState] = {
+    (RobotsState.NONE, "fetch"): RobotsState.FETCHING,  # the site's next request is its robots.txt
+    (RobotsState.FETCHING, "known"): RobotsState.OK,  # read, or known absent (4xx): rules until robots_expiry
+    (RobotsState.FETCHING, "give_up"): RobotsState.OK,  # unavailable too many times: disallow all
+    (RobotsState.FETCHING, "fail"): RobotsState.ERROR,  # 5xx or unreachable: disallow until retry_at
+    (RobotsState.ERROR, "expire"): RobotsState.NONE,  # the retry timer: ask again
+    (RobotsState.OK, "expire"): RobotsState.NONE,  # the rules aged out (robots_expiry): ask again
+    (RobotsState.NONE, "restore"): RobotsState.OK,  # rules kept from before a restart (--reload)
+}
 
 
 class NamedSite:
@@ -68,6 +99,14 @@ class NamedSite:
         self.queued = False  # listed in its IPSite's ready queue
         self.pages = 0
         self.errors = 0
+
+    def dns_event(self, event: str) -> None:
+        """Move the DNS state by ``event`` (:data:`DNS_TRANSITIONS`); IllegalTransition if not allowed."""
+        self.dns = step(DNS_TRANSITIONS, self.dns, event, f"DNS of {self.key}")
+
+    def robots_event(self, event: str) -> None:
+        """Move the robots.txt state by ``event`` (:data:`ROBOTS_TRANSITIONS`); IllegalTransition if not allowed."""
+        self.robots_state = step(ROBOTS_TRANSITIONS, self.robots_state, event, f"robots.txt of {self.key}")
 
     @property
     def robots_url(self) -> str:

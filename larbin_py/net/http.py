@@ -83,16 +83,18 @@ from typing import Callable, Iterable
 
 import h11
 
-from ..config import HTTP_PARSERS
+from ..url import authority_of
+from ..transitions import step
 from .bandwidth import TokenBucket
 from .decode import BodyDecoder, DecodeError, media_type, parse_retry_after
-from .fastread import BAD, BIG, DONE, H11, NEED, FastReader
+from .fastread import BIG, DONE, H11, NEED, FastReader
 
-__all__ = ["Fetcher", "FetchResult", "ERRORS"]
+__all__ = ["Fetcher", "FetchResult", "ERRORS", "CONN_TRANSITIONS"]
 
 ERRORS = ("noConnection", "timeout", "reset", "tooBig", "badResponse", "headerTooBig")
-#: How responses are read: llhttp with h11 as the referee, or h11 alone (larbin.conf ``httpParser``).
-PARSERS = HTTP_PARSERS
+#: How responses are read: llhttp with h11 as the referee, or h11 alone (larbin.conf
+#: ``httpParser``; larbin_py.config takes its choices from here).
+PARSERS: tuple[str, ...] = ("httptools", "h11")
 
 ACCEPT = b"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 ACCEPT_ENCODING = b"gzip, deflate"
@@ -100,6 +102,18 @@ ACCEPT_ENCODING = b"gzip, deflate"
 HEADERS_KEPT = 1024
 
 _CONNECTING, _ACTIVE, _IDLE, _CLOSED = range(4)
+#: A connection's state machine (every change of ``_Conn.state`` goes through
+#: it, see larbin_py.transitions): (state, event) -> new state.
+CONN_TRANSITIONS: dict[tuple[int, str], int] = {
+    (_CONNECTING, "send"): _ACTIVE,  # start(): a request is written on a new or reused connection
+    (_ACTIVE, "done"): _IDLE,  # _finish(): the answer is complete (kept alive, or closed next)
+    (_ACTIVE, "fail"): _CLOSED,  # _finish() with an error: never reused
+    (_IDLE, "reuse"): _CONNECTING,  # taken from the idle pool; start() makes it active
+    (_CONNECTING, "close"): _CLOSED,  # the connect failed or timed out, or the fetcher closes
+    (_ACTIVE, "close"): _CLOSED,  # the fetch was cancelled: aborted mid-request (else _finish ran first)
+    (_IDLE, "close"): _CLOSED,  # stale, unsolicited bytes, or the fetcher closes
+    (_CLOSED, "close"): _CLOSED,  # close() is idempotent
+}
 _INF = float("inf")
 
 
@@ -175,39 +189,23 @@ def _with_cookie(headers, block: bytes | None, cookie: bytes) -> tuple:
 def split_url(url: str) -> tuple[str, str, str, str]:
     """``(scheme, host_header, server_hostname, target)`` of an absolute URL.
 
+    The authority is split by :func:`larbin_py.url.authority_of`.
     ``host_header`` is the authority without userinfo (it keeps ``:port`` when
     the URL has one); ``server_hostname`` is the bare host (no brackets);
     ``target`` is the origin-form path and query (``/`` when empty), without
-    the fragment.  Raises ValueError on a non-http(s) URL.
+    the fragment.  Raises ValueError on a URL that is not http(s) with a host.
     """
-    scheme, sep, rest = url.partition("://")
-    scheme = scheme.lower()
-    if not sep or scheme not in ("http", "https"):
-        raise ValueError(f"not an http(s) URL: {url!r}")
-    end = len(rest)
-    for ch in "/?#":
-        i = rest.find(ch)
-        if 0 <= i < end:
-            end = i
-    authority = rest[:end]
-    target = rest[end:]
-    hash_at = target.find("#")
-    if hash_at >= 0:
-        target = target[:hash_at]
-    if not target:
-        target = "/"
-    elif target[0] == "?":
+    parts = authority_of(url)
+    if parts is None:
+        raise ValueError(f"not an http(s) URL with a host: {url!r}")
+    scheme, host_header, host, _, end = parts
+    hash_at = url.find("#", end)
+    target = url[end:] if hash_at == -1 else url[end:hash_at]
+    if target[:1] != "/":  # empty, or a query
         target = "/" + target
-    at = authority.rfind("@")
-    if at >= 0:
-        authority = authority[at + 1:]
-    if not authority:
-        raise ValueError(f"no host in URL: {url!r}")
-    if authority[0] == "[":
-        host = authority[1:authority.find("]")]
-    else:
-        host = authority.rpartition(":")[0] if ":" in authority else authority
-    return scheme, authority, host, target
+    if host[0] == "[":
+        host = host[1:-1]
+    return scheme, host_header, host, target
 
 
 class _Conn(asyncio.Protocol):
@@ -317,7 +315,7 @@ class _Conn(asyncio.Protocol):
         writes, and h11 reads the response.
         """
         f = self.f
-        self.state = _ACTIVE
+        self.state = step(CONN_TRANSITIONS, self.state, "send", "connection")
         self.res = res
         self.resp_bytes = 0
         self._clear_response()
@@ -512,7 +510,7 @@ class _Conn(asyncio.Protocol):
         """Complete the request in flight; keep or close the connection."""
         f = self.f
         res = self.res
-        self.state = _CLOSED if error else _IDLE
+        self.state = step(CONN_TRANSITIONS, self.state, "fail" if error else "done", "connection")
         res.error = error
         res.error_detail = detail
         res.bytes_read = self.resp_bytes
@@ -570,7 +568,7 @@ class _Conn(asyncio.Protocol):
         self.closed = True
         if self.state == _ACTIVE and self.res is not None:
             self._finish("reset", "connection closed by the fetcher")
-        self.state = _CLOSED
+        self.state = step(CONN_TRANSITIONS, self.state, "close", "connection")
         self.f._forget(self)
         t = self.transport
         if t is not None:
@@ -852,13 +850,13 @@ class Fetcher:
             c = conns.pop()
             self._n_idle -= 1
             if c.closed or c.idle_since < limit or c.transport.is_closing():
-                c.state = _CLOSED
+                c.state = step(CONN_TRANSITIONS, c.state, "close", "connection")
                 c.closed = False  # let close() run its bookkeeping once
                 c.close()
                 continue
             if not conns:
                 del self._idle[key]
-            c.state = _CONNECTING  # not idle; start() makes it active
+            c.state = step(CONN_TRANSITIONS, c.state, "reuse", "connection")  # start() makes it active
             self._live.add(c)
             self._arm()
             return c

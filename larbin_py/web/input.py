@@ -29,7 +29,8 @@ import time
 from collections import OrderedDict
 from typing import Callable
 
-from .server import _stderr_line, is_loopback
+from ..frontier.addresses import is_loopback
+from .server import _stderr_line
 from .source import StatsSource
 
 __all__ = ["InputServer", "verdict_line"]

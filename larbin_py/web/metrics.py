@@ -100,6 +100,13 @@ def render_metrics(snapshot: dict) -> str:
     w.one("larbin_fetched_bytes_per_second", "gauge", "Bytes fetched per second, now.",
           pages.get("bytes_rate_now"))
     w.one("larbin_pages_limit", "gauge", "Configured page limit (limitPage).", pages.get("limit"))
+    errors = pages.get("errors")
+    w.family(
+        "larbin_pages_errors_total",
+        "counter",
+        "Pages fetched whose links could not be read, by reason (parseError).",
+        [({"reason": str(r)}, n) for r, n in sorted(errors.items())] if isinstance(errors, dict) else [],
+    )
 
     urls = _get(snapshot, "urls")
     w.one("larbin_urls_taken_total", "counter", "URLs taken into the URL store.", urls.get("taken"))

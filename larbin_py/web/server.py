@@ -53,7 +53,6 @@ import base64
 import binascii
 import hashlib
 import hmac
-import ipaddress
 import json
 import math
 import sys
@@ -65,12 +64,13 @@ from typing import Any, Callable
 
 import h11
 
+from ..frontier.addresses import is_loopback
 from .history import StatsHistory
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import render_metrics
 from .source import StatsSource
 
-__all__ = ["Reply", "StatsServer", "is_loopback", "json_bytes", "load_static"]
+__all__ = ["Reply", "StatsServer", "json_bytes", "load_static"]
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -91,16 +91,6 @@ _STATIC = {
     b"/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
     b"/dashboard.css": ("dashboard.css", "text/css; charset=utf-8"),
 }
-
-
-def is_loopback(host: str) -> bool:
-    """True when ``host`` is ``localhost`` or a loopback IPv4/IPv6 literal."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _stderr_line(message: str) -> None:

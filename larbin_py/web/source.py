@@ -51,6 +51,7 @@ SCHEMA: dict[str, Any] = {
         "rate_avg": _NUM,
         "bytes_rate_now": _NUM,
         "limit": _OPT_INT,
+        "errors": {"*": _INT},
     },
     "urls": {
         "taken": _INT,
@@ -187,6 +188,7 @@ def empty_snapshot(now: float | None = None) -> dict:
             "rate_avg": 0.0,
             "bytes_rate_now": 0.0,
             "limit": None,
+            "errors": {},
         },
         "urls": {
             "taken": 0,
