@@ -135,10 +135,17 @@ _RAW_LINK = re.compile(
     r"""<(a|area|frame|iframe)\b([^>]*?)\b(?:href|src)\s*=\s*("[^"]*"|'[^']*'|[^\s>]+)""", re.I)
 
 
+# An XML declaration at the start of a document: lxml refuses a str that
+# declares an encoding (the text is already decoded, the declaration is moot).
+_XML_DECL = re.compile(r"\A\s*<\?xml\b[^>]*\?>")
+
+
 def _parse_tree(text: str):
     """The document tree, and whether libxml2 gave up part of it (too deep)."""
     if _BAD_XML.search(text):
         text = _BAD_XML.sub(" ", text)
+    if text.lstrip()[:5].lower() == "<?xml":
+        text = _XML_DECL.sub("", text, count=1)
     root = etree.fromstring(text, _PARSER)
     truncated = any(e.type_name == "ERR_RESOURCE_LIMIT" for e in _PARSER.error_log)
     return root, text, truncated

@@ -17,10 +17,14 @@ from larbin_py.web.source import check_snapshot
 from test_crawl_limits import loopback_config, paths_asked
 from test_e2e import check_conservation
 
-#: A page lxml refuses: an XML declaration read through the str path (a charset
-#: libxml2 is not handed as bytes) raises "Unicode strings with encoding
-#: declaration are not supported".  The one such body known today.
-UNPARSABLE = b"<?xml version='1.0' encoding='shift_jis'?><html><a href=/never.html>x</a></html>"
+#: A page that starts with an XML declaration, in a charset read through the
+#: str path (not handed to libxml2 as bytes): lxml refuses a str that declares
+#: an encoding, so its links were lost until the declaration was dropped.
+XML_DECLARED = b"<?xml version='1.0' encoding='shift_jis'?><html><a href=/found.html>x</a></html>"
+
+#: The page whose parse is made to fail (no body known today makes lxml raise:
+#: extract's failure path is reached by making the tree walk raise for it).
+BAD_PATH = "/bad.html"
 
 
 def typed_server(pages: dict[str, tuple[bytes, bytes]]):
@@ -39,17 +43,40 @@ def typed_server(pages: dict[str, tuple[bytes, bytes]]):
     return handler
 
 
-def test_the_unparsable_body_sets_page_error():
-    page = extract(UNPARSABLE, "http://a.test/", "shift_jis")
-    assert page.error is not None and page.links == []
+def test_a_page_with_an_xml_declaration_in_a_str_charset_keeps_its_links():
+    page = extract(XML_DECLARED, "http://a.test/", "shift_jis")
+    assert page.error is None
+    assert page.links == ["http://a.test/found.html"]
+
+
+def _failing_walk(monkeypatch):
+    """Make the tree walk raise for :data:`BAD_PATH` (as lxml or a codec may on hostile input)."""
+    import larbin_py.parse as parse_mod
+
+    real = parse_mod._walk
+
+    def walk(root, page, url, *args, **kwargs):
+        if url.endswith(BAD_PATH):
+            raise ValueError("a tree lxml could not build")
+        return real(root, page, url, *args, **kwargs)
+
+    monkeypatch.setattr(parse_mod, "_walk", walk)
+
+
+def test_a_failed_parse_sets_page_error(monkeypatch):
+    _failing_walk(monkeypatch)
+    page = extract(b"<html><a href=/x.html>x</a></html>", "http://a.test" + BAD_PATH, None)
+    assert page.error == "ValueError: a tree lxml could not build" and page.links == []
 
 
 @pytest.mark.async_timeout(60)
-async def test_a_page_lxml_cannot_parse_is_counted_as_parse_error(tmp_path):
+async def test_a_page_lxml_cannot_parse_is_counted_as_parse_error(tmp_path, monkeypatch):
     from test_http import Server
 
+    _failing_walk(monkeypatch)
+
     pages = {"/": (b"text/html", b'<html><a href="/bad.html">b</a><a href="/ok.html">o</a></html>'),
-             "/bad.html": (b"text/html; charset=Shift_JIS", UNPARSABLE),
+             BAD_PATH: (b"text/html", b'<html><a href="/never.html">n</a></html>'),
              "/ok.html": (b"text/html", b"<html>ok</html>")}
     async with Server(typed_server(pages)) as srv:
         engine = Engine(loopback_config(tmp_path, srv.port), err=io.StringIO())
