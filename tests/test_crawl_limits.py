@@ -20,12 +20,15 @@ from test_e2e import check_conservation, crawl, make_config, page_requests
 
 pytestmark = pytest.mark.slow
 
+#: Ten sim hosts, two per loopback IP, 40 % of links to other hosts: the web of
+#: the tests that crawl only some of its hosts (lockSite, privateNetworks).
+TEN_HOSTS = SimConfig(seed=4, hosts=10, pages_per_host=(4, 10), hosts_per_ip=2, dns=True, extras=False,
+                      trap=False, robots_agent="larbin_py", cross_host_ratio=0.4)
+
 
 @pytest.mark.async_timeout(120)
 async def test_lock_site_crawls_every_start_host_and_nothing_else(tmp_path):
-    sim_cfg = SimConfig(seed=4, hosts=10, pages_per_host=(4, 10), hosts_per_ip=2, dns=True, extras=False,
-                        trap=False, robots_agent="larbin_py", cross_host_ratio=0.4)
-    async with Sim(sim_cfg) as sim:
+    async with Sim(TEN_HOSTS) as sim:
         seeds = tuple(sim.seeds[:3])
         err = io.StringIO()
         config = make_config(tmp_path, sim, start_urls=seeds, lock_site=True, wait_duration=0.0)
@@ -153,9 +156,7 @@ async def test_redirect_hops_survive_a_reload(tmp_path):
 async def test_private_networks_seeds_crawls_the_start_hosts_only(tmp_path):
     # Every sim host is on loopback: under "seeds" only the start URLs' hosts
     # may be fetched; links to the others are forgotten as privateAddress.
-    sim_cfg = SimConfig(seed=4, hosts=10, pages_per_host=(4, 10), hosts_per_ip=2, dns=True, extras=False,
-                        trap=False, robots_agent="larbin_py", cross_host_ratio=0.4)
-    async with Sim(sim_cfg) as sim:
+    async with Sim(TEN_HOSTS) as sim:
         seeds = tuple(sim.seeds[:3])
         config = make_config(tmp_path, sim, start_urls=seeds, private_networks="seeds", wait_duration=0.0)
         engine, summary = await crawl(config)
