@@ -39,6 +39,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+from . import outcomes
 from . import parse as parse_mod
 from . import robots as robots_mod
 from .frontier.scheduler import PAGE, Frontier, Request, site_key
@@ -50,7 +51,6 @@ from .net.http import Fetcher
 from .journal import Committer, FETCHED, ReplayFrontier, cut_to_commit, read_journals
 from .output import Document, OutputError, make_output
 from .output.writer import ThreadedOutput, WriterThread
-from .parse import HTML_TYPES
 from .rules import UrlRules
 from .state import (ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, describe_write_error, has_state,
                     read_checkpoint)
@@ -59,14 +59,8 @@ from .url import fingerprint, fingerprints, normalize
 
 __all__ = ["Engine", "Summary", "StartError", "StateDirInUse", "StateError", "crawl_main"]
 
-#: Answers retried after a wait: the server is busy or failing for now.
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-#: Longest Retry-After honoured, seconds.
-MAX_RETRY_AFTER = 600.0
 #: How long in-flight requests may finish after a stop was asked, seconds.
 STOP_GRACE = 10.0
-#: Retryable transport errors of the fetcher and the reason they end with.
-RETRYABLE = {"noConnection": "noConnection", "timeout": "timeout", "reset": "reset"}
 
 
 class StateDirInUse(Exception):
@@ -647,62 +641,46 @@ class Engine:
                                       res.retry_after)
 
     def _on_page(self, req: Request, res) -> None:
+        """Apply the outcome rules (larbin_py.outcomes) to a page request's result."""
         fr = self.frontier
         now = self._now()
         self._observe(req, res, now)
         rec = req.record
-        status = res.status
-        if res.error is not None:
-            reason = RETRYABLE.get(res.error)
-            if res.error == "reset" and res.conn_reused and res.bytes_read == 0:
-                # The server closed the kept-alive connection as we reused it:
-                # the request never reached it.  Again, politely, for free.
-                fr.retry(req, "staleConnection", now, free=True)
-            elif reason is not None:
-                fr.retry(req, reason, now)
-            else:
-                fr.forget(req, res.error, now)
-            self._log(req, res, res.error)
-            return
-        if 200 <= status < 300:
+        c = self.config
+        action = outcomes.decide(res.error, res.status, conn_reused=res.conn_reused,
+                                 bytes_read=res.bytes_read, retry_after=res.retry_after,
+                                 retries=c.retries, retries_left=rec.retries, wait_duration=c.wait_duration)
+        kind, reason = action.kind, action.reason
+        if kind == outcomes.SUCCESS:
             self._on_success(req, res, now)
-        elif 300 <= status < 400:
-            fr.forget(req, "err30X", now)
-            self._log(req, res, "err30X")
-            if res.location:
-                target = normalize(res.location, req.url, max_length=self.config.max_url_size)
-                if target is None:
-                    pass
-                elif rec.hops >= self.config.max_redirects:
-                    # Hops are counted from the URL first queued (kept in its
-                    # record, on disk too): an endless chain ends here.
-                    self.rejected["tooManyRedirects"] += 1
-                else:
-                    self._add_links((target,), req.url, rec.depth, redirect=True, hops=rec.hops + 1)
-        elif status in RETRY_STATUSES:
-            reason = "err50X"  # 429 too: a server that asks to slow down
-            if res.retry_after is not None:
-                delay = min(res.retry_after, MAX_RETRY_AFTER)
-            else:
-                delay = max(self.config.wait_duration, 1.0) * (2 ** max(0, self.config.retries - rec.retries))
-            retried = fr.retry(req, reason, now, delay)
-            self._log(req, res, f"retry {reason}" if retried else reason)
-        elif status >= 500:
-            fr.forget(req, "err50X", now)
-            self._log(req, res, "err50X")
+        elif kind == outcomes.REDIRECT:
+            fr.forget(req, reason, now)
+            self._log(req, res, reason)
+            target, refused = outcomes.redirect_target(res.location, req.url, rec.hops,
+                                                       max_redirects=c.max_redirects,
+                                                       max_url_size=c.max_url_size)
+            if refused is not None:
+                self.rejected[refused] += 1
+            elif target is not None:
+                self._add_links((target,), req.url, rec.depth, redirect=True, hops=rec.hops + 1)
+        elif kind == outcomes.RETRY_FREE:
+            # The request never reached the server: again, politely, for free.
+            fr.retry(req, reason, now, free=True)
+            self._log(req, res, res.error)
+        elif kind == outcomes.RETRY:
+            retried = fr.retry(req, reason, now, action.delay or 0.0)
+            self._log(req, res, res.error if res.error is not None else
+                      (f"retry {reason}" if retried else reason))
         else:
-            fr.forget(req, "err40X", now)
-            self._log(req, res, "err40X")
+            fr.forget(req, reason, now)
+            self._log(req, res, res.error if res.error is not None else reason)
 
     def _on_success(self, req: Request, res, now: float) -> None:
         fr = self.frontier
         c = self.config
-        ctype = res.content_type or ""
-        is_html = ctype in HTML_TYPES
-        wanted = is_html or c.any_type or (c.get_image and ctype.startswith("image/"))
-        if c.specific_search and ctype in c.specific_set:
-            wanted = True
-        if not wanted:
+        policy = outcomes.content_policy(res.content_type, any_type=c.any_type, get_image=c.get_image,
+                                         specific_search=c.specific_search, specific_set=c.specific_set)
+        if not policy.wanted:
             fr.forget(req, "badType", now)
             self._log(req, res, "badType")
             return
@@ -712,15 +690,14 @@ class Engine:
             duplicate_of = self._bodies.get(key)
             if duplicate_of is None:
                 self._bodies[key] = req.url
-        save = not c.specific_search or ctype in c.specific_set
-        if save:
+        if policy.save:
             self._output.write(self._document(req, res, duplicate_of))
         fr.fetched_ok(req, now)
         if self._committer is not None:
             self._committer.done(req.url, FETCHED, True)
         self.last.append({"url": req.url, "status": res.status, "reason": "ok", "bytes": len(res.body), "time": time.time()})
         self._log(req, res, "duplicate" if duplicate_of else "ok")
-        if is_html and duplicate_of is None:
+        if policy.is_html and duplicate_of is None:
             page = parse_mod.extract(
                 res.body, req.url, res.charset,
                 get_images=c.get_image, max_url_size=c.max_url_size,
