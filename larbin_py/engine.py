@@ -51,6 +51,7 @@ from .net.http import Fetcher
 from .journal import Committer, FETCHED, ReplayFrontier, cut_to_commit, read_journals
 from .output import Document, OutputError, make_output
 from .output.writer import ThreadedOutput, WriterThread
+from .robots_fetch import RobotsFetch
 from .rules import UrlRules
 from .state import (ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, describe_write_error, has_state,
                     read_checkpoint)
@@ -327,6 +328,9 @@ class Engine:
                 parser=c.http_parser,
                 clock=self._loop.time,  # the scheduler's clock: send times compare with starts
             )
+        self._robots_fetch = RobotsFetch(self.frontier, self._fetcher, self.lookup, now=self._now,
+                                         log=self._robots_log, on_answer=self._robots_answered,
+                                         rejected=self.rejected)
         if self._output is None:
             position = self._checkpoint_doc.get("output") if self._checkpoint_doc else None
             self._output = make_output(c, position=position)
@@ -485,7 +489,7 @@ class Engine:
                     self._spawn(self._page(req))
                 else:
                     self.robots_requests += 1
-                    self._spawn(self._robots(req))
+                    self._spawn(self._robots_fetch.run(req))
             mem = fr.urls_in_memory()
             if mem > self.peak_urls_in_memory:
                 self.peak_urls_in_memory = mem
@@ -537,11 +541,15 @@ class Engine:
     # ------------------------------------------------------------------
     # DNS
     # ------------------------------------------------------------------
+    async def lookup(self, host: str):
+        """Resolve ``host`` (no brackets): the one path from the engine's parts to the resolver."""
+        return await self._resolver.resolve(host)
+
     async def _resolve(self, site) -> None:
         host = site.host
         if host.startswith("["):
             host = host[1:-1]
-        answer = await self._resolver.resolve(host)
+        answer = await self.lookup(host)
         now = self._now()
         if answer.error is not None or not answer.ips:
             self.frontier.dns_failed(site, answer.error or "noAnswer", now)
@@ -549,60 +557,21 @@ class Engine:
             self.frontier.dns_resolved(site, tuple(answer.ips), answer.ttl, now)
 
     # ------------------------------------------------------------------
-    # robots.txt
+    # robots.txt (larbin_py.robots_fetch)
     # ------------------------------------------------------------------
-    async def _robots(self, req: Request) -> None:
-        fr = self.frontier
-        url, ip, port = req.url, req.ip, req.port
-        for hop in range(robots_mod.MAX_REDIRECTS + 1):
-            if hop:  # a redirect: the next hop is a request like any other, politely spaced
-                delay = fr.follow_up_delay(req, self._now())
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                fr.follow_up_started(req, self._now())
-                self.robots_requests += 1
-                self.requests += 1
-            res = await self._fetcher.fetch(url, ip, port)
-            self._count_bytes(res)
-            if not hop:
-                # a robots.txt request loads the server like a page: it feeds
-                # the flow controllers too (a new crawl's first answers are
-                # all robots.txt; the cap must not sit at its floor meanwhile)
-                self._observe(req, res, self._now())
-            status = res.status if (res.error is None or res.error == "tooBig") else None
-            decision = robots_mod.robots_decision(status)
-            if decision is robots_mod.RobotsDecision.PARSE:
-                body = robots_mod.cut_at_cap(res.body, res.error == "tooBig")
-                if self._robots_log is not None:
-                    self._robots_log.append(req.url, time.time(), body)
-                fr.robots_known(req, robots_mod.RobotsTxt.parse(body), robots_mod.CACHE_TTL, self._now())
-                return
-            if decision is robots_mod.RobotsDecision.FOLLOW:
-                target = normalize(res.location or "", url)
-                parsed = site_key(target) if target else None
-                if parsed is None:
-                    break
-                if parsed[0] != req.site.key:
-                    answer = await self._resolver.resolve(parsed[2].strip("[]"))
-                    if answer.error is not None or not answer.ips:
-                        fr.robots_unavailable(req, self._now())
-                        return
-                    ips = fr.allowed_addresses(parsed[2], answer.ips)
-                    if not ips:  # privateNetworks refuses every address: rules unreadable
-                        self.rejected["privateAddress"] += 1
-                        fr.robots_unavailable(req, self._now())
-                        return
-                    ip = ips[0]
-                url, port = target, parsed[3]
-                continue
-            if decision is robots_mod.RobotsDecision.ALLOW_ALL:
-                break
-            fr.robots_unavailable(req, self._now())
-            return
-        # 4xx, or too many redirects: no restriction (RFC 9309 2.3.1.3).
-        if self._robots_log is not None:
-            self._robots_log.append(req.url, time.time(), None)
-        fr.robots_known(req, robots_mod.RobotsTxt.allow_all(), robots_mod.CACHE_TTL, self._now())
+    def _robots_answered(self, req: Request, res, hop: int) -> None:
+        """Count a robots.txt answer; the first of a request feeds the flow controllers.
+
+        A robots.txt request loads the server like a page: a new crawl's
+        first answers are all robots.txt, and the cap must not sit at its
+        floor meanwhile.  A redirect's later hops are requests of their own.
+        """
+        self._count_bytes(res)
+        if hop:
+            self.robots_requests += 1
+            self.requests += 1
+        else:
+            self._observe(req, res, self._now())
 
     # ------------------------------------------------------------------
     # Pages
