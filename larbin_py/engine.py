@@ -37,7 +37,6 @@ import signal
 import sys
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field
 
 from . import outcomes
 from . import parse as parse_mod
@@ -51,6 +50,7 @@ from .net.http import Fetcher
 from .journal import Committer, FETCHED, ReplayFrontier, cut_to_commit, read_journals
 from .output import Document, OutputError, make_output
 from .output.writer import ThreadedOutput, WriterThread
+from .engine_stats import EngineStats, Summary
 from .robots_fetch import RobotsFetch
 from .rules import UrlRules
 from .state import (ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, describe_write_error, has_state,
@@ -74,67 +74,6 @@ class StartError(Exception):
     Raised by :meth:`Engine.run` before the crawl wrote anything: stateDir
     is left as it was (a fresh one holds nothing, a checkpoint is intact).
     """
-
-
-@dataclass
-class Summary:
-    """What a crawl did, printed at the end and returned by :meth:`Engine.run`."""
-
-    pages: int = 0
-    bytes: int = 0
-    elapsed: float = 0.0
-    taken: int = 0
-    queued: int = 0
-    in_flight: int = 0
-    forgotten: dict[str, int] = field(default_factory=dict)
-    rejected: dict[str, int] = field(default_factory=dict)
-    #: Pages fetched (and counted in ``pages``) whose content could not be used, by reason (``parseError``).
-    page_errors: dict[str, int] = field(default_factory=dict)
-    hosts: int = 0
-    dns_queries: int = 0
-    requests: int = 0
-    robots_requests: int = 0
-    stop_reason: str = ""
-    failed: str | None = None
-    peak_rss: int = 0
-    connections_opened: int = 0
-    reuses: int = 0
-    h11_handovers: int = 0
-    cookies: dict | None = None  # the jar's counts (useCookies), see larbin_py.net.cookies
-
-    @property
-    def pages_per_second(self) -> float:
-        return self.pages / self.elapsed if self.elapsed > 0 else 0.0
-
-    def format(self) -> str:
-        lines = [
-            f"larbin_py: {self.stop_reason}",
-            f"  pages fetched   {self.pages}  ({self.bytes} bytes, {self.pages_per_second:.1f} pages/s)",
-            f"  elapsed         {self.elapsed:.1f} s",
-            f"  URLs taken      {self.taken} = fetched {self.pages} + forgotten "
-            f"{sum(self.forgotten.values())} + queued {self.queued} + in flight {self.in_flight}",
-            f"  requests        {self.requests} (robots.txt {self.robots_requests})",
-            f"  hosts           {self.hosts}",
-            f"  DNS queries     {self.dns_queries}",
-            f"  connections     {self.connections_opened} opened, {self.reuses} requests on kept-alive ones; "
-            f"{self.h11_handovers} answers handed from llhttp to h11",
-            f"  peak RSS        {self.peak_rss / 2**20:.1f} MB",
-        ]
-        if self.forgotten:
-            lines.append("  forgotten       " + ", ".join(f"{k} {v}" for k, v in sorted(self.forgotten.items())))
-        if self.rejected:
-            lines.append("  links refused   " + ", ".join(f"{k} {v}" for k, v in sorted(self.rejected.items())))
-        if self.page_errors:
-            lines.append("  pages unparsed  " + ", ".join(f"{k} {v}" for k, v in sorted(self.page_errors.items())))
-        if self.cookies is not None:
-            c = self.cookies
-            why = ", ".join(f"{k} {v}" for k, v in sorted(c["refused"].items()))
-            lines.append(f"  cookies         {c['cookies']} kept; {c['accepted']} accepted, "
-                         f"{sum(c['refused'].values())} refused{f' ({why})' if why else ''}, "
-                         f"{c['evicted']} evicted, {c['expired']} expired, {c['not_sent']} not sent")
-        if self.failed:
-            lines.append(f"  FAILED: {self.failed}")
-        return "\n".join(lines)
 
 
 class Engine:
@@ -280,7 +219,8 @@ class Engine:
         self._elapsed_before = 0.0  # crawl time of the runs before a --reload
         self._wall_started = 0.0
         self.last: deque[dict] = deque(maxlen=20)
-        self._rate_samples: deque[tuple[float, int, int]] = deque()
+        #: The stats of the crawl: its summary and the stats server's snapshot.
+        self.stats = EngineStats(self)
         self.servers: list = []
         self.http_server = None
         #: Called with the engine once its servers listen (the demo prints the URL).
@@ -1020,109 +960,12 @@ class Engine:
         return self._elapsed_before + ((self._loop.time() - self._started) if self._loop else 0.0)
 
     def summary(self) -> Summary:
-        fr = self.frontier
-        elapsed = self._elapsed()
-        stats = getattr(self._resolver, "stats", None)
-        http = getattr(self._fetcher, "stats", None)
-        return Summary(
-            pages=fr.fetched,
-            bytes=self.bytes,
-            elapsed=elapsed,
-            taken=fr.taken,
-            queued=fr.queued,
-            in_flight=fr.in_flight,
-            forgotten=dict(fr.forgotten),
-            rejected=dict(self.rejected),
-            page_errors=dict(self.page_errors),
-            hosts=len(fr.sites),
-            dns_queries=_stat(stats, "queries_sent"),
-            requests=self.requests,
-            robots_requests=self.robots_requests,
-            stop_reason=self.stop_reason,
-            failed=self.failed,
-            peak_rss=_peak_rss(),
-            connections_opened=_stat(http, "connections_opened"),
-            reuses=_stat(http, "reuses"),
-            h11_handovers=_stat(http, "h11_handovers"),
-            cookies=self.cookies.stats if self.cookies is not None else None,
-        )
-
-    # ------------------------------------------------------------------
-    # Stats (StatsSource interface; schema in docs/stats.md)
-    # ------------------------------------------------------------------
-    def _flow_snapshot(self) -> dict:
-        flow = self.flow
-        state = flow.state() if flow is not None else {"srtt": None, "rtt_min": None, "rtt_max": None}
-        return {
-            "enabled": flow is not None,
-            "srtt": state["srtt"],
-            "rtt_min": state["rtt_min"],
-            "rtt_max": state["rtt_max"],
-            "max_requests": self.frontier.max_requests,
-            "rtt_p50": _percentile(self.rtts, 0.5),
-            "rtt_p95": _percentile(self.rtts, 0.95),
-        }
+        """What the crawl did so far (larbin_py.engine_stats)."""
+        return self.stats.summary()
 
     def snapshot(self) -> dict:
-        fr = self.frontier
-        loop_now = self._loop.time() if self._loop else 0.0
-        uptime = loop_now - self._started if self._loop else 0.0
-        samples = self._rate_samples
-        samples.append((loop_now, fr.fetched, self.bytes))
-        while len(samples) > 2 and loop_now - samples[0][0] > 5.0:
-            samples.popleft()
-        t0, p0, b0 = samples[0]
-        dt = loop_now - t0
-        rate_now = (fr.fetched - p0) / dt if dt > 0 else 0.0
-        bytes_rate = (self.bytes - b0) / dt if dt > 0 else 0.0
-        dns = getattr(self._resolver, "stats", None)
-        sites = fr.sites.values()
-        ready = sum(1 for s in sites if s.queued)
-        busiest = sorted(sites, key=lambda s: s.pages, reverse=True)[:10]
-        failing = sorted((s for s in sites if s.errors), key=lambda s: s.errors, reverse=True)[:10]
-        return {
-            "version": 1,
-            "time": time.time(),
-            "uptime": uptime,
-            "state": self.state,
-            "pages": {
-                "fetched": fr.fetched,
-                "bytes": self.bytes,
-                "rate_now": rate_now,
-                "rate_avg": fr.fetched / uptime if uptime > 0 else 0.0,
-                "bytes_rate_now": bytes_rate,
-                "limit": self.config.limit_page or None,
-                "errors": dict(self.page_errors),
-            },
-            "urls": {
-                "taken": fr.taken,
-                "seen": len(self.seen),
-                "queued_disk": fr.main.on_disk_only + fr.prio.on_disk_only + fr.wait.on_disk_only,
-                "in_memory": fr.urls_in_memory(),
-                "in_flight": fr.in_flight,
-                "fetched": fr.fetched,
-                "forgotten": dict(fr.forgotten),
-                "retry_wait": sum(fr.retried.values()),
-            },
-            "gate": {"is_get": fr.is_get},
-            "dns": {
-                "in_flight": _stat(dns, "in_flight"),
-                "queued": _stat(dns, "queued"),
-                "queries": _stat(dns, "queries_sent"),
-                "cache_hits": _stat(dns, "cache_hits"),
-                "failures": _stat(dns, "failures"),
-            },
-            "connections": {"open": fr.requests, "max": fr.max_requests},
-            "sites": {"known": len(fr.sites), "ready": ready, "waiting": fr.dns_pending + len(fr._timers)},
-            "process": {"rss_bytes": _rss(), "cpu_seconds": time.process_time()},
-            "flow": self._flow_snapshot(),
-            "hosts": {
-                "busiest": [{"host": s.host, "pages": s.pages} for s in busiest if s.pages],
-                "failing": [{"host": s.host, "errors": s.errors} for s in failing],
-            },
-            "last": list(self.last),
-            "limit_time": self.config.limit_time or None,
-        }
+        """The stats snapshot (StatsSource interface; schema in docs/stats.md)."""
+        return self.stats.snapshot()
 
 
 def _listen_reason(exc: BaseException) -> str:
@@ -1166,42 +1009,6 @@ def _remove_new_empty(path: str, before: set[str] | None) -> None:
             os.rmdir(path)
         except OSError:
             pass
-
-
-def _percentile(values, q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def _stat(stats, name: str) -> int:
-    if stats is None:
-        return 0
-    value = stats.get(name, 0) if isinstance(stats, dict) else getattr(stats, name, 0)
-    if isinstance(value, dict):
-        return sum(value.values())
-    return int(value or 0)
-
-
-def _peak_rss() -> int:
-    """Peak resident memory of this process since it started (VmHWM), bytes."""
-    try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-def _rss() -> int:
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 # ----------------------------------------------------------------------
