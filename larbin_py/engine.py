@@ -33,7 +33,6 @@ import asyncio
 import hashlib
 import os
 import random
-import signal
 import sys
 import time
 from collections import Counter, deque
@@ -58,7 +57,7 @@ from .state import (ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, describe_write_
 from .throttle import RttController
 from .url import fingerprint, fingerprints, normalize
 
-__all__ = ["Engine", "Summary", "StartError", "StateDirInUse", "StateError", "crawl_main"]
+__all__ = ["Engine", "Summary", "StartError", "StateDirInUse", "StateError"]
 
 #: How long in-flight requests may finish after a stop was asked, seconds.
 STOP_GRACE = 10.0
@@ -1009,55 +1008,3 @@ def _remove_new_empty(path: str, before: set[str] | None) -> None:
             os.rmdir(path)
         except OSError:
             pass
-
-
-# ----------------------------------------------------------------------
-# Entry point used by the command line
-# ----------------------------------------------------------------------
-#: Stop reasons given by the signal handlers, and the exit codes they mean.
-SIGNAL_STOPS = {signal.SIGINT: ("interrupted by SIGINT", 130), signal.SIGTERM: ("terminated by SIGTERM", 143)}
-
-
-async def run_engine(engine: Engine) -> int:
-    """Run ``engine`` with SIGINT/SIGTERM handlers; print the summary; exit code."""
-    loop = asyncio.get_running_loop()
-    for sig, (reason, _code) in SIGNAL_STOPS.items():
-        loop.add_signal_handler(sig, engine.request_stop, reason)
-    try:
-        summary = await engine.run()
-    except StartError as exc:
-        print(f"larbin_py: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        for sig in SIGNAL_STOPS:
-            loop.remove_signal_handler(sig)
-    print(summary.format(), file=sys.stderr)
-    if summary.failed:
-        return 1
-    for reason, code in SIGNAL_STOPS.values():
-        if summary.stop_reason == reason:
-            return code
-    return 0
-
-
-def crawl_main(config, *, reload: bool = False, demo: bool = False) -> int:
-    """Run a crawl to its end on uvloop; the process exit code."""
-    import uvloop
-
-    async def main() -> int:
-        if demo:
-            from .demo import run_demo
-
-            return await run_demo(config)
-        if reload and not config.can_reload:
-            print("larbin_py: --reload needs canReload (it is off in the configuration)", file=sys.stderr)
-            return 2
-        try:
-            engine = Engine(config, reload=reload)
-        except (StateDirInUse, StateError) as exc:
-            print(f"larbin_py: {exc}", file=sys.stderr)
-            return 2
-        return await run_engine(engine)
-
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(main())
