@@ -30,7 +30,6 @@ Outcomes of a page request (issue "The crawl engine"):
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import random
 import sys
@@ -50,6 +49,7 @@ from .journal import Committer, FETCHED, ReplayFrontier, cut_to_commit, read_jou
 from .output import Document, OutputError, make_output
 from .output.writer import ThreadedOutput, WriterThread
 from .engine_stats import EngineStats, Summary
+from .page_digests import PageDigests
 from .robots_fetch import RobotsFetch
 from .rules import UrlRules
 from .state import (ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, describe_write_error, has_state,
@@ -100,7 +100,8 @@ class Engine:
         self.rng = rng or random.Random()
         self.rules = UrlRules.from_config(config)
         self.agent = robots_mod.product_token(config.user_agent)
-        self._bodies: dict[bytes, str] = {}
+        #: pageNoDuplicate: the first URL of each page content, bounded, kept across --reload.
+        self._bodies = PageDigests()
         self.reload = reload
         state_dir = config.state_dir
         frontier_dir = os.path.join(state_dir, "frontier")
@@ -594,10 +595,7 @@ class Engine:
             return
         duplicate_of = None
         if c.page_no_duplicate:
-            key = hashlib.blake2b(res.body, digest_size=8).digest()
-            duplicate_of = self._bodies.get(key)
-            if duplicate_of is None:
-                self._bodies[key] = req.url
+            duplicate_of = self._bodies.first_of(res.body, req.url)
         if policy.save:
             self._output.write(self._document(req, res, duplicate_of))
         fr.fetched_ok(req, now)
@@ -766,6 +764,7 @@ class Engine:
         self.rejected.update({k: int(v) for k, v in eng.get("rejected", {}).items()})
         self.page_errors.update({k: int(v) for k, v in eng.get("page_errors", {}).items()})
         self._elapsed_before = float(eng.get("elapsed", 0.0))
+        self.damaged["pageDigests"] = self._bodies.restore(eng.get("page_digests", ()))
         kept = 0
         for url, (when, body) in self._robots_answers.items():
             left = when + robots_mod.CACHE_TTL - wall
@@ -814,6 +813,7 @@ class Engine:
                     "rejected": dict(self.rejected),
                     "page_errors": dict(self.page_errors),
                     "elapsed": self._elapsed(),
+                    "page_digests": self._bodies.to_state(),
                 },
                 "time": time.time(),
             }
