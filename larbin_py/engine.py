@@ -7,7 +7,14 @@ never blocks the loop and never sleeps: it reacts to events (a request ended,
 a name resolved, the frontier's next-allowed time came) through
 :meth:`Engine._pump`, which is scheduled at most once at a time.
 
-Outcomes of a page request (issue "The crawl engine"):
+The engine routes; each job is in a module whose name says it: the outcome
+rules in :mod:`larbin_py.outcomes` (a table), robots.txt fetching in
+:mod:`larbin_py.robots_fetch`, pageNoDuplicate's table in
+:mod:`larbin_py.page_digests`, the stats in :mod:`larbin_py.engine_stats`,
+the servers in :mod:`larbin_py.servers`; signals and the event loop's
+runner are the command line's (:mod:`larbin_py.runner`, :mod:`larbin_py.cli`).
+
+Outcomes of a page request (the table of larbin_py.outcomes):
 
 * 2xx: counted as fetched, parsed for links when HTML, written by the output.
   A non-HTML type is ``badType`` unless ``anyType`` (or ``getImage`` for
@@ -52,6 +59,7 @@ from .engine_stats import EngineStats, Summary
 from .page_digests import PageDigests
 from .robots_fetch import RobotsFetch
 from .rules import UrlRules
+from .servers import Servers, StartError
 from .state import (ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, describe_write_error, has_state,
                     read_checkpoint)
 from .throttle import RttController
@@ -65,14 +73,6 @@ STOP_GRACE = 10.0
 
 class StateDirInUse(Exception):
     """A plain start found the state of an earlier crawl in stateDir."""
-
-
-class StartError(Exception):
-    """The crawl could not start (a server could not listen): one line, exit 2.
-
-    Raised by :meth:`Engine.run` before the crawl wrote anything: stateDir
-    is left as it was (a fresh one holds nothing, a checkpoint is intact).
-    """
 
 
 class Engine:
@@ -221,8 +221,8 @@ class Engine:
         self.last: deque[dict] = deque(maxlen=20)
         #: The stats of the crawl: its summary and the stats server's snapshot.
         self.stats = EngineStats(self)
-        self.servers: list = []
-        self.http_server = None
+        #: The stats and input servers and the status line (larbin_py.servers).
+        self._servers = Servers(config, self, self.err)
         #: Called with the engine once its servers listen (the demo prints the URL).
         self.on_servers_started = None
         #: Peak of :meth:`Frontier.urls_in_memory`, sampled at every pump.
@@ -242,6 +242,11 @@ class Engine:
     @property
     def output(self):
         return self._output
+
+    @property
+    def http_server(self):
+        """The stats server (httpPort), once started; None otherwise."""
+        return self._servers.http
 
     def _build_components(self) -> None:
         c = self.config
@@ -693,7 +698,7 @@ class Engine:
         # The servers listen first: a port in use or a bad httpBind stops the
         # start before the output or a checkpoint is written (StartError).
         try:
-            await self._start_servers()
+            await self._servers.start()
         except StartError:
             await self._abandon_start()
             raise
@@ -844,48 +849,6 @@ class Engine:
             self._checkpoint_timer = self._loop.call_later(self.config.checkpoint_interval,
                                                            self._on_checkpoint_timer)
 
-    async def _start_servers(self) -> None:
-        """Start the stats and input servers; StartError (one line) when one cannot listen."""
-        c = self.config
-        if c.http_port:
-            from .web.server import StatsServer
-
-            server = await self._listen("httpPort", lambda: StatsServer(
-                self, host=c.http_bind, port=c.http_port, token=c.http_token, accept_urls=c.url_input))
-            self.http_server = server
-        if c.input_port:
-            from .web.input import InputServer
-
-            await self._listen("inputPort", lambda: InputServer(
-                self, host=c.http_bind, port=c.input_port, token=c.http_token))
-        if c.print_stats:
-            from .web.terminal import StatusLine
-
-            line = StatusLine(self, stream=self.err)
-            line.start()
-            self.servers.append(line)
-
-    async def _listen(self, key: str, make):
-        """Build and start one server (``key`` names its port in errors)."""
-        c = self.config
-        port = c.http_port if key == "httpPort" else c.input_port
-        host = f"[{c.http_bind}]" if ":" in c.http_bind else c.http_bind
-        try:
-            server = make()
-            await server.start()
-        except (OSError, ValueError) as exc:
-            raise StartError(f"cannot listen on {host}:{port} ({key}, httpBind): "
-                             f"{_listen_reason(exc)}") from None
-        self.servers.append(server)
-        return server
-
-    async def _stop_servers(self) -> None:
-        for server in self.servers:
-            result = server.stop() if hasattr(server, "stop") else server.close()
-            if asyncio.iscoroutine(result):
-                await result
-        self.servers = []
-
     async def _abandon_start(self) -> None:
         """Undo a start that failed before the crawl began (StartError, or an
         output that cannot be opened).
@@ -896,7 +859,7 @@ class Engine:
         crawl); a --reload's checkpoint and logs are left intact.
         """
         self.state = "failed"
-        await self._stop_servers()
+        await self._servers.stop()
         if self._robots_log is not None:
             self._robots_log.close()
         self.seen.close()
@@ -952,7 +915,7 @@ class Engine:
         self.state = "failed" if self.failed else "finished"
         await self._fetcher.close()
         self._resolver.close()
-        await self._stop_servers()
+        await self._servers.stop()
 
     def _elapsed(self) -> float:
         """Crawl time so far, the runs before a --reload included."""
@@ -965,17 +928,6 @@ class Engine:
     def snapshot(self) -> dict:
         """The stats snapshot (StatsSource interface; schema in docs/stats.md)."""
         return self.stats.snapshot()
-
-
-def _listen_reason(exc: BaseException) -> str:
-    """Why a server could not listen, in words: 'address already in use'."""
-    import socket
-
-    if isinstance(exc, socket.gaierror):
-        return f"unknown host name or address ({str(exc.strerror or exc).lower()})"
-    if isinstance(exc, OSError) and exc.errno:
-        return os.strerror(exc.errno).lower()
-    return str(exc)
 
 
 def _entries(path: str) -> set[str] | None:

@@ -13,7 +13,8 @@ import asyncio
 import signal
 import sys
 
-from .engine import Engine, StartError
+from .engine import Engine
+from .servers import StartError
 
 __all__ = ["SIGNAL_STOPS", "run_engine"]
 
