@@ -1,11 +1,13 @@
 """The command line: ``larbin`` / ``python -m larbin_py``.
 
 ``main(argv)`` reads the configuration, then hands it to
-``larbin_py.engine.crawl_main(config, reload=..., demo=...)`` (imported only
-then, so a configuration can be checked without the engine).  Exit codes:
+:func:`crawl_main`, the runner: it makes the uvloop event loop and runs the
+engine (larbin_py.runner: signals, summary, exit code) or the demo.  The
+engine, the demo and the synthetic web are imported only then, so a
+configuration can be checked without them.  Exit codes:
 
 * 0: the crawl finished (or ``--help``, ``--version``, ``--print-config``);
-* 1: the crawl failed, or the engine is missing;
+* 1: the crawl failed;
 * 2: a usage or configuration error, reported as ONE line on stderr;
 * 130: interrupted (SIGINT / Ctrl-C).
 
@@ -26,7 +28,7 @@ from typing import NoReturn, Sequence
 from . import __version__
 from .config import Config, ConfigError, demo_config, format_config, load_config
 
-__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED"]
+__all__ = ["main", "build_parser", "crawl_main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -93,6 +95,34 @@ def _say(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
 
+def crawl_main(config: Config, *, reload: bool = False, demo: bool = False) -> int:
+    """Run a crawl (or the demo) to its end on uvloop; the process exit code."""
+    import asyncio
+
+    import uvloop
+
+    async def run() -> int:
+        if demo:
+            from .demo import run_demo
+
+            return await run_demo(config)
+        if reload and not config.can_reload:
+            print("larbin_py: --reload needs canReload (it is off in the configuration)", file=sys.stderr)
+            return EXIT_USAGE
+        from .engine import Engine, StateDirInUse, StateError
+        from .runner import run_engine
+
+        try:
+            engine = Engine(config, reload=reload)
+        except (StateDirInUse, StateError) as exc:
+            print(f"larbin_py: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        return await run_engine(engine)
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(run())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit code."""
     parser = build_parser()
@@ -113,16 +143,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_config:
         sys.stdout.write(format_config(config))
         return EXIT_OK
-
-    try:
-        from .engine import crawl_main
-    except ImportError as exc:
-        if isinstance(exc, ModuleNotFoundError) and exc.name == f"{__package__}.engine" \
-                or "crawl_main" in str(exc):
-            _say(f"configuration {config.source} is valid, but the crawl engine is not built yet")
-        else:
-            _say(f"cannot load the crawl engine: {exc}")
-        return EXIT_FAILED
 
     if signal.getsignal(signal.SIGINT) is signal.SIG_DFL:
         signal.signal(signal.SIGINT, signal.default_int_handler)

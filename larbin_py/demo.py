@@ -69,7 +69,8 @@ def _clear_demo_state(state_dir: str) -> bool:
 
 async def run_demo(config, *, hosts: int = 30, seed: int = 7, out=None) -> int:
     """Crawl a fresh synthetic web with ``config``; the process exit code."""
-    from .engine import Engine, run_engine
+    from .engine import Engine
+    from .runner import run_engine
     from .sim import Sim, SimConfig
 
     out = out if out is not None else sys.stderr

@@ -7,7 +7,14 @@ never blocks the loop and never sleeps: it reacts to events (a request ended,
 a name resolved, the frontier's next-allowed time came) through
 :meth:`Engine._pump`, which is scheduled at most once at a time.
 
-Outcomes of a page request (issue "The crawl engine"):
+The engine routes; each job is in a module whose name says it: the outcome
+rules in :mod:`larbin_py.outcomes` (a table), robots.txt fetching in
+:mod:`larbin_py.robots_fetch`, pageNoDuplicate's table in
+:mod:`larbin_py.page_digests`, the stats in :mod:`larbin_py.engine_stats`,
+the servers in :mod:`larbin_py.servers`; signals and the event loop's
+runner are the command line's (:mod:`larbin_py.runner`, :mod:`larbin_py.cli`).
+
+Outcomes of a page request (the table of larbin_py.outcomes):
 
 * 2xx: counted as fetched, parsed for links when HTML, written by the output.
   A non-HTML type is ``badType`` unless ``anyType`` (or ``getImage`` for
@@ -30,15 +37,13 @@ Outcomes of a page request (issue "The crawl engine"):
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import random
-import signal
 import sys
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field
 
+from . import outcomes
 from . import parse as parse_mod
 from . import robots as robots_mod
 from .frontier.scheduler import PAGE, Frontier, Request, site_key
@@ -50,96 +55,24 @@ from .net.http import Fetcher
 from .journal import Committer, FETCHED, ReplayFrontier, cut_to_commit, read_journals
 from .output import Document, OutputError, make_output
 from .output.writer import ThreadedOutput, WriterThread
-from .parse import HTML_TYPES
+from .engine_stats import EngineStats, Summary
+from .page_digests import PageDigests
+from .robots_fetch import RobotsFetch
 from .rules import UrlRules
+from .servers import Servers, StartError
 from .state import (ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, describe_write_error, has_state,
                     read_checkpoint)
 from .throttle import RttController
 from .url import fingerprint, fingerprints, normalize
 
-__all__ = ["Engine", "Summary", "StartError", "StateDirInUse", "StateError", "crawl_main"]
+__all__ = ["Engine", "Summary", "StartError", "StateDirInUse", "StateError"]
 
-#: Answers retried after a wait: the server is busy or failing for now.
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-#: Longest Retry-After honoured, seconds.
-MAX_RETRY_AFTER = 600.0
 #: How long in-flight requests may finish after a stop was asked, seconds.
 STOP_GRACE = 10.0
-#: Retryable transport errors of the fetcher and the reason they end with.
-RETRYABLE = {"noConnection": "noConnection", "timeout": "timeout", "reset": "reset"}
 
 
 class StateDirInUse(Exception):
     """A plain start found the state of an earlier crawl in stateDir."""
-
-
-class StartError(Exception):
-    """The crawl could not start (a server could not listen): one line, exit 2.
-
-    Raised by :meth:`Engine.run` before the crawl wrote anything: stateDir
-    is left as it was (a fresh one holds nothing, a checkpoint is intact).
-    """
-
-
-@dataclass
-class Summary:
-    """What a crawl did, printed at the end and returned by :meth:`Engine.run`."""
-
-    pages: int = 0
-    bytes: int = 0
-    elapsed: float = 0.0
-    taken: int = 0
-    queued: int = 0
-    in_flight: int = 0
-    forgotten: dict[str, int] = field(default_factory=dict)
-    rejected: dict[str, int] = field(default_factory=dict)
-    #: Pages fetched (and counted in ``pages``) whose content could not be used, by reason (``parseError``).
-    page_errors: dict[str, int] = field(default_factory=dict)
-    hosts: int = 0
-    dns_queries: int = 0
-    requests: int = 0
-    robots_requests: int = 0
-    stop_reason: str = ""
-    failed: str | None = None
-    peak_rss: int = 0
-    connections_opened: int = 0
-    reuses: int = 0
-    h11_handovers: int = 0
-    cookies: dict | None = None  # the jar's counts (useCookies), see larbin_py.net.cookies
-
-    @property
-    def pages_per_second(self) -> float:
-        return self.pages / self.elapsed if self.elapsed > 0 else 0.0
-
-    def format(self) -> str:
-        lines = [
-            f"larbin_py: {self.stop_reason}",
-            f"  pages fetched   {self.pages}  ({self.bytes} bytes, {self.pages_per_second:.1f} pages/s)",
-            f"  elapsed         {self.elapsed:.1f} s",
-            f"  URLs taken      {self.taken} = fetched {self.pages} + forgotten "
-            f"{sum(self.forgotten.values())} + queued {self.queued} + in flight {self.in_flight}",
-            f"  requests        {self.requests} (robots.txt {self.robots_requests})",
-            f"  hosts           {self.hosts}",
-            f"  DNS queries     {self.dns_queries}",
-            f"  connections     {self.connections_opened} opened, {self.reuses} requests on kept-alive ones; "
-            f"{self.h11_handovers} answers handed from llhttp to h11",
-            f"  peak RSS        {self.peak_rss / 2**20:.1f} MB",
-        ]
-        if self.forgotten:
-            lines.append("  forgotten       " + ", ".join(f"{k} {v}" for k, v in sorted(self.forgotten.items())))
-        if self.rejected:
-            lines.append("  links refused   " + ", ".join(f"{k} {v}" for k, v in sorted(self.rejected.items())))
-        if self.page_errors:
-            lines.append("  pages unparsed  " + ", ".join(f"{k} {v}" for k, v in sorted(self.page_errors.items())))
-        if self.cookies is not None:
-            c = self.cookies
-            why = ", ".join(f"{k} {v}" for k, v in sorted(c["refused"].items()))
-            lines.append(f"  cookies         {c['cookies']} kept; {c['accepted']} accepted, "
-                         f"{sum(c['refused'].values())} refused{f' ({why})' if why else ''}, "
-                         f"{c['evicted']} evicted, {c['expired']} expired, {c['not_sent']} not sent")
-        if self.failed:
-            lines.append(f"  FAILED: {self.failed}")
-        return "\n".join(lines)
 
 
 class Engine:
@@ -167,7 +100,8 @@ class Engine:
         self.rng = rng or random.Random()
         self.rules = UrlRules.from_config(config)
         self.agent = robots_mod.product_token(config.user_agent)
-        self._bodies: dict[bytes, str] = {}
+        #: pageNoDuplicate: the first URL of each page content, bounded, kept across --reload.
+        self._bodies = PageDigests()
         self.reload = reload
         state_dir = config.state_dir
         frontier_dir = os.path.join(state_dir, "frontier")
@@ -285,9 +219,10 @@ class Engine:
         self._elapsed_before = 0.0  # crawl time of the runs before a --reload
         self._wall_started = 0.0
         self.last: deque[dict] = deque(maxlen=20)
-        self._rate_samples: deque[tuple[float, int, int]] = deque()
-        self.servers: list = []
-        self.http_server = None
+        #: The stats of the crawl: its summary and the stats server's snapshot.
+        self.stats = EngineStats(self)
+        #: The stats and input servers and the status line (larbin_py.servers).
+        self._servers = Servers(config, self, self.err)
         #: Called with the engine once its servers listen (the demo prints the URL).
         self.on_servers_started = None
         #: Peak of :meth:`Frontier.urls_in_memory`, sampled at every pump.
@@ -307,6 +242,11 @@ class Engine:
     @property
     def output(self):
         return self._output
+
+    @property
+    def http_server(self):
+        """The stats server (httpPort), once started; None otherwise."""
+        return self._servers.http
 
     def _build_components(self) -> None:
         c = self.config
@@ -333,6 +273,9 @@ class Engine:
                 parser=c.http_parser,
                 clock=self._loop.time,  # the scheduler's clock: send times compare with starts
             )
+        self._robots_fetch = RobotsFetch(self.frontier, self._fetcher, self.lookup, now=self._now,
+                                         log=self._robots_log, on_answer=self._robots_answered,
+                                         rejected=self.rejected)
         if self._output is None:
             position = self._checkpoint_doc.get("output") if self._checkpoint_doc else None
             self._output = make_output(c, position=position)
@@ -491,7 +434,7 @@ class Engine:
                     self._spawn(self._page(req))
                 else:
                     self.robots_requests += 1
-                    self._spawn(self._robots(req))
+                    self._spawn(self._robots_fetch.run(req))
             mem = fr.urls_in_memory()
             if mem > self.peak_urls_in_memory:
                 self.peak_urls_in_memory = mem
@@ -543,11 +486,15 @@ class Engine:
     # ------------------------------------------------------------------
     # DNS
     # ------------------------------------------------------------------
+    async def lookup(self, host: str):
+        """Resolve ``host`` (no brackets): the one path from the engine's parts to the resolver."""
+        return await self._resolver.resolve(host)
+
     async def _resolve(self, site) -> None:
         host = site.host
         if host.startswith("["):
             host = host[1:-1]
-        answer = await self._resolver.resolve(host)
+        answer = await self.lookup(host)
         now = self._now()
         if answer.error is not None or not answer.ips:
             self.frontier.dns_failed(site, answer.error or "noAnswer", now)
@@ -555,60 +502,21 @@ class Engine:
             self.frontier.dns_resolved(site, tuple(answer.ips), answer.ttl, now)
 
     # ------------------------------------------------------------------
-    # robots.txt
+    # robots.txt (larbin_py.robots_fetch)
     # ------------------------------------------------------------------
-    async def _robots(self, req: Request) -> None:
-        fr = self.frontier
-        url, ip, port = req.url, req.ip, req.port
-        for hop in range(robots_mod.MAX_REDIRECTS + 1):
-            if hop:  # a redirect: the next hop is a request like any other, politely spaced
-                delay = fr.follow_up_delay(req, self._now())
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                fr.follow_up_started(req, self._now())
-                self.robots_requests += 1
-                self.requests += 1
-            res = await self._fetcher.fetch(url, ip, port)
-            self._count_bytes(res)
-            if not hop:
-                # a robots.txt request loads the server like a page: it feeds
-                # the flow controllers too (a new crawl's first answers are
-                # all robots.txt; the cap must not sit at its floor meanwhile)
-                self._observe(req, res, self._now())
-            status = res.status if (res.error is None or res.error == "tooBig") else None
-            decision = robots_mod.robots_decision(status)
-            if decision is robots_mod.RobotsDecision.PARSE:
-                body = robots_mod.cut_at_cap(res.body, res.error == "tooBig")
-                if self._robots_log is not None:
-                    self._robots_log.append(req.url, time.time(), body)
-                fr.robots_known(req, robots_mod.RobotsTxt.parse(body), robots_mod.CACHE_TTL, self._now())
-                return
-            if decision is robots_mod.RobotsDecision.FOLLOW:
-                target = normalize(res.location or "", url)
-                parsed = site_key(target) if target else None
-                if parsed is None:
-                    break
-                if parsed[0] != req.site.key:
-                    answer = await self._resolver.resolve(parsed[2].strip("[]"))
-                    if answer.error is not None or not answer.ips:
-                        fr.robots_unavailable(req, self._now())
-                        return
-                    ips = fr.allowed_addresses(parsed[2], answer.ips)
-                    if not ips:  # privateNetworks refuses every address: rules unreadable
-                        self.rejected["privateAddress"] += 1
-                        fr.robots_unavailable(req, self._now())
-                        return
-                    ip = ips[0]
-                url, port = target, parsed[3]
-                continue
-            if decision is robots_mod.RobotsDecision.ALLOW_ALL:
-                break
-            fr.robots_unavailable(req, self._now())
-            return
-        # 4xx, or too many redirects: no restriction (RFC 9309 2.3.1.3).
-        if self._robots_log is not None:
-            self._robots_log.append(req.url, time.time(), None)
-        fr.robots_known(req, robots_mod.RobotsTxt.allow_all(), robots_mod.CACHE_TTL, self._now())
+    def _robots_answered(self, req: Request, res, hop: int) -> None:
+        """Count a robots.txt answer; the first of a request feeds the flow controllers.
+
+        A robots.txt request loads the server like a page: a new crawl's
+        first answers are all robots.txt, and the cap must not sit at its
+        floor meanwhile.  A redirect's later hops are requests of their own.
+        """
+        self._count_bytes(res)
+        if hop:
+            self.robots_requests += 1
+            self.requests += 1
+        else:
+            self._observe(req, res, self._now())
 
     # ------------------------------------------------------------------
     # Pages
@@ -647,80 +555,60 @@ class Engine:
                                       res.retry_after)
 
     def _on_page(self, req: Request, res) -> None:
+        """Apply the outcome rules (larbin_py.outcomes) to a page request's result."""
         fr = self.frontier
         now = self._now()
         self._observe(req, res, now)
         rec = req.record
-        status = res.status
-        if res.error is not None:
-            reason = RETRYABLE.get(res.error)
-            if res.error == "reset" and res.conn_reused and res.bytes_read == 0:
-                # The server closed the kept-alive connection as we reused it:
-                # the request never reached it.  Again, politely, for free.
-                fr.retry(req, "staleConnection", now, free=True)
-            elif reason is not None:
-                fr.retry(req, reason, now)
-            else:
-                fr.forget(req, res.error, now)
-            self._log(req, res, res.error)
-            return
-        if 200 <= status < 300:
+        c = self.config
+        action = outcomes.decide(res.error, res.status, conn_reused=res.conn_reused,
+                                 bytes_read=res.bytes_read, retry_after=res.retry_after,
+                                 retries=c.retries, retries_left=rec.retries, wait_duration=c.wait_duration)
+        kind, reason = action.kind, action.reason
+        if kind == outcomes.SUCCESS:
             self._on_success(req, res, now)
-        elif 300 <= status < 400:
-            fr.forget(req, "err30X", now)
-            self._log(req, res, "err30X")
-            if res.location:
-                target = normalize(res.location, req.url, max_length=self.config.max_url_size)
-                if target is None:
-                    pass
-                elif rec.hops >= self.config.max_redirects:
-                    # Hops are counted from the URL first queued (kept in its
-                    # record, on disk too): an endless chain ends here.
-                    self.rejected["tooManyRedirects"] += 1
-                else:
-                    self._add_links((target,), req.url, rec.depth, redirect=True, hops=rec.hops + 1)
-        elif status in RETRY_STATUSES:
-            reason = "err50X"  # 429 too: a server that asks to slow down
-            if res.retry_after is not None:
-                delay = min(res.retry_after, MAX_RETRY_AFTER)
-            else:
-                delay = max(self.config.wait_duration, 1.0) * (2 ** max(0, self.config.retries - rec.retries))
-            retried = fr.retry(req, reason, now, delay)
-            self._log(req, res, f"retry {reason}" if retried else reason)
-        elif status >= 500:
-            fr.forget(req, "err50X", now)
-            self._log(req, res, "err50X")
+        elif kind == outcomes.REDIRECT:
+            fr.forget(req, reason, now)
+            self._log(req, res, reason)
+            target, refused = outcomes.redirect_target(res.location, req.url, rec.hops,
+                                                       max_redirects=c.max_redirects,
+                                                       max_url_size=c.max_url_size)
+            if refused is not None:
+                self.rejected[refused] += 1
+            elif target is not None:
+                self._add_links((target,), req.url, rec.depth, redirect=True, hops=rec.hops + 1)
+        elif kind == outcomes.RETRY_FREE:
+            # The request never reached the server: again, politely, for free.
+            fr.retry(req, reason, now, free=True)
+            self._log(req, res, res.error)
+        elif kind == outcomes.RETRY:
+            retried = fr.retry(req, reason, now, action.delay or 0.0)
+            self._log(req, res, res.error if res.error is not None else
+                      (f"retry {reason}" if retried else reason))
         else:
-            fr.forget(req, "err40X", now)
-            self._log(req, res, "err40X")
+            fr.forget(req, reason, now)
+            self._log(req, res, res.error if res.error is not None else reason)
 
     def _on_success(self, req: Request, res, now: float) -> None:
         fr = self.frontier
         c = self.config
-        ctype = res.content_type or ""
-        is_html = ctype in HTML_TYPES
-        wanted = is_html or c.any_type or (c.get_image and ctype.startswith("image/"))
-        if c.specific_search and ctype in c.specific_set:
-            wanted = True
-        if not wanted:
+        policy = outcomes.content_policy(res.content_type, any_type=c.any_type, get_image=c.get_image,
+                                         specific_search=c.specific_search, specific_set=c.specific_set)
+        if not policy.wanted:
             fr.forget(req, "badType", now)
             self._log(req, res, "badType")
             return
         duplicate_of = None
         if c.page_no_duplicate:
-            key = hashlib.blake2b(res.body, digest_size=8).digest()
-            duplicate_of = self._bodies.get(key)
-            if duplicate_of is None:
-                self._bodies[key] = req.url
-        save = not c.specific_search or ctype in c.specific_set
-        if save:
+            duplicate_of = self._bodies.first_of(res.body, req.url)
+        if policy.save:
             self._output.write(self._document(req, res, duplicate_of))
         fr.fetched_ok(req, now)
         if self._committer is not None:
             self._committer.done(req.url, FETCHED, True)
         self.last.append({"url": req.url, "status": res.status, "reason": "ok", "bytes": len(res.body), "time": time.time()})
         self._log(req, res, "duplicate" if duplicate_of else "ok")
-        if is_html and duplicate_of is None:
+        if policy.is_html and duplicate_of is None:
             page = parse_mod.extract(
                 res.body, req.url, res.charset,
                 get_images=c.get_image, max_url_size=c.max_url_size,
@@ -810,7 +698,7 @@ class Engine:
         # The servers listen first: a port in use or a bad httpBind stops the
         # start before the output or a checkpoint is written (StartError).
         try:
-            await self._start_servers()
+            await self._servers.start()
         except StartError:
             await self._abandon_start()
             raise
@@ -881,6 +769,7 @@ class Engine:
         self.rejected.update({k: int(v) for k, v in eng.get("rejected", {}).items()})
         self.page_errors.update({k: int(v) for k, v in eng.get("page_errors", {}).items()})
         self._elapsed_before = float(eng.get("elapsed", 0.0))
+        self.damaged["pageDigests"] = self._bodies.restore(eng.get("page_digests", ()))
         kept = 0
         for url, (when, body) in self._robots_answers.items():
             left = when + robots_mod.CACHE_TTL - wall
@@ -929,6 +818,7 @@ class Engine:
                     "rejected": dict(self.rejected),
                     "page_errors": dict(self.page_errors),
                     "elapsed": self._elapsed(),
+                    "page_digests": self._bodies.to_state(),
                 },
                 "time": time.time(),
             }
@@ -959,48 +849,6 @@ class Engine:
             self._checkpoint_timer = self._loop.call_later(self.config.checkpoint_interval,
                                                            self._on_checkpoint_timer)
 
-    async def _start_servers(self) -> None:
-        """Start the stats and input servers; StartError (one line) when one cannot listen."""
-        c = self.config
-        if c.http_port:
-            from .web.server import StatsServer
-
-            server = await self._listen("httpPort", lambda: StatsServer(
-                self, host=c.http_bind, port=c.http_port, token=c.http_token, accept_urls=c.url_input))
-            self.http_server = server
-        if c.input_port:
-            from .web.input import InputServer
-
-            await self._listen("inputPort", lambda: InputServer(
-                self, host=c.http_bind, port=c.input_port, token=c.http_token))
-        if c.print_stats:
-            from .web.terminal import StatusLine
-
-            line = StatusLine(self, stream=self.err)
-            line.start()
-            self.servers.append(line)
-
-    async def _listen(self, key: str, make):
-        """Build and start one server (``key`` names its port in errors)."""
-        c = self.config
-        port = c.http_port if key == "httpPort" else c.input_port
-        host = f"[{c.http_bind}]" if ":" in c.http_bind else c.http_bind
-        try:
-            server = make()
-            await server.start()
-        except (OSError, ValueError) as exc:
-            raise StartError(f"cannot listen on {host}:{port} ({key}, httpBind): "
-                             f"{_listen_reason(exc)}") from None
-        self.servers.append(server)
-        return server
-
-    async def _stop_servers(self) -> None:
-        for server in self.servers:
-            result = server.stop() if hasattr(server, "stop") else server.close()
-            if asyncio.iscoroutine(result):
-                await result
-        self.servers = []
-
     async def _abandon_start(self) -> None:
         """Undo a start that failed before the crawl began (StartError, or an
         output that cannot be opened).
@@ -1011,7 +859,7 @@ class Engine:
         crawl); a --reload's checkpoint and logs are left intact.
         """
         self.state = "failed"
-        await self._stop_servers()
+        await self._servers.stop()
         if self._robots_log is not None:
             self._robots_log.close()
         self.seen.close()
@@ -1067,127 +915,19 @@ class Engine:
         self.state = "failed" if self.failed else "finished"
         await self._fetcher.close()
         self._resolver.close()
-        await self._stop_servers()
+        await self._servers.stop()
 
     def _elapsed(self) -> float:
         """Crawl time so far, the runs before a --reload included."""
         return self._elapsed_before + ((self._loop.time() - self._started) if self._loop else 0.0)
 
     def summary(self) -> Summary:
-        fr = self.frontier
-        elapsed = self._elapsed()
-        stats = getattr(self._resolver, "stats", None)
-        http = getattr(self._fetcher, "stats", None)
-        return Summary(
-            pages=fr.fetched,
-            bytes=self.bytes,
-            elapsed=elapsed,
-            taken=fr.taken,
-            queued=fr.queued,
-            in_flight=fr.in_flight,
-            forgotten=dict(fr.forgotten),
-            rejected=dict(self.rejected),
-            page_errors=dict(self.page_errors),
-            hosts=len(fr.sites),
-            dns_queries=_stat(stats, "queries_sent"),
-            requests=self.requests,
-            robots_requests=self.robots_requests,
-            stop_reason=self.stop_reason,
-            failed=self.failed,
-            peak_rss=_peak_rss(),
-            connections_opened=_stat(http, "connections_opened"),
-            reuses=_stat(http, "reuses"),
-            h11_handovers=_stat(http, "h11_handovers"),
-            cookies=self.cookies.stats if self.cookies is not None else None,
-        )
-
-    # ------------------------------------------------------------------
-    # Stats (StatsSource interface; schema in docs/stats.md)
-    # ------------------------------------------------------------------
-    def _flow_snapshot(self) -> dict:
-        flow = self.flow
-        state = flow.state() if flow is not None else {"srtt": None, "rtt_min": None, "rtt_max": None}
-        return {
-            "enabled": flow is not None,
-            "srtt": state["srtt"],
-            "rtt_min": state["rtt_min"],
-            "rtt_max": state["rtt_max"],
-            "max_requests": self.frontier.max_requests,
-            "rtt_p50": _percentile(self.rtts, 0.5),
-            "rtt_p95": _percentile(self.rtts, 0.95),
-        }
+        """What the crawl did so far (larbin_py.engine_stats)."""
+        return self.stats.summary()
 
     def snapshot(self) -> dict:
-        fr = self.frontier
-        loop_now = self._loop.time() if self._loop else 0.0
-        uptime = loop_now - self._started if self._loop else 0.0
-        samples = self._rate_samples
-        samples.append((loop_now, fr.fetched, self.bytes))
-        while len(samples) > 2 and loop_now - samples[0][0] > 5.0:
-            samples.popleft()
-        t0, p0, b0 = samples[0]
-        dt = loop_now - t0
-        rate_now = (fr.fetched - p0) / dt if dt > 0 else 0.0
-        bytes_rate = (self.bytes - b0) / dt if dt > 0 else 0.0
-        dns = getattr(self._resolver, "stats", None)
-        sites = fr.sites.values()
-        ready = sum(1 for s in sites if s.queued)
-        busiest = sorted(sites, key=lambda s: s.pages, reverse=True)[:10]
-        failing = sorted((s for s in sites if s.errors), key=lambda s: s.errors, reverse=True)[:10]
-        return {
-            "version": 1,
-            "time": time.time(),
-            "uptime": uptime,
-            "state": self.state,
-            "pages": {
-                "fetched": fr.fetched,
-                "bytes": self.bytes,
-                "rate_now": rate_now,
-                "rate_avg": fr.fetched / uptime if uptime > 0 else 0.0,
-                "bytes_rate_now": bytes_rate,
-                "limit": self.config.limit_page or None,
-                "errors": dict(self.page_errors),
-            },
-            "urls": {
-                "taken": fr.taken,
-                "seen": len(self.seen),
-                "queued_disk": fr.main.on_disk_only + fr.prio.on_disk_only + fr.wait.on_disk_only,
-                "in_memory": fr.urls_in_memory(),
-                "in_flight": fr.in_flight,
-                "fetched": fr.fetched,
-                "forgotten": dict(fr.forgotten),
-                "retry_wait": sum(fr.retried.values()),
-            },
-            "gate": {"is_get": fr.is_get},
-            "dns": {
-                "in_flight": _stat(dns, "in_flight"),
-                "queued": _stat(dns, "queued"),
-                "queries": _stat(dns, "queries_sent"),
-                "cache_hits": _stat(dns, "cache_hits"),
-                "failures": _stat(dns, "failures"),
-            },
-            "connections": {"open": fr.requests, "max": fr.max_requests},
-            "sites": {"known": len(fr.sites), "ready": ready, "waiting": fr.dns_pending + len(fr._timers)},
-            "process": {"rss_bytes": _rss(), "cpu_seconds": time.process_time()},
-            "flow": self._flow_snapshot(),
-            "hosts": {
-                "busiest": [{"host": s.host, "pages": s.pages} for s in busiest if s.pages],
-                "failing": [{"host": s.host, "errors": s.errors} for s in failing],
-            },
-            "last": list(self.last),
-            "limit_time": self.config.limit_time or None,
-        }
-
-
-def _listen_reason(exc: BaseException) -> str:
-    """Why a server could not listen, in words: 'address already in use'."""
-    import socket
-
-    if isinstance(exc, socket.gaierror):
-        return f"unknown host name or address ({str(exc.strerror or exc).lower()})"
-    if isinstance(exc, OSError) and exc.errno:
-        return os.strerror(exc.errno).lower()
-    return str(exc)
+        """The stats snapshot (StatsSource interface; schema in docs/stats.md)."""
+        return self.stats.snapshot()
 
 
 def _entries(path: str) -> set[str] | None:
@@ -1220,91 +960,3 @@ def _remove_new_empty(path: str, before: set[str] | None) -> None:
             os.rmdir(path)
         except OSError:
             pass
-
-
-def _percentile(values, q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def _stat(stats, name: str) -> int:
-    if stats is None:
-        return 0
-    value = stats.get(name, 0) if isinstance(stats, dict) else getattr(stats, name, 0)
-    if isinstance(value, dict):
-        return sum(value.values())
-    return int(value or 0)
-
-
-def _peak_rss() -> int:
-    """Peak resident memory of this process since it started (VmHWM), bytes."""
-    try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-def _rss() -> int:
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-# ----------------------------------------------------------------------
-# Entry point used by the command line
-# ----------------------------------------------------------------------
-#: Stop reasons given by the signal handlers, and the exit codes they mean.
-SIGNAL_STOPS = {signal.SIGINT: ("interrupted by SIGINT", 130), signal.SIGTERM: ("terminated by SIGTERM", 143)}
-
-
-async def run_engine(engine: Engine) -> int:
-    """Run ``engine`` with SIGINT/SIGTERM handlers; print the summary; exit code."""
-    loop = asyncio.get_running_loop()
-    for sig, (reason, _code) in SIGNAL_STOPS.items():
-        loop.add_signal_handler(sig, engine.request_stop, reason)
-    try:
-        summary = await engine.run()
-    except StartError as exc:
-        print(f"larbin_py: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        for sig in SIGNAL_STOPS:
-            loop.remove_signal_handler(sig)
-    print(summary.format(), file=sys.stderr)
-    if summary.failed:
-        return 1
-    for reason, code in SIGNAL_STOPS.values():
-        if summary.stop_reason == reason:
-            return code
-    return 0
-
-
-def crawl_main(config, *, reload: bool = False, demo: bool = False) -> int:
-    """Run a crawl to its end on uvloop; the process exit code."""
-    import uvloop
-
-    async def main() -> int:
-        if demo:
-            from .demo import run_demo
-
-            return await run_demo(config)
-        if reload and not config.can_reload:
-            print("larbin_py: --reload needs canReload (it is off in the configuration)", file=sys.stderr)
-            return 2
-        try:
-            engine = Engine(config, reload=reload)
-        except (StateDirInUse, StateError) as exc:
-            print(f"larbin_py: {exc}", file=sys.stderr)
-            return 2
-        return await run_engine(engine)
-
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(main())

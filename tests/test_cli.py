@@ -11,13 +11,13 @@ import os
 import socket
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
 
 import larbin_py
 from larbin_py import __main__ as entry
+from larbin_py import cli
 from larbin_py.cli import main
 from larbin_py.config import ConfigError, parse_config_text
 
@@ -94,14 +94,13 @@ def test_print_config_of_the_shipped_file(tmp_path):
 
 
 SIGINT_SCRIPT = """
-import os, signal, sys, types
-engine = types.ModuleType("larbin_py.engine")
+import os, signal, sys
+import larbin_py.cli as cli
 def crawl_main(config, *, reload=False, demo=False):
     os.kill(os.getpid(), signal.SIGINT)
     signal.pause()  # the KeyboardInterrupt arrives from the handler
     return 0
-engine.crawl_main = crawl_main
-sys.modules["larbin_py.engine"] = engine
+cli.crawl_main = crawl_main
 from larbin_py.__main__ import main
 raise SystemExit(main(sys.argv[1:]))
 """
@@ -135,9 +134,7 @@ def fake_engine(monkeypatch, tmp_path):
 
     def install(**kw) -> FakeEngine:
         fake = FakeEngine(**kw)
-        module = types.ModuleType("larbin_py.engine")
-        module.crawl_main = fake.crawl_main
-        monkeypatch.setitem(sys.modules, "larbin_py.engine", module)
+        monkeypatch.setattr(cli, "crawl_main", fake.crawl_main)
         return fake
 
     return install
@@ -234,14 +231,6 @@ def test_config_errors_never_reach_the_engine(fake_engine, capsys):
     assert fake.calls == []
     assert capsys.readouterr().err.strip() == \
         "larbin: larbin.conf:2: pagesConnexions: expected an integer in 1..100000, got '0'"
-
-
-def test_missing_engine_module_gives_1(monkeypatch, tmp_path, capsys):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setitem(sys.modules, "larbin_py.engine", None)  # import raises ModuleNotFoundError
-    Path("larbin.conf").write_text(SEED)
-    assert main([]) == 1
-    assert "crawl engine is not built yet" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- servers that cannot listen (issue 18 §5)

@@ -1,0 +1,229 @@
+"""The crawl's statistics: the end-of-crawl :class:`Summary` and the stats snapshot.
+
+:class:`EngineStats` reads the engine's parts (its frontier, resolver,
+fetcher, flow controller and counters) and never changes them, except for its
+own rate samples (the last 5 s of pages and bytes, for the "now" rates).
+The snapshot is the ``StatsSource`` interface of larbin_py.web (schema in
+docs/stats.md); ``/proc`` reads give the memory figures.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+__all__ = ["EngineStats", "Summary"]
+
+
+@dataclass
+class Summary:
+    """What a crawl did, printed at the end and returned by ``Engine.run``."""
+
+    pages: int = 0
+    bytes: int = 0
+    elapsed: float = 0.0
+    taken: int = 0
+    queued: int = 0
+    in_flight: int = 0
+    forgotten: dict[str, int] = field(default_factory=dict)
+    rejected: dict[str, int] = field(default_factory=dict)
+    #: Pages fetched (and counted in ``pages``) whose content could not be used, by reason (``parseError``).
+    page_errors: dict[str, int] = field(default_factory=dict)
+    hosts: int = 0
+    dns_queries: int = 0
+    requests: int = 0
+    robots_requests: int = 0
+    stop_reason: str = ""
+    failed: str | None = None
+    peak_rss: int = 0
+    connections_opened: int = 0
+    reuses: int = 0
+    h11_handovers: int = 0
+    cookies: dict | None = None  # the jar's counts (useCookies), see larbin_py.net.cookies
+
+    @property
+    def pages_per_second(self) -> float:
+        return self.pages / self.elapsed if self.elapsed > 0 else 0.0
+
+    def format(self) -> str:
+        lines = [
+            f"larbin_py: {self.stop_reason}",
+            f"  pages fetched   {self.pages}  ({self.bytes} bytes, {self.pages_per_second:.1f} pages/s)",
+            f"  elapsed         {self.elapsed:.1f} s",
+            f"  URLs taken      {self.taken} = fetched {self.pages} + forgotten "
+            f"{sum(self.forgotten.values())} + queued {self.queued} + in flight {self.in_flight}",
+            f"  requests        {self.requests} (robots.txt {self.robots_requests})",
+            f"  hosts           {self.hosts}",
+            f"  DNS queries     {self.dns_queries}",
+            f"  connections     {self.connections_opened} opened, {self.reuses} requests on kept-alive ones; "
+            f"{self.h11_handovers} answers handed from llhttp to h11",
+            f"  peak RSS        {self.peak_rss / 2**20:.1f} MB",
+        ]
+        if self.forgotten:
+            lines.append("  forgotten       " + ", ".join(f"{k} {v}" for k, v in sorted(self.forgotten.items())))
+        if self.rejected:
+            lines.append("  links refused   " + ", ".join(f"{k} {v}" for k, v in sorted(self.rejected.items())))
+        if self.page_errors:
+            lines.append("  pages unparsed  " + ", ".join(f"{k} {v}" for k, v in sorted(self.page_errors.items())))
+        if self.cookies is not None:
+            c = self.cookies
+            why = ", ".join(f"{k} {v}" for k, v in sorted(c["refused"].items()))
+            lines.append(f"  cookies         {c['cookies']} kept; {c['accepted']} accepted, "
+                         f"{sum(c['refused'].values())} refused{f' ({why})' if why else ''}, "
+                         f"{c['evicted']} evicted, {c['expired']} expired, {c['not_sent']} not sent")
+        if self.failed:
+            lines.append(f"  FAILED: {self.failed}")
+        return "\n".join(lines)
+
+
+class EngineStats:
+    """The summary and the snapshot of ``engine`` (an :class:`larbin_py.engine.Engine`)."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self._rate_samples: deque[tuple[float, int, int]] = deque()
+
+    def summary(self) -> Summary:
+        """What the crawl did so far: printed at the end, returned by ``Engine.run``."""
+        e = self.engine
+        fr = e.frontier
+        elapsed = e._elapsed()
+        stats = getattr(e._resolver, "stats", None)
+        http = getattr(e._fetcher, "stats", None)
+        return Summary(
+            pages=fr.fetched,
+            bytes=e.bytes,
+            elapsed=elapsed,
+            taken=fr.taken,
+            queued=fr.queued,
+            in_flight=fr.in_flight,
+            forgotten=dict(fr.forgotten),
+            rejected=dict(e.rejected),
+            page_errors=dict(e.page_errors),
+            hosts=len(fr.sites),
+            dns_queries=_stat(stats, "queries_sent"),
+            requests=e.requests,
+            robots_requests=e.robots_requests,
+            stop_reason=e.stop_reason,
+            failed=e.failed,
+            peak_rss=_peak_rss(),
+            connections_opened=_stat(http, "connections_opened"),
+            reuses=_stat(http, "reuses"),
+            h11_handovers=_stat(http, "h11_handovers"),
+            cookies=e.cookies.stats if e.cookies is not None else None,
+        )
+
+    def _flow_snapshot(self) -> dict:
+        e = self.engine
+        flow = e.flow
+        state = flow.state() if flow is not None else {"srtt": None, "rtt_min": None, "rtt_max": None}
+        return {
+            "enabled": flow is not None,
+            "srtt": state["srtt"],
+            "rtt_min": state["rtt_min"],
+            "rtt_max": state["rtt_max"],
+            "max_requests": e.frontier.max_requests,
+            "rtt_p50": _percentile(e.rtts, 0.5),
+            "rtt_p95": _percentile(e.rtts, 0.95),
+        }
+
+    def snapshot(self) -> dict:
+        """The stats snapshot (StatsSource interface; schema in docs/stats.md)."""
+        e = self.engine
+        fr = e.frontier
+        loop_now = e._loop.time() if e._loop else 0.0
+        uptime = loop_now - e._started if e._loop else 0.0
+        samples = self._rate_samples
+        samples.append((loop_now, fr.fetched, e.bytes))
+        while len(samples) > 2 and loop_now - samples[0][0] > 5.0:
+            samples.popleft()
+        t0, p0, b0 = samples[0]
+        dt = loop_now - t0
+        rate_now = (fr.fetched - p0) / dt if dt > 0 else 0.0
+        bytes_rate = (e.bytes - b0) / dt if dt > 0 else 0.0
+        dns = getattr(e._resolver, "stats", None)
+        sites = fr.sites.values()
+        ready = sum(1 for s in sites if s.queued)
+        busiest = sorted(sites, key=lambda s: s.pages, reverse=True)[:10]
+        failing = sorted((s for s in sites if s.errors), key=lambda s: s.errors, reverse=True)[:10]
+        return {
+            "version": 1,
+            "time": time.time(),
+            "uptime": uptime,
+            "state": e.state,
+            "pages": {
+                "fetched": fr.fetched,
+                "bytes": e.bytes,
+                "rate_now": rate_now,
+                "rate_avg": fr.fetched / uptime if uptime > 0 else 0.0,
+                "bytes_rate_now": bytes_rate,
+                "limit": e.config.limit_page or None,
+                "errors": dict(e.page_errors),
+            },
+            "urls": {
+                "taken": fr.taken,
+                "seen": len(e.seen),
+                "queued_disk": fr.main.on_disk_only + fr.prio.on_disk_only + fr.wait.on_disk_only,
+                "in_memory": fr.urls_in_memory(),
+                "in_flight": fr.in_flight,
+                "fetched": fr.fetched,
+                "forgotten": dict(fr.forgotten),
+                "retry_wait": sum(fr.retried.values()),
+            },
+            "gate": {"is_get": fr.is_get},
+            "dns": {
+                "in_flight": _stat(dns, "in_flight"),
+                "queued": _stat(dns, "queued"),
+                "queries": _stat(dns, "queries_sent"),
+                "cache_hits": _stat(dns, "cache_hits"),
+                "failures": _stat(dns, "failures"),
+            },
+            "connections": {"open": fr.requests, "max": fr.max_requests},
+            "sites": {"known": len(fr.sites), "ready": ready, "waiting": fr.dns_pending + len(fr._timers)},
+            "process": {"rss_bytes": _rss(), "cpu_seconds": time.process_time()},
+            "flow": self._flow_snapshot(),
+            "hosts": {
+                "busiest": [{"host": s.host, "pages": s.pages} for s in busiest if s.pages],
+                "failing": [{"host": s.host, "errors": s.errors} for s in failing],
+            },
+            "last": list(e.last),
+            "limit_time": e.config.limit_time or None,
+        }
+
+
+def _percentile(values, q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _stat(stats, name: str) -> int:
+    if stats is None:
+        return 0
+    value = stats.get(name, 0) if isinstance(stats, dict) else getattr(stats, name, 0)
+    if isinstance(value, dict):
+        return sum(value.values())
+    return int(value or 0)
+
+
+def _peak_rss() -> int:
+    """Peak resident memory of this process since it started (VmHWM), bytes."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _rss() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0

@@ -1,0 +1,119 @@
+"""Fetching a site's robots.txt: the protocol of RFC 9309 §2.3 over the fetcher.
+
+The frontier hands the engine a robots.txt request as a site's first request;
+:class:`RobotsFetch` runs it to its end and tells the frontier the answer:
+
+* 2xx: the body (cut at the 500 KiB cap) is parsed, logged for --reload and
+  applied (``Frontier.robots_known``);
+* 3xx: the Location is followed, up to :data:`larbin_py.robots.MAX_REDIRECTS`
+  hops (``robots_decision(status, redirects=n)`` says when to stop: a 3xx
+  past the limit means no restriction).  Every hop is a request like any
+  other, spaced politely from the last (``Frontier.follow_up_delay``).  A hop
+  to another host resolves that name through the engine's one lookup method
+  (never the resolver directly), and only to addresses the
+  ``privateNetworks`` policy allows (``Frontier.allowed_addresses``; none
+  allowed counts ``privateAddress`` and leaves the rules unreadable);
+* 4xx (429 aside), or a redirect that leads nowhere: no restriction;
+* 5xx, 429, or no answer: unavailable, the frontier disallows and retries
+  later (``Frontier.robots_unavailable``).
+
+It holds no state between requests: one object serves every site.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Awaitable, Callable
+
+from . import robots as robots_mod
+from .frontier.scheduler import Request, site_key
+from .url import normalize
+
+__all__ = ["RobotsFetch"]
+
+
+class RobotsFetch:
+    """Run robots.txt requests for the engine.
+
+    ``frontier``: where the answers go (and the politeness of follow-ups);
+    ``fetcher``: ``await fetch(url, ip, port)`` -> a FetchResult;
+    ``lookup``: ``await lookup(host)`` -> a DNS answer (``.error``, ``.ips``),
+    the engine's one path to the resolver; ``now``: the loop's clock;
+    ``log``: the robots log kept for --reload (None: not kept);
+    ``on_answer(req, res, hop)``: every answer, for the engine's counters
+    (hop 0 is the request the frontier started, later hops follow-ups);
+    ``rejected``: the counter of refused URLs (``privateAddress``).
+    """
+
+    def __init__(self, frontier, fetcher, lookup: Callable[[str], Awaitable], *, now: Callable[[], float],
+                 log=None, on_answer=None, rejected: Counter | None = None,
+                 sleep=asyncio.sleep, wall: Callable[[], float] = time.time) -> None:
+        self.frontier = frontier
+        self.fetcher = fetcher
+        self.lookup = lookup
+        self.now = now
+        self.log = log
+        self.on_answer = on_answer
+        self.rejected = rejected if rejected is not None else Counter()
+        self.sleep = sleep
+        self.wall = wall
+
+    async def run(self, req: Request) -> None:
+        """Fetch ``req``'s robots.txt, following redirects, and tell the frontier."""
+        fr = self.frontier
+        url, ip, port = req.url, req.ip, req.port
+        hop = 0
+        while True:
+            if hop:  # a redirect: the next hop is a request like any other, politely spaced
+                delay = fr.follow_up_delay(req, self.now())
+                if delay > 0:
+                    await self.sleep(delay)
+                fr.follow_up_started(req, self.now())
+            res = await self.fetcher.fetch(url, ip, port)
+            if self.on_answer is not None:
+                self.on_answer(req, res, hop)
+            status = res.status if (res.error is None or res.error == "tooBig") else None
+            decision = robots_mod.robots_decision(status, redirects=hop)
+            if decision is robots_mod.RobotsDecision.PARSE:
+                body = robots_mod.cut_at_cap(res.body, res.error == "tooBig")
+                self._known(req, body)
+                return
+            if decision is robots_mod.RobotsDecision.FOLLOW:
+                target = normalize(res.location or "", url)
+                parsed = site_key(target) if target else None
+                if parsed is None:
+                    break  # a redirect to nowhere: as a 4xx
+                if parsed[0] != req.site.key:
+                    ip = await self._address(req, parsed[2])
+                    if ip is None:
+                        fr.robots_unavailable(req, self.now())
+                        return
+                url, port = target, parsed[3]
+                hop += 1
+                continue
+            if decision is robots_mod.RobotsDecision.ALLOW_ALL:
+                break
+            fr.robots_unavailable(req, self.now())
+            return
+        # 4xx, or too many redirects: no restriction (RFC 9309 2.3.1.3).
+        self._known(req, None)
+
+    async def _address(self, req: Request, host: str) -> str | None:
+        """The address of another host a redirect leads to; None when it has none we may use."""
+        answer = await self.lookup(host.strip("[]"))
+        if answer.error is not None or not answer.ips:
+            return None
+        ips = self.frontier.allowed_addresses(host, answer.ips)
+        if not ips:  # privateNetworks refuses every address: rules unreadable
+            self.rejected["privateAddress"] += 1
+            return None
+        return ips[0]
+
+    def _known(self, req: Request, body: bytes | None) -> None:
+        """Log the answer (None: no restriction) and apply it."""
+        if self.log is not None:
+            self.log.append(req.url, self.wall(), body)
+        rules = robots_mod.RobotsTxt.parse(body) if body is not None else robots_mod.RobotsTxt.allow_all()
+        self.frontier.robots_known(req, rules, robots_mod.CACHE_TTL, self.now())

@@ -1,0 +1,99 @@
+"""The package's import graph: the engine never reaches the demo or the test web; no cycles."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import larbin_py
+
+PACKAGE = Path(larbin_py.__file__).parent
+
+
+def test_the_engine_imports_neither_the_demo_nor_the_synthetic_web():
+    code = ("import sys, larbin_py.engine; "
+            "print(sorted(m for m in sys.modules if m.startswith(('larbin_py.demo', 'larbin_py.sim'))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every module of the package and the package modules it imports, lazily too."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        base = name.split(".") if is_pkg else name.split(".")[:-1]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    root = ".".join(base[:len(base) - node.level + 1])
+                    mod = f"{root}.{node.module}" if node.module else root
+                else:
+                    mod = node.module or ""
+                # ``from . import x`` names a module x when there is one
+                found = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in modules else mod for a in node.names]
+            else:
+                continue
+            for target in found:
+                while target and target not in modules:  # a name inside a module: the module
+                    target = target.rpartition(".")[0]
+                if target and target != name and target.startswith("larbin_py"):
+                    targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles of ``graph`` (one path per cycle found by a depth-first walk).
+
+    A package's ``__init__`` re-exporting its submodules is not a cycle of
+    code (the submodule imports the package's other modules, not the
+    re-export), so edges from a package to its own submodules are left out.
+    """
+    edges = {m: {t for t in ts if not t.startswith(m + ".")} for m, ts in graph.items()}
+    found, state, stack = [], {}, []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                found.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle_in_the_package():
+    assert _cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+
+
+def test_only_the_command_line_and_the_demo_reach_the_synthetic_web():
+    graph = import_graph()
+    users = {m for m, targets in graph.items() if any(t.startswith("larbin_py.sim") for t in targets)
+             and not m.startswith("larbin_py.sim")}
+    assert users <= {"larbin_py.cli", "larbin_py.demo"}, users
