@@ -233,6 +233,7 @@ class Config:
     histograms: bool = True
     can_reload: bool = True
     checkpoint_interval: float = 5.0
+    sync_commits: bool = False
     lock_site: bool = False
     private_networks: str = "seeds"
     pages_connexions: int = 100
@@ -615,6 +616,7 @@ KEYS: tuple[_Key, ...] = (
     _Switch("histograms", "histograms"),
     _Switch("canReload", "can_reload"),
     _Seconds("checkpointInterval", "checkpoint_interval", 0, 86_400, above=True),
+    _Switch("syncCommits", "sync_commits"),
     _Text("saveDir", "save_dir"),
     _Text("stateDir", "state_dir"),
     _Int("filesPerDir", "files_per_dir", 1, 1_000_000),
