@@ -468,6 +468,7 @@ class Engine:
         fr = self.frontier
         now = self._now()
         fr.tick(now)
+        held = False
         if not self._stopping:
             fr.load(now)
             for site in fr.take_dns_requests():
@@ -477,6 +478,9 @@ class Engine:
                 if limit and fr.fetched + self._pages_running() >= limit:
                     break
                 if self._writer is not None and self._disk_held():
+                    # The writer wakes the pump when the gate opens (on_room,
+                    # on_durable): a timer for work already due would only spin.
+                    held = True
                     break
                 req = fr.next_request(now)
                 if req is None:
@@ -499,7 +503,8 @@ class Engine:
         if self._stopping and not self._tasks:
             self._finish()
             return
-        self._arm_timer(now)
+        if not held:
+            self._arm_timer(now)
 
     def _pages_running(self) -> int:
         return self.frontier.in_flight
