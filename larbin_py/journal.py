@@ -408,6 +408,10 @@ class Committer:
         self._fd = -1  # the journal file (writer thread)
         self._fd_serial = -1
         self.commits = 0
+        if hasattr(output, "take_pending"):
+            # The pages go to the writer with the commit that covers them:
+            # one thread hand-over every few ms instead of one per loop turn.
+            output.batch_by_commit = True
 
     # -- the loop's side ---------------------------------------------------
     @property
@@ -450,9 +454,6 @@ class Committer:
         segment, 64 MB: a commit's position is then checked on ``--reload``
         against its last segment alone).
         """
-        submit = getattr(self.output, "submit_pending", None)
-        if submit is not None:  # the pages this commit covers go to the writer first
-            submit()
         fr = self.frontier
         fr.flush()
         try:
@@ -494,7 +495,14 @@ class Committer:
             if self.on_error is not None:
                 self.on_error(exc)
             return
-        self.writer.submit(self._commit_job, done, positions, seen, paths, n, on_error=self.on_error)
+        pages = self._take_pages()
+        self.writer.submit(self._commit_job, done, positions, seen, paths, n, None, pages,
+                           weight=1 + len(pages), on_error=self.on_error)
+
+    def _take_pages(self) -> list:
+        """The pages written since the last commit (this commit's job stores them first)."""
+        take = getattr(self.output, "take_pending", None)
+        return take() if take is not None else []
 
     def _checkpointed(self, fut, n: int) -> None:
         if fut.cancelled() or fut.exception() is not None:
@@ -505,6 +513,9 @@ class Committer:
         gets the output's position and the commit's positions); raises on failure."""
         done, n = self._take()
         positions, seen, paths = self._prepare(True, checkpoint=True)
+        pages = self._take_pages()
+        if pages:  # they go first, in order
+            self.writer.submit(self.output.write_many, pages, weight=len(pages), on_error=self.on_error)
         fut = self.writer.call(self._checkpoint_job, done, positions, seen, paths, n, data, carry, serial)
         fut.add_done_callback(lambda f: self._checkpointed(f, n))
         await fut
@@ -554,7 +565,9 @@ class Committer:
                 self.writer._post(self.on_durable)
 
     def _commit_job(self, done: list, stores: dict, seen: int, paths: list[str], n: int,
-                    sync: bool | None = None) -> dict:
+                    sync: bool | None = None, pages: list | None = None) -> dict:
+        if pages:  # the pages this commit covers, stored first
+            self.output.write_many(pages)
         sync = self.sync_commits if sync is None else sync
         position = self._position(sync, paths)
         if done:

@@ -193,6 +193,9 @@ class ThreadedOutput:
         # thread hand-over per page costs more CPU than the write itself.
         self._batch: list[Document] = []
         self._loop = loop
+        #: Set by a group committer (larbin_py.journal) that hands the pages
+        #: over with its commit (one job every few ms): no job of their own.
+        self.batch_by_commit = False
 
     @property
     def stats(self) -> OutputStats:
@@ -204,7 +207,7 @@ class ThreadedOutput:
             raise error if isinstance(error, OutputError) else OutputError(f"writer failed: {error!r}")
         batch = self._batch
         batch.append(doc)
-        if len(batch) == 1:
+        if len(batch) == 1 and not self.batch_by_commit:
             if self._loop is not None:
                 self._loop.call_soon(self.submit_pending)
             else:
@@ -216,9 +219,16 @@ class ThreadedOutput:
         batch = self._batch
         if batch:
             self._batch = []
-            self.writer.submit(self._write_many, batch, weight=len(batch))
+            self.writer.submit(self.write_many, batch, weight=len(batch))
 
-    def _write_many(self, docs: list[Document]) -> None:
+    def take_pending(self) -> list[Document]:
+        """The pages written since the last hand-over (the caller hands them to
+        the writer, in order, and runs :meth:`write_many` there)."""
+        batch, self._batch = self._batch, []
+        return batch
+
+    def write_many(self, docs: list[Document]) -> None:
+        """(Writer thread.) Store ``docs`` in order."""
         write = self.inner.write
         for doc in docs:
             write(doc)
