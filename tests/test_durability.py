@@ -221,6 +221,10 @@ async def test_commits_are_fsynced_only_with_sync_commits(tmp_path, monkeypatch,
         real(fd)
 
     monkeypatch.setattr(os, "fdatasync", fdatasync)
+    posts = []
+    real_post = writer_mod.WriterThread._post
+    monkeypatch.setattr(writer_mod.WriterThread, "_post",
+                        lambda self, fn, *args: (posts.append(fn), real_post(self, fn, *args)))
     async with Sim(sim_config(44)) as sim:
         config = make_config(tmp_path, sim, output_mode="mirror", wait_duration=0.02, pages_connexions=4,
                              checkpoint_interval=60.0, sync_commits=sync_commits)
@@ -239,3 +243,7 @@ async def test_commits_are_fsynced_only_with_sync_commits(tmp_path, monkeypatch,
         assert journal_syncs <= engine.checkpoints, (journal_syncs, commits)
     # each page file is synced once either way: by its commit or by a checkpoint
     assert page_syncs == summary.pages
+    # a commit wakes the loop only when the gate waits for it (pagesConnexions 4 makes it wait at times)
+    woken = sum(1 for fn in posts if fn == engine._pump_soon)
+    assert len(posts) - woken <= engine.checkpoints + 2, (len(posts), woken)
+    assert woken < commits, (woken, commits)
