@@ -34,9 +34,9 @@ Two kinds of crash, two guarantees:
   and keeps them only up to the first that is not wholly there, so the
   crawl goes back to the last commit on disk -- to the checkpoint at worst,
   what ``checkpointInterval`` bounds.  With ``syncCommits`` each commit
-  fsyncs what it covers and its journal line (the merged-in behaviour of
-  before, about half the pages per CPU-second on an ext4 disk): a machine
-  crash then also costs only the requests in flight.
+  fsyncs what it covers and its journal line (about half the pages per
+  CPU-second on an ext4 disk): a machine crash then also costs only the
+  requests in flight.
 
 On ``--reload`` (:func:`read_journals`, :func:`cut_to_commit`): the journals
 numbered from the checkpoint's serial on are read up to the first damaged
