@@ -232,6 +232,7 @@ class Config:
     histograms: bool = True
     can_reload: bool = True
     checkpoint_interval: float = 5.0
+    sync_commits: bool = False
     lock_site: bool = False
     private_networks: str = "seeds"
     pages_connexions: int = 100
@@ -614,6 +615,7 @@ KEYS: tuple[_Key, ...] = (
     _Switch("histograms", "histograms"),
     _Switch("canReload", "can_reload"),
     _Seconds("checkpointInterval", "checkpoint_interval", 0, 86_400, above=True),
+    _Switch("syncCommits", "sync_commits"),
     _Text("saveDir", "save_dir"),
     _Text("stateDir", "state_dir"),
     _Int("filesPerDir", "files_per_dir", 1, 1_000_000),

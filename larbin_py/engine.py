@@ -112,7 +112,8 @@ class Engine:
         if reload:
             self._checkpoint_doc, self._carry, bad_carry = read_checkpoint(state_dir)
             # Outcomes committed after that checkpoint; the state is cut back to the last commit.
-            self._replay = read_journals(state_dir, int(self._checkpoint_doc["serial"]))
+            self._replay = read_journals(state_dir, int(self._checkpoint_doc["serial"]),
+                                         checkpoint=self._checkpoint_doc, save_dir=config.save_dir)
             # URLs found done by an earlier --reload and still waiting in the stores
             pending = {str(url): str(outcome) for url, outcome in self._checkpoint_doc.get("replay", ())}
             if pending:
@@ -290,7 +291,8 @@ class Engine:
                 self._loop, self._writer, state_dir, frontier=self.frontier, seen=self.seen,
                 seen_log=os.path.join(state_dir, SEEN_LOG), robots_log=self._robots_log,
                 robots_path=os.path.join(state_dir, ROBOTS_LOG), output=self._output,
-                serial=self._checkpoint_serial, on_durable=self._pump_soon, on_error=self._on_commit_error)
+                serial=self._checkpoint_serial, on_durable=self._pump_soon, on_error=self._on_commit_error,
+                sync_commits=c.sync_commits)
 
     def _on_writer_error(self, exc: BaseException) -> None:
         """(Loop.) A page could not be stored by the writer thread: the crawl fails."""
@@ -319,8 +321,7 @@ class Engine:
         if writer is not None and writer.full():
             return True
         com = self._committer
-        return com is not None and com.uncommitted > 0 and \
-            self.frontier.requests + com.uncommitted >= self.frontier.max_requests
+        return com is not None and com.holds(self.frontier.requests, self.frontier.max_requests)
 
     # ------------------------------------------------------------------
     # Input: seeds, links, URLs given at run time
@@ -416,6 +417,7 @@ class Engine:
         fr = self.frontier
         now = self._now()
         fr.tick(now)
+        held = False
         if not self._stopping:
             fr.load(now)
             for site in fr.take_dns_requests():
@@ -425,6 +427,9 @@ class Engine:
                 if limit and fr.fetched + self._pages_running() >= limit:
                     break
                 if self._writer is not None and self._disk_held():
+                    # The writer wakes the pump when the gate opens (on_room,
+                    # on_durable): a timer for work already due would only spin.
+                    held = True
                     break
                 req = fr.next_request(now)
                 if req is None:
@@ -447,7 +452,8 @@ class Engine:
         if self._stopping and not self._tasks:
             self._finish()
             return
-        self._arm_timer(now)
+        if not held:
+            self._arm_timer(now)
 
     def _pages_running(self) -> int:
         return self.frontier.in_flight
@@ -791,6 +797,10 @@ class Engine:
                   file=self.err)
         for message in self.store_damage:
             print(f"larbin_py: damaged state: {message}", file=self.err)
+        if self._replay.unsynced:
+            print(f"larbin_py: {self._replay.unsynced} commits of the journal dropped: what they cover is not "
+                  "all on disk (the machine stopped before a checkpoint); their pages are fetched again",
+                  file=self.err)
         self._carry = []
 
     async def _checkpoint(self) -> bool:

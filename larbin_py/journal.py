@@ -1,35 +1,58 @@
-"""The completion journal: a page's outcome is durable as it happens.
+"""The completion journal: a page's outcome is recorded as it happens.
 
 A checkpoint (every ``checkpointInterval`` seconds) saves the whole crawl
 state; between two checkpoints, each terminal outcome of a URL -- fetched,
 or forgotten with its reason (``err40X``, ``err30X``, ``noDNS``...) -- is
 appended to ``stateDir/journal-NNNNNNNN.log`` by a *group commit* on the
 writer thread, every :data:`COMMIT_INTERVAL` seconds at most while pages
-end.  A commit makes durable, in this order:
+end.  A commit writes, in this order, with ``write()`` (into the kernel):
 
-1. the page files written since the last commit and their directories, then
-   the output's index (or WARC file) -- the output's position is read then;
-2. the URL stores' appends (the links those pages queued) and the seen log;
+1. the page files of the pages it covers (written and renamed by the writer
+   thread before it), then the output's index (or WARC file) -- the
+   output's position is read then;
+2. the URL stores' appends (the links those pages queued) and the seen log
+   (written by the loop before the commit is handed to the writer);
 3. one journal line: the outcomes, the stores' write positions, the seen
-   log's length and the output's position, with a CRC32, then fdatasync.
+   log's length and the output's position, with a CRC32.
 
-A journal line on disk therefore implies everything it covers is on disk.
-A page counts as in flight until its commit is durable: the engine starts
-no request while requests running plus outcomes not yet committed reach
-``pagesConnexions``, so a crash costs at most the requests in flight.
+Two kinds of crash, two guarantees:
+
+* **The process dies** (``kill -9``, out of memory, a bug): every byte
+  written is in the kernel and reaches the disk anyway, so a journal line
+  in the file implies everything it covers is there too.  A page counts as
+  in flight until its commit is written: the engine starts no request while
+  requests running plus outcomes not yet committed reach
+  ``pagesConnexions``, so such a crash costs at most the requests in
+  flight.  No fsync is needed for this.
+* **The machine stops** (power loss, kernel panic): only what was fsynced
+  is sure.  Every checkpoint fsyncs, off the loop, the page files written
+  since the last one, their directories, the index (or WARC file), the
+  store segments, the seen and robots logs and the journal, then writes
+  ``checkpoint.json``; a store segment is also fsynced when it is complete
+  (every 64 MB).  Commits after the checkpoint may have lost their files'
+  ends: ``--reload`` checks each against the disk (:func:`valid_commits`)
+  and keeps them only up to the first that is not wholly there, so the
+  crawl goes back to the last commit on disk -- to the checkpoint at worst,
+  what ``checkpointInterval`` bounds.  With ``syncCommits`` each commit
+  fsyncs what it covers and its journal line (about half the pages per
+  CPU-second on an ext4 disk): a machine crash then also costs only the
+  requests in flight.
 
 On ``--reload`` (:func:`read_journals`, :func:`cut_to_commit`): the journals
 numbered from the checkpoint's serial on are read up to the first damaged
-line; the URL stores (main and priority), the seen log and the output are
-cut back to the last commit's positions (what came after was not committed:
-the pages that produced it are done again), and the URLs the journal found
-done are dropped, counted as done, when they come out of the stores
-(:class:`ReplayFrontier`) or the checkpoint's carried records.  A checkpoint
-``N`` starts ``journal-N``; the older journals go once it is durable.
+line, and checked as said above; the URL stores (main and priority), the
+seen log and the output are cut back to the last valid commit's positions
+(what came after was not committed: the pages that produced it are done
+again), and the URLs the journal found done are dropped, counted as done,
+when they come out of the stores (:class:`ReplayFrontier`) or the
+checkpoint's carried records.  A checkpoint ``N`` starts ``journal-N``; the
+older journals go once it is durable.
 
 Line format: ``crc32hex JSON`` with the JSON ``{"done": [[url, outcome],
 ...], "stores": {"main": [seg, off], "priority": [seg, off]}, "seen": bytes,
-"output": {...}}``; outcome ``""`` means fetched.
+"output": {...}}``; outcome ``""`` means fetched.  The output's position
+holds the index length; the index line of each page gives its file and
+length, which is what the check on ``--reload`` compares with the disk.
 """
 
 from __future__ import annotations
@@ -41,6 +64,7 @@ from dataclasses import dataclass, field
 
 from .frontier.scheduler import Frontier
 from .frontier.store import UrlRecord
+from .output.base import INDEX_NAME, parse_index_line
 from .state import write_checkpoint
 
 __all__ = [
@@ -106,13 +130,22 @@ class Replay:
     commits: int = 0
     #: Damaged lines (a line cut by the crash); reading stops at the first.
     damaged: int = 0
+    #: Whole commits dropped because what they cover is not on disk (a machine crash).
+    unsynced: int = 0
     #: Highest journal serial found (the next checkpoint must number above it).
     max_serial: int = 0
 
 
-def read_journals(state_dir: str, serial: int) -> Replay:
-    """Read ``journal-N`` for every N >= ``serial`` in order, to the first damage."""
+def read_journals(state_dir: str, serial: int, *, checkpoint: dict | None = None,
+                  save_dir: str | None = None, seen_log: str | None = None) -> Replay:
+    """Read ``journal-N`` for every N >= ``serial`` in order, to the first damage.
+
+    With ``checkpoint`` (the checkpoint's document), the commits are then
+    checked against the files (:func:`valid_commits`) and only those up to
+    the first one whose files are not all on disk count.
+    """
     replay = Replay(max_serial=serial)
+    records = []
     for n in _journal_serials(state_dir):
         replay.max_serial = max(replay.max_serial, n)
         if n < serial or replay.damaged:
@@ -123,11 +156,137 @@ def read_journals(state_dir: str, serial: int) -> Replay:
                 if record is None:
                     replay.damaged += 1
                     break
-                for url, outcome in record["done"]:
-                    replay.done[url] = outcome
-                replay.last = record
-                replay.commits += 1
+                records.append(record)
+    if checkpoint is not None and records:
+        keep = valid_commits(state_dir, checkpoint, records, save_dir,
+                             seen_log or os.path.join(state_dir, "seen.log"))
+        replay.unsynced = len(records) - keep
+        del records[keep:]
+    for record in records:
+        for url, outcome in record["done"]:
+            replay.done[url] = outcome
+        replay.last = record
+        replay.commits += 1
     return replay
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
+
+
+def _warc_size(save_dir: str, name) -> int:
+    name = str(name)
+    if not name or "/" in name or name.startswith("."):
+        return -1
+    return max(_size(os.path.join(save_dir, name)), _size(os.path.join(save_dir, name + ".open")))
+
+
+def _commit_on_disk(state_dir: str, record: dict, save_dir: str | None, seen_size: int,
+                    index_size: int) -> bool:
+    """Are the positions ``record`` names all within the files (stores, seen log, output)?"""
+    try:
+        for name in ("main", "priority"):
+            seg, off = (int(x) for x in record["stores"][name])
+            path = os.path.join(state_dir, "frontier", name, f"seg-{seg:08d}.log")
+            if _size(path) < off:
+                return False
+        if int(record["seen"]) > seen_size:
+            return False
+        output = record["output"]
+        if output.get("mode") in ("mirror", "save", "warc"):
+            if save_dir is None or int(output["index_length"]) > index_size:
+                return False
+            if output.get("warc_file") and _warc_size(save_dir, output["warc_file"]) < int(output["warc_offset"]):
+                return False
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False
+    return True
+
+
+def _first_bad_line(save_dir: str, mode: str, start: int, end: int) -> int | None:
+    """The offset of the first index line in [start, end) whose file is not
+    whole on disk, or None.  A page file named again later in the range is
+    checked at its last line only (the file holds that one)."""
+    try:
+        with open(os.path.join(save_dir, INDEX_NAME), "rb") as f:
+            f.seek(start)
+            data = f.read(end - start)
+    except OSError:
+        return start
+    if len(data) < end - start:
+        return start
+    lines, offset = [], start
+    raws = data.split(b"\n")
+    tail = raws.pop()  # b"" when the range ends with a whole line, as a commit's does
+    for raw in raws:
+        lines.append((offset, raw))
+        offset += len(raw) + 1
+    if tail:
+        return offset
+    parsed, last = [], {}
+    for offset, raw in lines:
+        try:
+            entry = parse_index_line(raw.decode("utf-8"))
+        except ValueError:
+            return offset
+        parsed.append((offset, entry))
+        last[entry["path"]] = offset
+    for offset, entry in parsed:
+        if mode == "warc":
+            if _warc_size(save_dir, entry["path"]) <= (entry["offset"] or 0):
+                return offset
+        elif last[entry["path"]] == offset:
+            path = entry["path"]
+            if path.startswith("/") or ".." in path.split("/"):
+                return offset
+            if _size(os.path.join(save_dir, path)) != entry["length"]:
+                return offset
+    return None
+
+
+def valid_commits(state_dir: str, checkpoint: dict, records: list[dict], save_dir: str | None,
+                  seen_log: str) -> int:
+    """How many of ``records`` (commits after ``checkpoint``, in order) are on disk.
+
+    After a process crash every byte written is in the kernel's cache and
+    every commit is; after a machine crash (power loss) the files written
+    since the checkpoint (synced only at checkpoints) may have lost their
+    end.  A commit counts when each position it names is within its file
+    (the last store segment, the seen log, the index, the WARC file) and
+    every page file the index names up to its position (after the
+    checkpoint's) exists with the length the index gives; the first commit
+    that fails and all after it are dropped, so the crawl goes back to the
+    last commit wholly on disk (to the checkpoint at worst).
+    """
+    seen_size = max(_size(seen_log), 0)
+    base_output = checkpoint.get("output") or {}
+    mode = base_output.get("mode")
+    disk = mode in ("mirror", "save", "warc") and save_dir is not None
+    index_size = 0
+    if disk:
+        index_size = _size(os.path.join(save_dir, INDEX_NAME))
+    keep = 0
+    for record in records:
+        if not _commit_on_disk(state_dir, record, save_dir, seen_size, index_size):
+            break
+        keep += 1
+    if not disk or keep == 0:
+        return keep
+    try:
+        base = int(base_output.get("index_length", 0))
+    except (TypeError, ValueError):
+        return 0
+    while keep:
+        end = int(records[keep - 1]["output"]["index_length"])
+        bad = _first_bad_line(save_dir, mode, base, end) if end > base else None
+        if bad is None:
+            break
+        while keep and int(records[keep - 1]["output"]["index_length"]) > bad:
+            keep -= 1
+    return keep
 
 
 def _cut_store(directory: str, position) -> None:
@@ -206,16 +365,21 @@ class Committer:
 
     ``frontier``, ``seen`` (and ``robots_log``) are the loop's objects:
     their buffers are written out on the loop (page-cache writes, as
-    before) when a commit is prepared; the writer thread fsyncs the files
-    by path and appends the journal line.  ``output`` is the engine's output
-    (a :class:`~larbin_py.output.writer.ThreadedOutput`, or one that writes
-    nothing).  ``on_durable()`` is called on the loop after each commit,
-    ``on_error(exc)`` when one fails.
+    before) when a commit is prepared; the writer thread writes the output's
+    index out and appends the journal line after the pages handed over
+    before it.  ``output`` is the engine's output (a
+    :class:`~larbin_py.output.writer.ThreadedOutput`, or one that writes
+    nothing).  A commit is a fire-and-forget job: the loop hears of it only
+    when it waits for one (:meth:`holds`: ``on_durable()`` is then called on
+    the loop once a commit is written).  ``on_error(exc)`` is called (on
+    the loop) when a commit or a checkpoint fails.  ``sync_commits``: each
+    commit also fsyncs what it covers (see the module docstring).
     """
 
     def __init__(self, loop, writer, state_dir: str, *, frontier, seen, seen_log: str,
                  robots_log=None, robots_path: str | None = None, output=None, serial: int = 0,
-                 on_durable=None, on_error=None, interval: float = COMMIT_INTERVAL) -> None:
+                 on_durable=None, on_error=None, interval: float = COMMIT_INTERVAL,
+                 sync_commits: bool = False) -> None:
         self._loop = loop
         self.writer = writer
         self.state_dir = state_dir
@@ -229,30 +393,49 @@ class Committer:
         self.on_durable = on_durable
         self.on_error = on_error
         self.interval = interval
+        self.sync_commits = sync_commits
         self._pending: list[list[str]] = []
         self._pending_requests = 0
-        #: Outcomes of requests handed to the writer and not yet durable.
-        self._committing_requests = 0
-        self._commit_running = False
+        #: Outcomes of requests handed to the writer (loop) / written in a commit (writer).
+        self._handed = 0
+        self._written = 0
+        #: The loop waits for a commit (:meth:`holds`); the writer then posts on_durable.
+        self._want_durable = False
         self._handle = None
         self._last_start = -1e9
+        #: Per store, the first segment that may hold bytes not yet synced.
         self._synced_seg: dict[str, int] = {}
         self._fd = -1  # the journal file (writer thread)
         self._fd_serial = -1
         self.commits = 0
+        if hasattr(output, "take_pending"):
+            # The pages go to the writer with the commit that covers them:
+            # one thread hand-over every few ms instead of one per loop turn.
+            output.batch_by_commit = True
 
     # -- the loop's side ---------------------------------------------------
     @property
     def uncommitted(self) -> int:
-        """Outcomes of requests not yet durable (they count as in flight)."""
-        return self._pending_requests + self._committing_requests
+        """Outcomes of requests not yet in the journal (they count as in flight)."""
+        return self._pending_requests + self._handed - self._written
+
+    def holds(self, running: int, limit: int) -> bool:
+        """True while ``running`` requests plus the uncommitted outcomes reach
+        ``limit``; ``on_durable`` is then called (on the loop) after the next commit."""
+        pending = self.uncommitted
+        if pending <= 0 or running + pending < limit:
+            return False
+        self._want_durable = True
+        # The writer may have written a commit between the test and the flag.
+        pending = self.uncommitted
+        return pending > 0 and running + pending >= limit
 
     def done(self, url: str, outcome: str, request: bool) -> None:
         """``url`` ended with ``outcome``; ``request``: a request of ours produced it."""
         self._pending.append([url, outcome])
         if request:
             self._pending_requests += 1
-        if self._handle is None and not self._commit_running:
+        if self._handle is None:
             delay = self._last_start + self.interval - self._loop.time()
             self._handle = (self._loop.call_later(delay, self._commit) if delay > 0
                             else self._loop.call_soon(self._commit))
@@ -260,25 +443,30 @@ class Committer:
     def _take(self) -> tuple[list, int]:
         done, n = self._pending, self._pending_requests
         self._pending, self._pending_requests = [], 0
-        self._committing_requests += n
+        self._handed += n
         return done, n
 
-    def _prepare(self, checkpoint: bool) -> tuple[dict, int, list[str]]:
-        """Write the loop's buffers out; (store positions, seen length, paths to sync)."""
-        submit = getattr(self.output, "submit_pending", None)
-        if submit is not None:  # the pages this commit covers go to the writer first
-            submit()
+    def _prepare(self, sync: bool, checkpoint: bool = False) -> tuple[dict, int, list[str]]:
+        """Write the loop's buffers out; (store positions, seen length, paths to sync).
+
+        The paths are every state file the commit covers when ``sync``; else
+        only the store segments completed since the last commit (once per
+        segment, 64 MB: a commit's position is then checked on ``--reload``
+        against its last segment alone).
+        """
         fr = self.frontier
         fr.flush()
         try:
             self.seen.flush()
         except OSError as exc:  # a write() names no file: say which one failed
-            exc.filename = exc.filename or self.seen_log
+            if exc.filename is None:
+                exc.filename = self.seen_log
             raise
-        paths = [self.seen_log]
+        paths = [self.seen_log] if sync else []
         if self.robots_log is not None:
             self.robots_log.flush()
-            paths.append(self.robots_path)
+            if sync:
+                paths.append(self.robots_path)
         stores = {"main": fr.main, "priority": fr.prio}
         if checkpoint:
             stores["wait"] = fr.wait
@@ -287,7 +475,8 @@ class Committer:
             seg, off = store.write_position()
             positions[name] = [seg, off]
             first = self._synced_seg.get(name, seg)
-            paths.extend(os.path.join(store.directory, f"seg-{n:08d}.log") for n in range(first, seg + 1))
+            last = seg + 1 if sync else seg
+            paths.extend(os.path.join(store.directory, f"seg-{n:08d}.log") for n in range(first, last))
             self._synced_seg[name] = seg
         positions.pop("wait", None)
         seen = os.path.getsize(self.seen_log) if os.path.exists(self.seen_log) else 0
@@ -295,44 +484,40 @@ class Committer:
 
     def _commit(self) -> None:
         self._handle = None
-        if not self._pending or self._commit_running:
+        if not self._pending:
             return
         self._last_start = self._loop.time()
         done, n = self._take()
         try:
-            positions, seen, paths = self._prepare(False)
+            positions, seen, paths = self._prepare(self.sync_commits)
         except OSError as exc:  # a state file could not be written (a full disk...)
-            self._committing_requests -= n
+            self._handed -= n
             if self.on_error is not None:
                 self.on_error(exc)
             return
-        self._commit_running = True
-        fut = self.writer.call(self._commit_job, done, positions, seen, paths)
-        fut.add_done_callback(lambda f: self._committed(f, n, True))
+        pages = self._take_pages()
+        self.writer.submit(self._commit_job, done, positions, seen, paths, n, None, pages,
+                           weight=1 + len(pages), on_error=self.on_error)
 
-    def _committed(self, fut, n: int, from_commit: bool) -> None:
-        self._committing_requests -= n
-        if from_commit:
-            self._commit_running = False
-        exc = fut.exception() if not fut.cancelled() else None
-        if exc is not None:
-            if self.on_error is not None:
-                self.on_error(exc)
-            return
-        if self._pending and self._handle is None and not self._commit_running:
-            delay = self._last_start + self.interval - self._loop.time()
-            self._handle = (self._loop.call_later(delay, self._commit) if delay > 0
-                            else self._loop.call_soon(self._commit))
-        if self.on_durable is not None:
-            self.on_durable()
+    def _take_pages(self) -> list:
+        """The pages written since the last commit (this commit's job stores them first)."""
+        take = getattr(self.output, "take_pending", None)
+        return take() if take is not None else []
+
+    def _checkpointed(self, fut, n: int) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            self._handed -= n  # the crawl stops: nothing more is waited for
 
     async def checkpoint(self, data: dict, carry: list[UrlRecord], serial: int) -> None:
         """Commit what is pending, then write checkpoint ``serial`` (``data``
         gets the output's position and the commit's positions); raises on failure."""
         done, n = self._take()
-        positions, seen, paths = self._prepare(True)
-        fut = self.writer.call(self._checkpoint_job, done, positions, seen, paths, data, carry, serial)
-        fut.add_done_callback(lambda f: self._committed(f, n, False))
+        positions, seen, paths = self._prepare(True, checkpoint=True)
+        pages = self._take_pages()
+        if pages:  # they go first, in order
+            self.writer.submit(self.output.write_many, pages, weight=len(pages), on_error=self.on_error)
+        fut = self.writer.call(self._checkpoint_job, done, positions, seen, paths, n, data, carry, serial)
+        fut.add_done_callback(lambda f: self._checkpointed(f, n))
         await fut
 
     def close(self) -> None:
@@ -341,15 +526,18 @@ class Committer:
             self._handle = None
 
     # -- the writer's side ---------------------------------------------------
-    def _sync(self, paths: list[str]) -> dict:
+    def _position(self, sync: bool, paths: list[str]) -> dict:
         out = self.output
-        position = out.sync_position() if hasattr(out, "sync_position") else out.position()
+        if sync:
+            position = out.sync_position() if hasattr(out, "sync_position") else out.position()
+        else:
+            position = out.flush_position() if hasattr(out, "flush_position") else out.position()
         for path in paths:
             if path:
                 _fdatasync_path(path)
         return position
 
-    def _append(self, record: dict) -> None:
+    def _append(self, record: dict, sync: bool) -> None:
         if self._fd_serial != self.serial:
             self._close_journal()
             self._fd = os.open(os.path.join(self.state_dir, journal_name(self.serial)),
@@ -359,7 +547,8 @@ class Committer:
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view):]
-        os.fdatasync(self._fd)
+        if sync:
+            os.fdatasync(self._fd)
         self.commits += 1
 
     def _close_journal(self) -> None:
@@ -367,14 +556,29 @@ class Committer:
             os.close(self._fd)
             self._fd, self._fd_serial = -1, -1
 
-    def _commit_job(self, done: list, stores: dict, seen: int, paths: list[str]) -> dict:
-        position = self._sync(paths)
+    def _written_up(self, n: int) -> None:
+        """(Writer.) ``n`` more outcomes are in the journal; wake the loop if it waits."""
+        self._written += n
+        if self._want_durable:
+            self._want_durable = False
+            if self.on_durable is not None:
+                self.writer._post(self.on_durable)
+
+    def _commit_job(self, done: list, stores: dict, seen: int, paths: list[str], n: int,
+                    sync: bool | None = None, pages: list | None = None) -> dict:
+        if pages:  # the pages this commit covers, stored first
+            self.output.write_many(pages)
+        sync = self.sync_commits if sync is None else sync
+        position = self._position(sync, paths)
         if done:
-            self._append({"done": done, "stores": stores, "seen": seen, "output": position})
+            self._append({"done": done, "stores": stores, "seen": seen, "output": position}, sync)
+        self._written_up(n)
         return position
 
-    def _checkpoint_job(self, done, stores, seen, paths, data, carry, serial) -> None:
-        position = self._commit_job(done, stores, seen, paths)
+    def _checkpoint_job(self, done, stores, seen, paths, n, data, carry, serial) -> None:
+        position = self._commit_job(done, stores, seen, paths, n, sync=True)
+        if self._fd >= 0 and not done:
+            os.fdatasync(self._fd)  # the journal's earlier commits (the checkpoint covers them)
         # Commits from here on belong to checkpoint ``serial``: its journal
         # exists (empty) before the checkpoint names it.
         self._close_journal()

@@ -135,6 +135,7 @@ NON_DEFAULTS = {
     "connexions_per_ip": 4,
     "flow_control": False,
     "checkpoint_interval": 1.5,
+    "sync_commits": True,
     "min_connexions": 3,
     "rtt_alpha": 0.5,
     "rtt_interval": 2.5,

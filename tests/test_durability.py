@@ -133,3 +133,117 @@ async def test_a_slow_disk_never_blocks_the_loop_and_the_gate_bounds_its_queue(t
         assert max(gaps) < 0.08, max(gaps)
         # the gate held: queued pages beyond the bound are only those in flight when it closed
         assert max(backlog) <= 4 + config.pages_connexions + 2, max(backlog)
+
+
+def _commits(state_dir) -> list[dict]:
+    """The commit lines of the journals in ``state_dir``, in order."""
+    from larbin_py.journal import decode_commit, journal_name, _journal_serials
+
+    records = []
+    for n in _journal_serials(str(state_dir)):
+        with open(os.path.join(state_dir, journal_name(n)), "rb") as f:
+            records.extend(r for r in map(decode_commit, f) if r is not None)
+    return records
+
+
+@pytest.mark.async_timeout(200)
+@pytest.mark.parametrize("damage", ["page missing", "page short", "store short"])
+async def test_reload_drops_the_commits_a_machine_crash_left_without_their_files(tmp_path, damage):
+    """A power loss keeps what the last checkpoint fsynced, and maybe the
+    journal lines after it without what they cover: --reload checks each
+    commit against the files and goes back to the last one wholly on disk;
+    the pages of the commits dropped are fetched again and nothing is lost."""
+    mode = "save" if damage == "page short" else "mirror"
+    async with Sim(sim_config(43)) as sim:
+        config = make_config(tmp_path, sim, output_mode=mode, wait_duration=0.05,
+                             pages_connexions=8, checkpoint_interval=60.0)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        conf = write_conf(tmp_path, config)
+        proc = await start_crawler(conf, cwd=str(tmp_path))
+        await sim.log.wait_for(lambda log: len(page_requests(log)) >= len(truth.must_request) // 2, timeout=120)
+        proc.kill()
+        assert await proc.wait() == -signal.SIGKILL
+        state = tmp_path / "state"
+        commits = _commits(state)
+        lengths = [int(c["output"]["index_length"]) for c in commits]
+        # the commit to damage: in the middle, one that added index lines (and store records)
+        middle = [k for k in range(len(commits) // 3, len(commits))
+                  if k > 0 and lengths[k] > lengths[k - 1]
+                  and tuple(commits[k]["stores"]["main"]) > tuple(commits[k - 1]["stores"]["main"])]
+        assert middle, "no commit after the checkpoint to damage"
+        k = middle[0]
+        with open(os.path.join(config.save_dir, INDEX_NAME), "rb") as f:
+            f.seek(lengths[k - 1])
+            first_line = f.readline().decode()
+        url, path = first_line.split("\t")[:2]  # the first page commit k covers
+        target = os.path.join(config.save_dir, path)
+        if damage == "page missing":
+            os.unlink(target)  # its rename never reached the disk
+        elif damage == "page short":
+            os.truncate(target, os.path.getsize(target) // 2)  # its data only half written
+        else:
+            seg, off = commits[k]["stores"]["main"]
+            segment = state / "frontier" / "main" / f"seg-{seg:08d}.log"
+            os.truncate(segment, off - 1)  # the store lost the end of what commit k covers
+            url = None
+        before = Counter(page_requests(sim.log))
+        proc = await start_crawler(conf, "--reload", cwd=str(tmp_path))
+        assert await asyncio.wait_for(proc.wait(), 150) == 0, (tmp_path / "crawler.err").read_text()
+        err = (tmp_path / "crawler.err").read_text()
+        assert f"{len(commits) - k} commits of the journal dropped" in err, err
+        fetched = page_requests(sim.log)
+        assert set(fetched) == truth.must_request  # nothing lost
+        if url is not None:
+            assert Counter(fetched)[url] == before[url] + 1  # the damaged page fetched again
+        again = Counter(fetched) - before
+        assert sum(again.values()) < len(truth.must_request)  # not the whole crawl again
+        with open(os.path.join(config.save_dir, INDEX_NAME), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        assert len(lines) == len({line.split("\t", 1)[0] for line in lines}) == len(truth.saved)
+        for line in lines:  # every file named is whole
+            url, path = line.split("\t")[:2]
+            with open(os.path.join(config.save_dir, path), "rb") as f:
+                assert f.read() == truth.saved[url], url
+        taken, accounted = conservation(err)
+        assert taken == accounted
+
+
+@pytest.mark.async_timeout(120)
+@pytest.mark.parametrize("sync_commits", [False, True])
+async def test_commits_are_fsynced_only_with_sync_commits(tmp_path, monkeypatch, sync_commits):
+    """By default a commit is written into the kernel (a killed process keeps
+    it) and fsynced at the next checkpoint; syncCommits fsyncs each one."""
+    synced: list[str] = []
+    real = os.fdatasync
+
+    def fdatasync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    posts = []
+    real_post = writer_mod.WriterThread._post
+    monkeypatch.setattr(writer_mod.WriterThread, "_post",
+                        lambda self, fn, *args: (posts.append(fn), real_post(self, fn, *args)))
+    async with Sim(sim_config(44)) as sim:
+        config = make_config(tmp_path, sim, output_mode="mirror", wait_duration=0.02, pages_connexions=4,
+                             checkpoint_interval=60.0, sync_commits=sync_commits)
+        engine = Engine(config)
+        summary = await engine.run()
+        assert summary.failed is None and summary.pages > 50
+    commits = engine._committer.commits
+    journal_syncs = sum(1 for path in synced if os.path.basename(path).startswith("journal-"))
+    page_syncs = sum(1 for path in synced if path.startswith(config.save_dir + os.sep)
+                     and not path.endswith(INDEX_NAME))
+    assert commits > 2 * engine.checkpoints + 10, commits
+    if sync_commits:
+        assert journal_syncs >= commits
+    else:
+        # the start's and the end's checkpoints: nothing per commit
+        assert journal_syncs <= engine.checkpoints, (journal_syncs, commits)
+    # each page file is synced once either way: by its commit or by a checkpoint
+    assert page_syncs == summary.pages
+    # a commit wakes the loop only when the gate waits for it (pagesConnexions 4 makes it wait at times)
+    woken = sum(1 for fn in posts if fn == engine._pump_soon)
+    assert len(posts) - woken <= engine.checkpoints + 2, (len(posts), woken)
+    assert woken < commits, (woken, commits)

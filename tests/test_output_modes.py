@@ -244,8 +244,7 @@ def _crash(out) -> None:
     out._index._file.close()  # buffer already flushed by the caller
     tree = out._tree
     tree._dirty.clear()  # a killed process syncs nothing
-    for fd in tree._unsynced:
-        os.close(fd)
+    tree._dirty_paths.clear()
     tree._unsynced.clear()
     if getattr(out, "_dir_fd", -1) >= 0:
         os.close(out._dir_fd)

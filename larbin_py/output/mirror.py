@@ -5,9 +5,10 @@ reversible and safe mapping), plus ``saveDir/index.tsv``.  A page fetched
 again overwrites its file atomically and gets a new index line; a page with
 ``duplicate_of`` set is saved like any other (the mirror stays browsable).
 
-Page files are not fsynced one by one as they are written:
-``flush(sync=True)`` (a commit or a checkpoint) and ``close()`` fdatasync
-the files written since the last sync and fsync their directories
+Page files are not fsynced one by one as they are written (a killed
+process loses nothing the kernel has): ``flush(sync=True)`` (a checkpoint,
+or each commit with ``syncCommits``) and ``close()`` fdatasync the files
+written since the last sync and fsync their directories
 (:meth:`~larbin_py.output.paths.SafeTree.sync`) -- the crawl's own files,
 never ``os.sync()``.
 """

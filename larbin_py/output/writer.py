@@ -5,10 +5,13 @@ millisecond on an ext4 disk, and an fsync can wait for the device: none of
 that may run on the event loop.  A :class:`WriterThread` runs, one after the
 other in the order they were handed over, the jobs the loop gives it:
 
-* :meth:`WriterThread.submit` -- fire and forget (a page to store).  The
-  first failure is kept in :attr:`WriterThread.error` and reported once to
-  the loop through ``on_error`` (called on the loop's thread); the jobs of
-  that kind queued after it are dropped (the crawl is failing).
+* :meth:`WriterThread.submit` -- fire and forget (a page to store, a group
+  commit).  The first failure is kept in :attr:`WriterThread.error` and
+  reported once to the loop through ``on_error`` (or the job's own
+  ``on_error``; called on the loop's thread); the jobs of that kind queued
+  after it are dropped (the crawl is failing).  Such a job costs the loop
+  no wake-up: the writer posts to the loop only what someone waits for (a
+  future, ``on_room`` when the queue had been full, an error).
 * :meth:`WriterThread.call` -- a job whose result (or exception) comes back
   as an ``asyncio`` future resolved on the loop: a group commit, a
   checkpoint.  Such a job fails at once with the kept error when an earlier
@@ -85,12 +88,14 @@ class WriterThread:
         # The writer may have drained the queue between the test and the flag.
         return self._submitted - self._finished >= self.max_backlog
 
-    def submit(self, fn: Callable, *args, weight: int = 1) -> None:
-        """Run ``fn(*args)`` on the writer thread; a failure goes to ``on_error``.
+    def submit(self, fn: Callable, *args, weight: int = 1,
+               on_error: Callable[[BaseException], None] | None = None) -> None:
+        """Run ``fn(*args)`` on the writer thread; a failure goes to ``on_error``
+        (this job's, else the writer's).
 
         ``weight``: how many items of the backlog the job counts for (a batch of pages).
         """
-        self._put((_WRITE, fn, args, None), weight)
+        self._put((_WRITE, fn, args, on_error), weight)
 
     def call(self, fn: Callable, *args, always: bool = False) -> asyncio.Future:
         """Run ``fn(*args)`` on the writer thread; its result as a future.
@@ -141,23 +146,24 @@ class WriterThread:
             job, weight = get()
             if job is None:
                 return
-            kind, fn, args, fut = job
+            kind, fn, args, fut = job  # fut: the future of a call, the on_error of a submit
             try:
                 if kind != _ALWAYS and self.error is not None:
-                    if fut is not None:
+                    if kind != _WRITE:
                         self._post(_resolve, fut, None, self.error)
                     continue
                 try:
                     result = fn(*args)
                 except BaseException as exc:  # noqa: BLE001 - every failure goes to the loop
-                    if fut is not None:
+                    if kind != _WRITE:
                         self._post(_resolve, fut, None, exc)
                     else:
                         self.error = exc
-                        if self.on_error is not None:
-                            self._post(self.on_error, exc)
+                        report = fut if fut is not None else self.on_error
+                        if report is not None:
+                            self._post(report, exc)
                 else:
-                    if fut is not None:
+                    if kind != _WRITE:
                         self._post(_resolve, fut, result, None)
             finally:
                 self._finished += weight
@@ -174,7 +180,8 @@ class ThreadedOutput:
     writer's :class:`OutputError` when an earlier write failed).  ``flush``
     queues a flush.  :meth:`sync_position` is a *job* (run it with
     :meth:`WriterThread.call`): it makes what was written durable and
-    returns the position that covers it.  :meth:`backlog_full` is the
+    returns the position that covers it; :meth:`flush_position` (also a
+    job) only hands the index to the kernel, for a commit.  :meth:`backlog_full` is the
     engine's gate.  ``stats`` are the inner output's, updated by the writer.
     """
 
@@ -186,6 +193,9 @@ class ThreadedOutput:
         # thread hand-over per page costs more CPU than the write itself.
         self._batch: list[Document] = []
         self._loop = loop
+        #: Set by a group committer (larbin_py.journal) that hands the pages
+        #: over with its commit (one job every few ms): no job of their own.
+        self.batch_by_commit = False
 
     @property
     def stats(self) -> OutputStats:
@@ -197,7 +207,7 @@ class ThreadedOutput:
             raise error if isinstance(error, OutputError) else OutputError(f"writer failed: {error!r}")
         batch = self._batch
         batch.append(doc)
-        if len(batch) == 1:
+        if len(batch) == 1 and not self.batch_by_commit:
             if self._loop is not None:
                 self._loop.call_soon(self.submit_pending)
             else:
@@ -209,9 +219,16 @@ class ThreadedOutput:
         batch = self._batch
         if batch:
             self._batch = []
-            self.writer.submit(self._write_many, batch, weight=len(batch))
+            self.writer.submit(self.write_many, batch, weight=len(batch))
 
-    def _write_many(self, docs: list[Document]) -> None:
+    def take_pending(self) -> list[Document]:
+        """The pages written since the last hand-over (the caller hands them to
+        the writer, in order, and runs :meth:`write_many` there)."""
+        batch, self._batch = self._batch, []
+        return batch
+
+    def write_many(self, docs: list[Document]) -> None:
+        """(Writer thread.) Store ``docs`` in order."""
         write = self.inner.write
         for doc in docs:
             write(doc)
@@ -226,6 +243,11 @@ class ThreadedOutput:
     def sync_position(self) -> dict:
         """(Writer thread.) Flush and sync the inner output; its position."""
         self.inner.flush(sync=True)
+        return self.inner.position()
+
+    def flush_position(self) -> dict:
+        """(Writer thread.) Hand buffered index bytes to the kernel; the position."""
+        self.inner.flush(sync=False)
         return self.inner.position()
 
     def position(self) -> dict:
