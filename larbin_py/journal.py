@@ -538,17 +538,22 @@ class Committer:
         return position
 
     def _append(self, record: dict, sync: bool) -> None:
-        if self._fd_serial != self.serial:
-            self._close_journal()
-            self._fd = os.open(os.path.join(self.state_dir, journal_name(self.serial)),
-                               os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-            self._fd_serial = self.serial
-        data = encode_commit(record)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view):]
-        if sync:
-            os.fdatasync(self._fd)
+        path = os.path.join(self.state_dir, journal_name(self.serial))
+        try:
+            if self._fd_serial != self.serial:
+                self._close_journal()
+                self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+                self._fd_serial = self.serial
+            data = encode_commit(record)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view):]
+            if sync:
+                os.fdatasync(self._fd)
+        except OSError as exc:  # a write() names no file: say which one failed
+            if exc.filename is None:
+                exc.filename = path
+            raise
         self.commits += 1
 
     def _close_journal(self) -> None:

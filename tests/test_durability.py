@@ -8,6 +8,7 @@ loop and is killed with SIGKILL at random moments, each followed by
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import re
@@ -247,3 +248,33 @@ async def test_commits_are_fsynced_only_with_sync_commits(tmp_path, monkeypatch,
     woken = sum(1 for fn in posts if fn == engine._pump_soon)
     assert len(posts) - woken <= engine.checkpoints + 2, (len(posts), woken)
     assert woken < commits, (woken, commits)
+
+
+@pytest.mark.async_timeout(200)
+async def test_a_full_disk_under_the_journal_names_it_and_reload_finishes(tmp_path):
+    """ENOSPC for real on the journal (a link to /dev/full, made once the
+    --reload has read the journals): the crawl stops with one line naming
+    the journal; --reload then finishes the crawl."""
+    from larbin_py.journal import journal_name
+
+    async with Sim(sim_config(45)) as sim:
+        config = make_config(tmp_path, sim, output_mode="stats", wait_duration=0.05, checkpoint_interval=60.0)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        summary = await Engine(config.replace(limit_page=60)).run()
+        assert summary.failed is None
+        state = tmp_path / "state"
+        with open(state / "checkpoint.json") as f:
+            serial = json.load(f)["serial"]
+        err = open(tmp_path / "err.txt", "w+")
+        engine = Engine(config, reload=True, err=err)
+        journal = state / journal_name(serial + 1)  # the one its first checkpoint starts
+        journal.symlink_to("/dev/full")
+        summary = await engine.run()
+        err.seek(0)
+        text = err.read()
+        assert summary.failed and f"{journal}: no space left on device (ENOSPC)" in summary.failed, text
+        assert "Traceback" not in text
+        journal.unlink()
+        summary = await Engine(config, reload=True, err=err).run()
+        assert summary.failed is None and summary.stop_reason == "end of work"
+        assert set(page_requests(sim.log)) == truth.must_request

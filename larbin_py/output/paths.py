@@ -421,9 +421,9 @@ class SafeTree:
             for path in dict.fromkeys(paths):  # a file written twice is synced once
                 try:
                     fd = os.open(path, _SYNC_FLAGS, dir_fd=root)
-                except (FileNotFoundError, NotADirectoryError):
-                    continue  # replaced behind our back: nothing of ours is there
                 except OSError as exc:
+                    if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                        continue  # replaced behind our back: nothing of ours is there
                     error, where = exc, os.path.join(self.root, path)
                     break
                 fds.append(fd)
