@@ -2,8 +2,9 @@
 
 The engine builds one with :func:`make_output` (from the Config) or
 :func:`open_output`, calls ``write(doc)`` once per fetched page,
-``flush(sync=True)`` then ``position()`` at each group commit and
-checkpoint, and ``close()`` at the end -- for disk outputs all on the
+``flush()`` then ``position()`` at each group commit, ``flush(sync=True)``
+then ``position()`` at each checkpoint (and each commit with
+``syncCommits``), and ``close()`` at the end -- for disk outputs all on the
 writer thread (:mod:`larbin_py.output.writer`).  Every failure to store is an
 :class:`OutputError`.  Nothing is ever written outside saveDir.
 """

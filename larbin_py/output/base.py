@@ -8,11 +8,13 @@ every call, one at a time and in order (so an output needs no locking).  A
 page file is written with one ``write`` to a temporary name and renamed
 into place (``os.replace``), so a crash never leaves a half-written page
 under its name; index lines go to a buffered file that :meth:`Output.flush`
-pushes to the kernel.  ``flush(sync=True)`` (a group commit or a
-checkpoint, see :mod:`larbin_py.journal`) makes durable the page files
-written since the last sync, their directories and the index -- the
-output's own files, never ``os.sync()`` -- and ``position()`` right after
-it names exactly what is durable.
+pushes to the kernel.  A group commit (:mod:`larbin_py.journal`) calls
+``flush()`` then ``position()``: what the kernel holds, which a process
+crash keeps.  A checkpoint (or every commit, with ``syncCommits``) calls
+``flush(sync=True)``, which makes durable the page files written since the
+last sync, their directories and the index -- the output's own files, never
+``os.sync()`` -- and ``position()`` right after it names exactly what is
+durable.
 
 Index format (``saveDir/index.tsv``, UTF-8, one line per write)::
 
@@ -162,8 +164,10 @@ class Output(Protocol):
     The engine reaches a threaded output through
     :class:`~larbin_py.output.writer.ThreadedOutput`, which adds
     ``backlog_full()`` (the gate: no request starts while it is True) and
-    ``sync_position()`` (``flush(sync=True)`` then ``position()``, run on the
-    writer by a commit).
+    ``flush_position()`` (``flush()`` then ``position()``, run on the writer
+    by a group commit) and ``sync_position()`` (``flush(sync=True)`` then
+    ``position()``, run on the writer by a checkpoint, or by every commit
+    with ``syncCommits``).
     """
 
     mode: str
