@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import zlib
 from dataclasses import dataclass, field
 
@@ -150,7 +151,11 @@ def read_journals(state_dir: str, serial: int, *, checkpoint: dict | None = None
         replay.max_serial = max(replay.max_serial, n)
         if n < serial or replay.damaged:
             continue
-        with open(os.path.join(state_dir, journal_name(n)), "rb") as f:
+        path = os.path.join(state_dir, journal_name(n))
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a device or a pipe would be read for ever
+            replay.damaged += 1
+            continue
+        with open(path, "rb") as f:
             for line in f:
                 record = decode_commit(line)
                 if record is None:

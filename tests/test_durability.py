@@ -278,3 +278,11 @@ async def test_a_full_disk_under_the_journal_names_it_and_reload_finishes(tmp_pa
         summary = await Engine(config, reload=True, err=err).run()
         assert summary.failed is None and summary.stop_reason == "end of work"
         assert set(page_requests(sim.log)) == truth.must_request
+
+
+def test_a_journal_that_is_not_a_regular_file_is_damage_not_an_endless_read(tmp_path):
+    from larbin_py.journal import journal_name, read_journals
+
+    os.symlink("/dev/zero", tmp_path / journal_name(1))
+    replay = read_journals(str(tmp_path), 1)
+    assert replay.damaged == 1 and replay.commits == 0
