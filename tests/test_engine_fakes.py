@@ -106,7 +106,8 @@ async def test_an_engine_on_fakes_fetches_follows_and_counts_every_outcome(tmp_p
     taken, accounted = fr.conservation()
     assert taken == accounted == 8 == summary.taken
     assert summary.queued == 0 and summary.in_flight == 0
-    assert len(seen) == 8 and seen.batches >= 5  # one batch per page's links, plus the seed
+    # one test-and-add per page's links (links met lately never reach it), not one per link
+    assert len(seen) == 8 and 4 <= seen.batches < 8
     lanes = stores.lanes
     assert lanes["main"].pushed == 7 and lanes["priority"].pushed == 1  # the seed goes first
     assert all(lane.closed for lane in lanes.values())
