@@ -47,7 +47,7 @@ from . import outcomes
 from . import parse as parse_mod
 from . import robots as robots_mod
 from .frontier.scheduler import PAGE, Frontier, Request, site_key
-from .frontier.seen import SeenSet, SeenUrls
+from .frontier.seen import SeenSet
 from .frontier.store import UrlRecord
 from .net.cookies import CookieJar, load_jar, save_jar
 from .net.dns import Resolver
@@ -63,7 +63,7 @@ from .servers import Servers, StartError
 from .state import (ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, describe_write_error, has_state,
                     read_checkpoint)
 from .throttle import RttController
-from .url import fingerprint, fingerprints, normalize
+from .url import normalize
 
 __all__ = ["Engine", "Summary", "StartError", "StateDirInUse", "StateError"]
 
@@ -79,7 +79,10 @@ class Engine:
     """One crawl.  ``await Engine(config).run()`` returns its :class:`Summary`.
 
     ``resolver``, ``fetcher`` and ``output`` may be injected (tests, benchmarks);
-    otherwise they are built from the configuration.
+    otherwise they are built from the configuration.  So may the frontier's
+    stores: ``stores`` (a :data:`~larbin_py.frontier.interfaces.StoreFactory`)
+    and ``seen`` (a :class:`~larbin_py.frontier.interfaces.SeenStore`), for a
+    crawl that is not continued with ``--reload`` (``canReload`` off).
     """
 
     def __init__(
@@ -93,6 +96,8 @@ class Engine:
         out=None,
         err=None,
         reload: bool = False,
+        stores=None,
+        seen=None,
     ) -> None:
         self.config = config
         self.out = out if out is not None else sys.stdout
@@ -130,9 +135,7 @@ class Engine:
                     f"stateDir {state_dir!r} holds a previous crawl: continue it with --reload, "
                     "or remove that folder to start afresh"
                 )
-            self.seen = SeenSet()
-        #: Links lately met, known to be in :attr:`seen` (checked before the rules).
-        self.seen_urls = SeenUrls()
+            self.seen = seen if seen is not None else SeenSet()
         #: What a fresh stateDir held before this engine: a start that fails
         #: (a server cannot listen) removes what it added, see _abandon_start.
         self._state_before = _entries(state_dir)
@@ -178,7 +181,13 @@ class Engine:
             server_rtt_factor=config.server_rtt_factor,
             positions=self._checkpoint_doc["frontier"]["stores"] if self._checkpoint_doc else None,
             private_networks=config.private_networks,
+            stores=stores,
+            seen=self.seen,
+            rules=self.rules,
+            retries=config.retries,
         )
+        #: Links lately met, known to be in :attr:`seen` (the frontier's, checked before the rules).
+        self.seen_urls = self.frontier.seen_urls
         self.damaged["store"] = self.frontier.corrupt_records
         #: Store segments found cut short on --reload (one sentence each).
         self.store_damage = [message for store in (self.frontier.main, self.frontier.prio, self.frontier.wait)
@@ -200,7 +209,8 @@ class Engine:
         self._resolver = resolver
         self._fetcher = fetcher
         self._output = output
-        self.rejected: Counter[str] = Counter()
+        #: Links refused, by reason (the frontier counts them: see Frontier.offer).
+        self.rejected: Counter[str] = self.frontier.rejected
         #: Fetched pages whose links could not be read, by reason (``parseError``: Page.error).
         self.page_errors: Counter[str] = Counter()
         self.bytes = 0
@@ -344,14 +354,10 @@ class Engine:
             # Every start URL (and every URL given before the crawl starts)
             # adds its host to those lockSite allows, not only the first.
             self.rules.lock(url)
-        verdict = self.rules.admit(url, None, 0)
-        if isinstance(verdict, str):
-            return "rejected", verdict
-        if not self.seen.add(fingerprint(url)):
-            return "duplicate", None
-        self.frontier.push(url, verdict, self.config.retries, priority=priority)
-        self._pump_soon()
-        return "accepted", None
+        result = self.frontier.offer_url(url, priority=priority)
+        if result[0] == "accepted":
+            self._pump_soon()
+        return result
 
     def submit_urls(self, urls: list[str]) -> list[dict]:
         """The stats server's URL input (StatsSource interface)."""
@@ -365,30 +371,8 @@ class Engine:
         return answers
 
     def _add_links(self, links, page_url: str, depth: int, *, redirect: bool = False, hops: int = 0) -> None:
-        """Queue a page's links that pass the rules and the seen test.
-
-        A link held in :attr:`seen_urls` (met lately, so in the seen set) is
-        counted "seen" at once, before the rules.  ``hops``: the redirects
-        that led to these links (a redirect's target), 0 for a page's links.
-        """
-        rejected = self.rejected
-        fresh = self.seen_urls.unknown(links)
-        if len(fresh) < len(links):
-            rejected["seen"] += len(links) - len(fresh)
-        ok_links, depths, refused = self.rules.admit_many(fresh, page_url, depth, redirect=redirect)
-        for reason, count in refused.items():
-            rejected[reason] += count
-        if not ok_links:
-            return
-        new = self.seen.add_many(fingerprints(ok_links))
-        self.seen_urls.remember(ok_links)
-        push = self.frontier.push
-        retries = self.config.retries
-        for link, d, is_new in zip(ok_links, depths, new):
-            if is_new:
-                push(link, d, retries, hops=hops)
-            else:
-                rejected["seen"] += 1
+        """Queue a page's links: :meth:`Frontier.offer` (rules, seen test, queueing)."""
+        self.frontier.offer(page_url, depth, links, redirect=redirect, hops=hops)
 
     # ------------------------------------------------------------------
     # The pump: react to events, start what may start, arm the next timer

@@ -102,7 +102,7 @@ class EngineStats:
             forgotten=dict(fr.forgotten),
             rejected=dict(e.rejected),
             page_errors=dict(e.page_errors),
-            hosts=len(fr.sites),
+            hosts=fr.sites_total,
             dns_queries=_stat(stats, "queries_sent"),
             requests=e.requests,
             robots_requests=e.robots_requests,
@@ -144,10 +144,8 @@ class EngineStats:
         rate_now = (fr.fetched - p0) / dt if dt > 0 else 0.0
         bytes_rate = (e.bytes - b0) / dt if dt > 0 else 0.0
         dns = getattr(e._resolver, "stats", None)
-        sites = fr.sites.values()
-        ready = sum(1 for s in sites if s.queued)
-        busiest = sorted(sites, key=lambda s: s.pages, reverse=True)[:10]
-        failing = sorted((s for s in sites if s.errors), key=lambda s: s.errors, reverse=True)[:10]
+        st = fr.stats()
+        sites = st["sites"]
         return {
             "version": 1,
             "time": time.time(),
@@ -165,14 +163,14 @@ class EngineStats:
             "urls": {
                 "taken": fr.taken,
                 "seen": len(e.seen),
-                "queued_disk": fr.main.on_disk_only + fr.prio.on_disk_only + fr.wait.on_disk_only,
-                "in_memory": fr.urls_in_memory(),
-                "in_flight": fr.in_flight,
-                "fetched": fr.fetched,
-                "forgotten": dict(fr.forgotten),
-                "retry_wait": sum(fr.retried.values()),
+                "queued_disk": st["queued_disk"],
+                "in_memory": st["in_memory"],
+                "in_flight": st["in_flight"],
+                "fetched": st["fetched"],
+                "forgotten": st["forgotten"],
+                "retry_wait": st["retry_wait"],
             },
-            "gate": {"is_get": fr.is_get},
+            "gate": {"is_get": st["is_get"]},
             "dns": {
                 "in_flight": _stat(dns, "in_flight"),
                 "queued": _stat(dns, "queued"),
@@ -180,14 +178,11 @@ class EngineStats:
                 "cache_hits": _stat(dns, "cache_hits"),
                 "failures": _stat(dns, "failures"),
             },
-            "connections": {"open": fr.requests, "max": fr.max_requests},
-            "sites": {"known": len(fr.sites), "ready": ready, "waiting": fr.dns_pending + len(fr._timers)},
+            "connections": {"open": st["requests"], "max": st["max_requests"]},
+            "sites": {"known": sites["total"], "ready": sites["ready"], "waiting": sites["waiting"]},
             "process": {"rss_bytes": _rss(), "cpu_seconds": time.process_time()},
             "flow": self._flow_snapshot(),
-            "hosts": {
-                "busiest": [{"host": s.host, "pages": s.pages} for s in busiest if s.pages],
-                "failing": [{"host": s.host, "errors": s.errors} for s in failing],
-            },
+            "hosts": st["hosts"],
             "last": list(e.last),
             "limit_time": e.config.limit_time or None,
         }

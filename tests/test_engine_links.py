@@ -34,7 +34,7 @@ class SpyRules:
 
 def test_links_met_again_skip_the_rules_and_count_as_seen(tmp_path):
     engine = make_engine(tmp_path, depth_in_site=3, depth_by_site=True)
-    engine.rules = spy = SpyRules(engine.rules)
+    engine.frontier.rules = spy = SpyRules(engine.rules)  # the rules Frontier.offer applies
     asked = spy.asked
     page = "http://a.test/"
     first = ["http://a.test/1", "http://a.test/2", "http://b.test/"]

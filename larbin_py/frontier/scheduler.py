@@ -48,6 +48,32 @@ The data path (Larbin's, with its one failure mode removed)::
   reason when none are left.
 * **Conservation**: ``taken == fetched + sum(forgotten) + queued + in_flight``
   at every moment (see :meth:`Frontier.conservation`).
+* **Offer** (:meth:`Frontier.offer`): a page's links go through the rules
+  (:class:`~larbin_py.rules.UrlRules`), the cache of links met lately
+  (:class:`~larbin_py.frontier.seen.SeenUrls`) and the seen test
+  (a :class:`~larbin_py.frontier.interfaces.SeenStore`) and are queued, in
+  one call: one atomic step when the stores are remote.  Every refusal is
+  counted in :attr:`Frontier.rejected` by reason (``seen`` included).
+* **Stores** are injected (a :data:`~larbin_py.frontier.interfaces.StoreFactory`
+  building the three :class:`~larbin_py.frontier.interfaces.UrlQueue` lanes;
+  by default :func:`disk_stores` in stateDir), and so is the seen store.
+* **Pruning**: a named site with nothing queued, running or pending (no DNS
+  query, no retry timer) is dropped once it has been idle ``prune_after``
+  seconds *and* its next allowed request time has passed, so politeness
+  holds across pruning with nothing remembered (a new site may start at
+  once, and so could the old one).  What robots.txt still needs is kept
+  compactly: the rules and their expiry, the crawl-delay and the site's
+  counts, in a bounded LRU (``keep_sites`` entries); a site made again
+  takes them back, so robots.txt is not fetched again before its TTL
+  (unless the LRU dropped the entry: then it is fetched once more, a
+  request to robots.txt that politeness still paces).  The DNS answer is
+  not kept (the resolver's cache answers again).  An IP with no named site
+  on it, nothing running, its next allowed time passed and no 429/503
+  penalty left is dropped the same way (its smoothed round-trip time goes:
+  a new one starts as any new server).
+* **Stats** (:meth:`Frontier.stats`) cost O(1) per call: the ready sites
+  are counted as they change, the busiest and failing sites kept in two
+  top-10 tables updated per outcome (see :class:`TopCounts`).
 """
 
 from __future__ import annotations
@@ -56,18 +82,21 @@ import heapq
 import math
 import os
 import random
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
 from .. import robots as robots_mod
+from ..rules import UrlRules
 from ..throttle import ServerPace
-from ..url import authority_of
+from ..url import authority_of, fingerprint, fingerprints
 from .addresses import POLICIES as PRIVATE_POLICIES, is_private_address
+from .interfaces import SeenStore, StoreFactory, UrlQueue
+from .seen import SeenSet, SeenUrls
 from .sites import DnsState, IPSite, NamedSite, RobotsState
 from .store import UrlRecord, UrlStore
 
-__all__ = ["Frontier", "Request", "site_key", "PAGE", "ROBOTS"]
+__all__ = ["Frontier", "Request", "TopCounts", "disk_stores", "site_key", "PAGE", "ROBOTS"]
 
 PAGE = "page"
 ROBOTS = "robots"
@@ -79,6 +108,76 @@ MAX_CRAWL_DELAY = 120.0
 #: parked URLs wants a refill (or a wanting site has nothing left to send):
 #: a rotation then pops about this many records per record placed.
 REFILL_SHARE = 4
+
+#: Seconds a site (or IP) stays idle before it is pruned (see "Pruning").
+PRUNE_AFTER = 120.0
+#: Pruned sites whose robots.txt rules and counts are kept (an LRU).
+KEEP_SITES = 100_000
+#: Most idle entries looked at per :meth:`Frontier.tick` (a bound on one pump's work).
+PRUNE_BATCH = 1000
+
+
+def disk_stores(state_dir: str, *, positions: dict | None = None,
+                segment_bytes: int = 64 * 1024 * 1024) -> StoreFactory:
+    """The default lanes: :class:`UrlStore` segments in ``state_dir/<name>``.
+
+    ``positions`` (a checkpoint's ``stores``) reopens the segments left by
+    an earlier run from those read positions (``--reload``).
+    """
+
+    def store(name: str, ram: int) -> UrlStore:
+        directory = os.path.join(state_dir, name)
+        if positions is None:
+            return UrlStore(directory, ram_urls=ram, segment_bytes=segment_bytes)
+        # Records parked in the wait store after the checkpoint were popped
+        # from a store after it too, so they are read again: cut them off.
+        cut = positions.get("wait_end") if name == "wait" else None
+        return UrlStore.open_existing(directory, tuple(positions[name]), ram_urls=ram,
+                                      segment_bytes=segment_bytes,
+                                      truncate_at=tuple(cut) if cut is not None else None)
+
+    return store
+
+
+class TopCounts:
+    """The ``n`` largest counts by key, kept as they grow (the stats' busiest/failing hosts).
+
+    An update of a key already listed, or of one whose count does not pass
+    the smallest listed, costs a dict lookup and a comparison; only a key
+    that enters the table costs a scan of its ``n`` entries.  A key's count
+    is the largest it was given (a pruned site made again restarts lower).
+    """
+
+    __slots__ = ("n", "counts", "_floor")
+
+    def __init__(self, n: int = 10) -> None:
+        self.n = n
+        self.counts: dict[str, int] = {}
+        self._floor = 0  # at most the smallest listed count once full
+
+    def update(self, key: str, count: int) -> None:
+        counts = self.counts
+        old = counts.get(key)
+        if old is not None:
+            if count > old:
+                counts[key] = count
+            return
+        if len(counts) < self.n:
+            counts[key] = count
+            return
+        if count <= self._floor:
+            return
+        low = min(counts, key=counts.__getitem__)
+        if count <= counts[low]:
+            self._floor = counts[low]
+            return
+        del counts[low]
+        counts[key] = count
+        self._floor = min(counts.values())
+
+    def top(self) -> list[tuple[str, int]]:
+        """``(key, count)`` pairs, largest first."""
+        return sorted(self.counts.items(), key=lambda kv: kv[1], reverse=True)
 
 
 def site_key(url: str) -> tuple[str, str, str, int] | None:
@@ -94,6 +193,11 @@ def site_key(url: str) -> tuple[str, str, str, int] | None:
         return None
     scheme, _, host, port, _ = parts
     return f"{scheme}://{host}:{port}", scheme, host, port
+
+
+def _key_host(key: str) -> str:
+    """The host of a site key ``scheme://host:port``."""
+    return key[key.index("://") + 3:key.rindex(":")]
 
 
 @dataclass(slots=True)
@@ -114,11 +218,18 @@ class Frontier:
 
     ``on_forget(record, reason)`` is called for every URL that ends without
     being fetched (the engine logs and counts it; the frontier counts too).
+
+    ``stores`` builds the three lanes (default: :func:`disk_stores` in
+    ``state_dir``, from ``positions`` on a reload); ``seen`` is the seen
+    store (default: an empty in-memory :class:`SeenSet`); ``rules`` the
+    rules :meth:`offer` applies; ``retries`` the retries a queued URL gets.
+    ``positions`` not None also says the stores were reopened after a
+    restart (their parked records are replayed).
     """
 
     def __init__(
         self,
-        state_dir: str,
+        state_dir: str | None = None,
         *,
         ram_urls: int,
         max_urls_by_site: int,
@@ -136,6 +247,12 @@ class Frontier:
         server_rtt_factor: float = 0.0,
         positions: dict | None = None,
         private_networks: str = "allow",
+        stores: StoreFactory | None = None,
+        seen: SeenStore | None = None,
+        rules: UrlRules | None = None,
+        retries: int = 0,
+        prune_after: float | None = PRUNE_AFTER,
+        keep_sites: int = KEEP_SITES,
     ) -> None:
         self.ram_urls = ram_urls
         self.max_urls_by_site = max_urls_by_site
@@ -157,21 +274,20 @@ class Frontier:
         self.private_hosts: set[str] = set()
         # The three stores share the RAM budget: the main lane gets most of it.
         lane = max(1, ram_urls // 10)
-
-        def store(name: str, ram: int) -> UrlStore:
-            directory = os.path.join(state_dir, name)
-            if positions is None:
-                return UrlStore(directory, ram_urls=ram, segment_bytes=segment_bytes)
-            # Records parked in the wait store after the checkpoint were popped
-            # from a store after it too, so they are read again: cut them off.
-            cut = positions.get("wait_end") if name == "wait" else None
-            return UrlStore.open_existing(directory, tuple(positions[name]), ram_urls=ram,
-                                          segment_bytes=segment_bytes,
-                                          truncate_at=tuple(cut) if cut is not None else None)
-
-        self.main = store("main", max(1, ram_urls - 2 * lane))
-        self.prio = store("priority", lane)
-        self.wait = store("wait", lane)
+        if stores is None:
+            if state_dir is None:
+                raise ValueError("Frontier needs a state_dir or a stores factory")
+            stores = disk_stores(state_dir, positions=positions, segment_bytes=segment_bytes)
+        self.main: UrlQueue = stores("main", max(1, ram_urls - 2 * lane))
+        self.prio: UrlQueue = stores("priority", lane)
+        self.wait: UrlQueue = stores("wait", lane)
+        #: The seen test, the rules and the cache of links met lately (see offer).
+        self.seen: SeenStore = seen if seen is not None else SeenSet()
+        self.rules = rules if rules is not None else UrlRules()
+        self.seen_urls = SeenUrls()
+        self.retries = retries
+        #: Links refused by :meth:`offer` / :meth:`offer_url`, by reason ("seen" included).
+        self.rejected: Counter[str] = Counter()
         # After a reload, the parked URLs' sites have no overflow count yet:
         # the first pops of the wait store are placed as fresh URLs.
         self._wait_replay = len(self.wait) if positions is not None else 0
@@ -193,6 +309,19 @@ class Frontier:
         self._rotating = False
         self._wait_misses = 0
         self._last_now = 0.0  # the latest ``now`` given (see next_wakeup)
+        # Pruning (see the module docstring): a heap of (due, seq, site or IP).
+        self.prune_after = prune_after
+        self.keep_sites = keep_sites
+        self._idle: list[tuple[float, int, NamedSite | IPSite]] = []
+        #: Pruned sites' key -> (rules, robots_expiry, crawl_delay, pages, errors), an LRU.
+        self._kept: OrderedDict[str, tuple] = OrderedDict()
+        self.sites_total = 0  # sites made (a pruned one made again counts once while kept)
+        self.sites_pruned = 0
+        self.ips_pruned = 0
+        # Stats kept as they change (see stats()).
+        self.ready_sites = 0  # sites listed in their IP's ready queue
+        self.busiest = TopCounts()
+        self.failing = TopCounts()
         # Counters for conservation and stats.
         self.taken = 0
         self.fetched = 0
@@ -210,6 +339,55 @@ class Frontier:
         rec = UrlRecord(url, depth, retries, hops)
         (self.prio if priority else self.main).push(rec)
         self.taken += 1
+
+    def offer(self, page_url: str, depth: int, links, *, redirect: bool = False, hops: int = 0) -> int:
+        """Queue those of a page's ``links`` that pass the rules and the seen test.
+
+        ``depth`` is the page's; ``links`` are normalized absolute URLs.
+        A link held in :attr:`seen_urls` (met lately, so in the seen store)
+        is counted "seen" at once, before the rules.  ``redirect``: the one
+        link is a redirect's target (it keeps the page's depth); ``hops``:
+        the redirects that led to it, 0 for a page's links.  Returns how
+        many were queued; every refusal is counted in :attr:`rejected`.
+        """
+        rejected = self.rejected
+        fresh = self.seen_urls.unknown(links)
+        if len(fresh) < len(links):
+            rejected["seen"] += len(links) - len(fresh)
+        ok_links, depths, refused = self.rules.admit_many(fresh, page_url, depth, redirect=redirect)
+        for reason, count in refused.items():
+            rejected[reason] += count
+        if not ok_links:
+            return 0
+        new = self.seen.add_many(fingerprints(ok_links))
+        self.seen_urls.remember(ok_links)
+        push = self.main.push
+        retries = self.retries
+        queued = 0
+        for link, d, is_new in zip(ok_links, depths, new):
+            if is_new:
+                push(UrlRecord(link, d, retries, hops))
+                queued += 1
+        self.taken += queued
+        if queued < len(ok_links):
+            rejected["seen"] += len(ok_links) - queued
+        return queued
+
+    def offer_url(self, url: str, *, priority: bool = True) -> tuple[str, str | None]:
+        """Queue a start URL or one given at run time: ``(result, reason)``.
+
+        ``url`` is normalized; it goes through the rules as a seed (depth
+        ``depthInSite``) and the seen test.  ``result`` is ``accepted``,
+        ``duplicate`` or ``rejected`` (with the rule's reason); a duplicate
+        is not counted in :attr:`rejected` (the caller answers it).
+        """
+        verdict = self.rules.admit(url, None, 0)
+        if isinstance(verdict, str):
+            return "rejected", verdict
+        if not self.seen.add_many((fingerprint(url),))[0]:
+            return "duplicate", None
+        self.push(url, verdict, self.retries, priority=priority)
+        return "accepted", None
 
     @property
     def is_get(self) -> bool:
@@ -278,18 +456,35 @@ class Frontier:
         self._rotating = False
         self._wait_misses = 0
 
-    def _site_for(self, url: str) -> NamedSite | None:
+    def _site_for(self, url: str, now: float | None = None) -> NamedSite | None:
         parsed = site_key(url)
         if parsed is None:
             return None
         key, scheme, host, port = parsed
         site = self.sites.get(key)
         if site is None:
-            site = self.sites[key] = NamedSite(key, scheme, host, port)
+            site = self.sites[key] = self._new_site(key, scheme, host, port,
+                                                    self._last_now if now is None else now)
+        return site
+
+    def _new_site(self, key: str, scheme: str, host: str, port: int, now: float) -> NamedSite:
+        """A site made, or made again after pruning with what was kept of it."""
+        site = NamedSite(key, scheme, host, port)
+        kept = self._kept.pop(key, None)
+        if kept is None:
+            self.sites_total += 1
+        else:
+            rules, expiry, delay, site.pages, site.errors = kept
+            if expiry > now:  # robots.txt is not fetched again before its TTL
+                site.robots = rules
+                site.robots_event("restore")
+                site.robots_expiry = expiry
+                site.crawl_delay = delay
+        self._note_idle(site, now)  # listed at once: pruned even if it never runs
         return site
 
     def _place(self, rec: UrlRecord, now: float, from_wait: bool) -> bool:
-        site = self._site_for(rec.url)
+        site = self._site_for(rec.url, now)
         if site is None:
             self._forget(rec, "badUrl")
             return True
@@ -335,6 +530,7 @@ class Frontier:
             self._forget(rec, "privateAddress")
         site.fifo.clear()
         self._freed(site)
+        self._note_idle(site, self._last_now)
 
     def _freed(self, site: NamedSite) -> None:
         """A slot of ``site`` became free: parked URLs of it may come back."""
@@ -382,10 +578,13 @@ class Frontier:
         site.dns_expiry = now + ttl
         site.dns_failures = 0
         ips = self.allowed_addresses(site.host, ips)
+        old = site.ip_site
         if not ips:
             site.dns_event("refuse")
             site.ips = ()
             site.ip_site = None
+            if old is not None:
+                self._left_ip(old, now)
             self._refuse_fifo(site)
             return
         site.dns_event("answer")
@@ -394,8 +593,13 @@ class Frontier:
         ip_site = self.ips.get(ip)
         if ip_site is None:
             ip_site = self.ips[ip] = IPSite(ip, ServerPace(rtt_factor=self.server_rtt_factor))
-        site.ip_site = ip_site
+        if ip_site is not old:
+            ip_site.sites += 1
+            site.ip_site = ip_site
+            if old is not None:
+                self._left_ip(old, now)
         self._make_ready(site, now)
+        self._note_idle(site, now)
 
     def dns_failed(self, site: NamedSite, error: str, now: float) -> None:
         """The name did not resolve: every waiting URL loses a retry."""
@@ -421,6 +625,7 @@ class Frontier:
         delay = self.dns_retry_base * (2 ** min(site.dns_failures - 1, 6))
         site.retry_at = now + delay
         self._add_timer(site.retry_at, site, "dns")
+        self._note_idle(site, now)
 
     # ------------------------------------------------------------------
     # Scheduling
@@ -435,6 +640,7 @@ class Frontier:
         ip = site.ip_site
         ip.ready.append(site)
         site.queued = True
+        self.ready_sites += 1
         self._schedule_ip(ip, now)
 
     def _schedule_ip(self, ip: IPSite, at: float) -> None:
@@ -452,7 +658,7 @@ class Frontier:
         heapq.heappush(self._timers, (when, self._seq, site, kind))
 
     def tick(self, now: float) -> None:
-        """Run the DNS and robots.txt retry timers that are due."""
+        """Run the DNS and robots.txt retry timers that are due, and prune idle sites and IPs."""
         self._last_now = now
         timers = self._timers
         while timers and timers[0][0] <= now:
@@ -464,9 +670,106 @@ class Frontier:
                     self.dns_wanted.append(site)
                 else:
                     site.dns_event("expire")
+                    self._note_idle(site, now)
             elif kind == "robots" and site.robots_state is RobotsState.ERROR:
                 site.robots_event("expire")
                 self._make_ready(site, now)
+                self._note_idle(site, now)
+        idle = self._idle
+        if idle and idle[0][0] <= now:
+            self._prune(now)
+
+    # ------------------------------------------------------------------
+    # Pruning (see the module docstring)
+    # ------------------------------------------------------------------
+    def _note_idle(self, site: NamedSite, now: float) -> None:
+        """``site`` may be idle from ``now``: list it for pruning, or move its idle time on."""
+        if self.prune_after is None or not site.idle:
+            return
+        if site.idle_at < 0:
+            self._seq += 1
+            heapq.heappush(self._idle, (now + self.prune_after, self._seq, site))
+        site.idle_at = now
+
+    def _left_ip(self, ip: IPSite, now: float) -> None:
+        """A named site no longer uses ``ip``: list it for pruning once none does."""
+        ip.sites -= 1
+        if ip.sites <= 0 and not ip.listed and self.prune_after is not None:
+            ip.listed = True
+            self._seq += 1
+            heapq.heappush(self._idle, (now + self.prune_after, self._seq, ip))
+
+    @staticmethod
+    def _settled(site: NamedSite) -> bool:
+        """No DNS query or retry timer pending, robots.txt not being fetched or retried."""
+        return (site.dns is not DnsState.RESOLVING and site.dns is not DnsState.FAILED
+                and (site.robots_state is RobotsState.OK or site.robots_state is RobotsState.NONE))
+
+    def _prune(self, now: float) -> None:
+        """Drop the listed sites and IPs idle ``prune_after`` seconds whose waits are over.
+
+        A listed entry found busy is unlisted (it is listed again when it
+        next goes idle); one idle but not yet long enough, or whose next
+        allowed time is still ahead, is looked at again then.
+        """
+        idle = self._idle
+        after = self.prune_after
+        for _ in range(PRUNE_BATCH):
+            if not idle or idle[0][0] > now:
+                return
+            obj = heapq.heappop(idle)[2]
+            if type(obj) is IPSite:
+                due = self._prune_ip(obj, now)
+                if due is None:
+                    continue
+            else:
+                site = obj
+                if self.sites.get(site.key) is not site or not site.idle:
+                    site.idle_at = -1.0
+                    continue
+                due = site.idle_at + after
+                if due <= now:
+                    if site.next_allowed > now:
+                        due = site.next_allowed  # politeness still needs it
+                    elif not self._settled(site):
+                        due = now + after
+                    else:
+                        self._drop_site(site, now)
+                        continue
+            self._seq += 1
+            heapq.heappush(idle, (due, self._seq, obj))
+
+    def _drop_site(self, site: NamedSite, now: float) -> None:
+        del self.sites[site.key]
+        site.idle_at = -1.0
+        self.sites_pruned += 1
+        keep_rules = site.robots_state is RobotsState.OK and site.robots_expiry > now
+        kept = self._kept
+        kept[site.key] = (site.robots if keep_rules else None, site.robots_expiry if keep_rules else 0.0,
+                          site.crawl_delay if keep_rules else 0.0, site.pages, site.errors)
+        if len(kept) > self.keep_sites:
+            kept.popitem(last=False)
+        ip = site.ip_site
+        if ip is not None:
+            site.ip_site = None
+            self._left_ip(ip, now)
+
+    def _prune_ip(self, ip: IPSite, now: float) -> float | None:
+        """Drop ``ip`` if it may go; else the time to look again (None: unlisted)."""
+        ip.listed = False
+        if self.ips.get(ip.ip) is not ip or ip.sites > 0:
+            return None  # listed again when its last site leaves
+        pace = ip.pace
+        if ip.busy or ip.ready or ip.heap_time is not None or pace.penalty > 1.0:
+            due = now + self.prune_after  # a request still runs, or the penalty decays first
+        elif ip.next_allowed > now or pace.retry_until > now:
+            due = max(ip.next_allowed, pace.retry_until)
+        else:
+            del self.ips[ip.ip]
+            self.ips_pruned += 1
+            return None
+        ip.listed = True
+        return due
 
     def next_wakeup(self) -> float | None:
         """The earliest time at which :meth:`load`, :meth:`next_request` or :meth:`tick` has work.
@@ -516,6 +819,7 @@ class Frontier:
         for _ in range(len(ip.ready)):
             site = ip.ready.popleft()
             site.queued = False
+            self.ready_sites -= 1
             if site.active or not site.fifo or site.ip_site is not ip:
                 continue
             if site.dns_expiry <= now:
@@ -527,6 +831,7 @@ class Frontier:
             if site.next_allowed > now:
                 ip.ready.append(site)
                 site.queued = True
+                self.ready_sites += 1
                 earliest = min(earliest, site.next_allowed)
                 continue
             req = self._take_from_site(site, ip, now)
@@ -554,6 +859,7 @@ class Frontier:
             site.in_flight += 1
             self.in_flight += 1
             return self._start(site, ip, rec, rec.url, PAGE, now)
+        self._note_idle(site, now)
         return None
 
     def _start(self, site: NamedSite, ip: IPSite, rec: UrlRecord | None, url: str, kind: str, now: float) -> Request:
@@ -589,6 +895,8 @@ class Frontier:
         if ip is not None:
             self._make_ready(site, now)
             self._schedule_ip(ip, now)
+        if not site.fifo and not site.active and not site.in_flight:
+            self._note_idle(site, now)
 
     def sent_late(self, req: Request, sent_at: float | None) -> None:
         """``req`` reached the wire at ``sent_at``, after its start (a connect).
@@ -672,12 +980,16 @@ class Frontier:
     def fetched_ok(self, req: Request, now: float) -> None:
         """The page was fetched (whatever its status counted as: see forget)."""
         self.fetched += 1
-        req.site.pages += 1
+        site = req.site
+        site.pages += 1
+        self.busiest.update(site.key, site.pages)
         self._release(req, now)
 
     def forget(self, req: Request, reason: str, now: float) -> None:
         """The page request ended for good without a fetched page."""
-        req.site.errors += 1
+        site = req.site
+        site.errors += 1
+        self.failing.update(site.key, site.errors)
         self._forget(req.record, reason)
         self._release(req, now)
 
@@ -694,6 +1006,7 @@ class Frontier:
         site = req.site
         if not free:
             site.errors += 1
+            self.failing.update(site.key, site.errors)
         if delay > 0:
             site.next_allowed = max(site.next_allowed, now + delay)
         if free:
@@ -767,8 +1080,52 @@ class Frontier:
         return self.queued == 0 and self.requests == 0 and self.dns_pending == 0
 
     def flush(self, sync: bool = False) -> None:
+        """Flush the three lanes (not the seen store: its owner flushes it after them)."""
         for store in (self.prio, self.main, self.wait):
             store.flush(sync)
+
+    def stats(self) -> dict:
+        """What the engine's stats read of the frontier; O(1) per call.
+
+        ``sites``: ``known`` are held now, ``total`` were ever made (a pruned
+        site made again counts once while its compact record is kept),
+        ``ready`` wait in their IP's ready queue, ``waiting`` on DNS or a
+        retry timer; ``hosts``: the ten sites with the most pages fetched
+        and with the most errors (see :class:`TopCounts`).
+        """
+        main, prio, wait = self.main, self.prio, self.wait
+        return {
+            "taken": self.taken,
+            "fetched": self.fetched,
+            "queued": self.queued,
+            "queued_disk": main.on_disk_only + prio.on_disk_only + wait.on_disk_only,
+            "in_memory": self.urls_in_memory(),
+            "in_flight": self.in_flight,
+            "forgotten": dict(self.forgotten),
+            "retried": dict(self.retried),
+            "retry_wait": sum(self.retried.values()),
+            "rejected": dict(self.rejected),
+            "seen": len(self.seen),
+            "is_get": self.is_get,
+            "requests": self.requests,
+            "max_requests": self.max_requests,
+            "sites": {
+                "known": len(self.sites),
+                "total": self.sites_total,
+                "ready": self.ready_sites,
+                "waiting": self.dns_pending + len(self._timers),
+                "dns_pending": self.dns_pending,
+                "timers": len(self._timers),
+                "pruned": self.sites_pruned,
+                "kept": len(self._kept),
+                "ips": len(self.ips),
+                "ips_pruned": self.ips_pruned,
+            },
+            "hosts": {
+                "busiest": [{"host": _key_host(k), "pages": n} for k, n in self.busiest.top() if n],
+                "failing": [{"host": _key_host(k), "errors": n} for k, n in self.failing.top() if n],
+            },
+        }
 
     # ------------------------------------------------------------------
     # Checkpoints (crash safety; the engine writes them, see engine.state)
@@ -832,7 +1189,7 @@ class Frontier:
             if len(parsed) != 2:
                 continue
             host, _, port = parsed[1].rpartition(":")
-            site = self._site_for(f"{parsed[0]}://{host}:{port}/")
+            site = self._site_for(f"{parsed[0]}://{host}:{port}/", now)
             if site is not None and until > wall:
                 site.next_allowed = now + (until - wall)
         self.taken = self.fetched + sum(self.forgotten.values()) + self.queued + self.in_flight

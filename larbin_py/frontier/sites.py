@@ -72,7 +72,7 @@ class NamedSite:
         "key", "scheme", "host", "port", "fifo", "in_flight", "active", "overflow",
         "dns", "ips", "dns_expiry", "dns_failures", "ip_site",
         "robots_state", "robots", "robots_expiry", "robots_failures", "crawl_delay",
-        "retry_at", "next_allowed", "queued", "pages", "errors",
+        "retry_at", "next_allowed", "queued", "pages", "errors", "idle_at",
     )
 
     def __init__(self, key: str, scheme: str, host: str, port: int) -> None:
@@ -99,6 +99,13 @@ class NamedSite:
         self.queued = False  # listed in its IPSite's ready queue
         self.pages = 0
         self.errors = 0
+        #: When last seen idle, while listed for pruning; -1.0 when not listed.
+        self.idle_at = -1.0
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued, parked, running or in the ready queue (pruning may follow)."""
+        return not (self.fifo or self.active or self.in_flight or self.overflow or self.queued)
 
     def dns_event(self, event: str) -> None:
         """Move the DNS state by ``event`` (:data:`DNS_TRANSITIONS`); IllegalTransition if not allowed."""
@@ -125,7 +132,7 @@ class NamedSite:
 class IPSite:
     """One server IP: the ready named sites on it and its politeness clock."""
 
-    __slots__ = ("ip", "ready", "next_allowed", "busy", "heap_time", "pace")
+    __slots__ = ("ip", "ready", "next_allowed", "busy", "heap_time", "pace", "sites", "listed")
 
     def __init__(self, ip: str, pace: ServerPace | None = None) -> None:
         self.ip = ip
@@ -135,3 +142,5 @@ class IPSite:
         self.heap_time: float | None = None  # time of its live heap entry
         #: Its smoothed round-trip time and 429/503 penalty (per-server pace).
         self.pace = pace if pace is not None else ServerPace()
+        self.sites = 0  # named sites whose address this is (ip_site)
+        self.listed = False  # listed for pruning

@@ -1,0 +1,119 @@
+"""The real Engine driven through its seams: a fake resolver, a fake fetcher,
+in-memory stores.  No socket, no DNS server, no file in stateDir's stores:
+what the engine does with each answer is checked against canned ones.
+"""
+
+from __future__ import annotations
+
+from larbin_py.config import parse_config_text
+from larbin_py.engine import Engine
+from larbin_py.frontier.fakes import MemorySeen, memory_stores
+from larbin_py.frontier.interfaces import Fetcher, Resolver, SeenStore, UrlQueue
+from larbin_py.net.dns import DNSAnswer
+from larbin_py.net.http import FetchResult
+
+HTML = "text/html"
+
+
+def page(*links: str) -> tuple[int, str, bytes, str | None]:
+    body = "<html><body>" + "".join(f'<a href="{u}">x</a>' for u in links) + "</body></html>"
+    return 200, HTML, body.encode(), None
+
+
+#: url -> (status, content type, body, Location); anything else is a 404.
+WEB = {
+    "http://a.test/robots.txt": (200, "text/plain", b"User-agent: *\nDisallow: /secret\n", None),
+    "http://a.test/": page("/p1", "/gone", "/moved", "/secret", "http://b.test/"),
+    "http://a.test/p1": page("/", "/p2"),
+    "http://a.test/p2": page(),
+    "http://a.test/moved": (301, HTML, b"", "/target"),
+    "http://a.test/target": page("/p1"),
+    "http://b.test/": page("http://a.test/p1", "http://a.test/"),
+}
+
+
+class FakeResolver:
+    """Every name has one address; counts the questions."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        self.stats = {"queries_sent": 0}
+        self.closed = False
+
+    async def resolve(self, name: str) -> DNSAnswer:
+        self.asked.append(name)
+        self.stats["queries_sent"] += 1
+        return DNSAnswer(name, ("203.0.113.7",) if name == "a.test" else ("203.0.113.8",), None, 300.0, False)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeFetcher:
+    """Answers from :data:`WEB`; records every request (url, ip, port)."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, int]] = []
+        self.stats = {"connections_opened": 0, "reuses": 0, "h11_handovers": 0}
+        self.closed = False
+
+    async def fetch(self, url: str, ip: str, port: int, *, cookie: bytes | None = None) -> FetchResult:
+        self.requests.append((url, ip, port))
+        status, ctype, body, location = WEB.get(url, (404, HTML, b"not here", None))
+        return FetchResult(url, ip, status=status, headers=[(b"content-type", ctype.encode())], body=body,
+                           content_type=ctype, location=location, rtt=0.001, bytes_read=len(body))
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def config(tmp_path):
+    return parse_config_text("", require_start_urls=False).replace(
+        start_urls=("http://a.test/",), save_dir=str(tmp_path / "save"), state_dir=str(tmp_path / "state"),
+        http_port=0, output_mode="stats", can_reload=False, wait_duration=0.01, private_networks="allow",
+        depth_in_site=5, depth_by_site=True)
+
+
+def test_the_fakes_are_the_seams():
+    assert isinstance(FakeResolver(), Resolver) and isinstance(FakeFetcher(), Fetcher)
+    assert isinstance(MemorySeen(), SeenStore) and isinstance(memory_stores()("main", 10), UrlQueue)
+
+
+async def test_an_engine_on_fakes_fetches_follows_and_counts_every_outcome(tmp_path):
+    resolver, fetcher, seen, stores = FakeResolver(), FakeFetcher(), MemorySeen(), memory_stores()
+    engine = Engine(config(tmp_path), resolver=resolver, fetcher=fetcher, stores=stores, seen=seen,
+                    out=open("/dev/null", "w"), err=open("/dev/null", "w"))
+    summary = await engine.run()
+    asked = [url for url, _, _ in fetcher.requests]
+    # robots.txt first on each host, once; the page it forbids is never asked for
+    assert asked[0] == "http://a.test/robots.txt"
+    assert asked.count("http://a.test/robots.txt") == 1 and asked.count("http://b.test/robots.txt") == 1
+    assert asked.index("http://b.test/robots.txt") < asked.index("http://b.test/")
+    assert "http://a.test/secret" not in asked
+    # every page once, each to its host's address; the redirect's target fetched too
+    pages = [u for u in asked if not u.endswith("/robots.txt")]
+    assert sorted(pages) == sorted(["http://a.test/", "http://a.test/p1", "http://a.test/p2",
+                                    "http://a.test/gone", "http://a.test/moved", "http://a.test/target",
+                                    "http://b.test/"])
+    assert all(ip == ("203.0.113.8" if url.startswith("http://b.test") else "203.0.113.7")
+               for url, ip, _ in fetcher.requests)
+    assert summary.pages == 5
+    assert summary.forgotten == {"err40X": 1, "err30X": 1, "forbiddenRobots": 1}
+    # links met again are refused as seen (the back links, b's link to a page queued before)
+    assert summary.rejected["seen"] >= 3
+    # conservation, and everything went through the injected stores
+    fr = engine.frontier
+    taken, accounted = fr.conservation()
+    assert taken == accounted == 8 == summary.taken
+    assert summary.queued == 0 and summary.in_flight == 0
+    # one test-and-add per page's links (links met lately never reach it), not one per link
+    assert len(seen) == 8 and 4 <= seen.batches < 8
+    lanes = stores.lanes
+    assert lanes["main"].pushed == 7 and lanes["priority"].pushed == 1  # the seed goes first
+    assert all(lane.closed for lane in lanes.values())
+    assert sorted(resolver.asked) == ["a.test", "b.test"]
+    assert fetcher.closed and resolver.closed
+    stats = fr.stats()
+    assert stats["fetched"] == 5 and stats["taken"] == 8 and stats["seen"] == 8
+    assert stats["hosts"]["busiest"] == [{"host": "a.test", "pages": 4}, {"host": "b.test", "pages": 1}]
+    assert stats["hosts"]["failing"] == [{"host": "a.test", "errors": 2}]
