@@ -60,11 +60,11 @@ from __future__ import annotations
 import json
 import os
 import stat
-import zlib
 from dataclasses import dataclass, field
 
 from .frontier.scheduler import Frontier
 from .frontier.store import UrlRecord
+from .logline import frame, unframe
 from .output.base import INDEX_NAME, parse_index_line
 from .state import write_checkpoint
 
@@ -102,18 +102,15 @@ def _journal_serials(state_dir: str) -> list[int]:
 
 
 def encode_commit(record: dict) -> bytes:
-    body = json.dumps(record, separators=(",", ":")).encode("ascii")
-    return b"%08x %s\n" % (zlib.crc32(body), body)
+    return frame(json.dumps(record, separators=(",", ":")).encode("ascii"))
 
 
 def decode_commit(line: bytes) -> dict | None:
     """One journal line (with its newline) as a dict; None when damaged."""
-    if not line.endswith(b"\n") or len(line) < 11 or line[8:9] != b" ":
+    body = unframe(line)
+    if not body:
         return None
-    body = line[9:-1]
     try:
-        if int(line[:8], 16) != zlib.crc32(body):
-            return None
         record = json.loads(body)
     except ValueError:
         return None

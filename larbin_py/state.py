@@ -28,8 +28,8 @@ import base64
 import errno
 import json
 import os
-import zlib
 
+from .logline import frame, unframe
 from .frontier.store import UrlRecord, decode_record, encode_record
 
 __all__ = [
@@ -195,7 +195,7 @@ class RobotsLog:
     def append(self, robots_url: str, when: float, body: bytes | None) -> None:
         payload = base64.b64encode(body).decode("ascii") if body is not None else "-"
         rest = f"{when:.3f} {robots_url} {payload}".encode("utf-8", "surrogateescape")
-        self._buf.append(b"%08x %s\n" % (zlib.crc32(rest), rest))
+        self._buf.append(frame(rest))
 
     def flush(self, sync: bool = False) -> None:
         """Write the buffered lines; an OSError names this log's path."""
@@ -225,13 +225,11 @@ class RobotsLog:
             return answers, 0
         with open(path, "rb") as f:
             for line in f:
-                if not line.endswith(b"\n") or len(line) < 10:
+                rest = unframe(line)
+                if rest is None:
                     damaged += 1
                     continue
-                rest = line[9:-1]
                 try:
-                    if int(line[:8], 16) != zlib.crc32(rest):
-                        raise ValueError("checksum")
                     when, url, payload = rest.decode("utf-8", "surrogateescape").split(" ", 2)
                     body = None if payload == "-" else base64.b64decode(payload, validate=True)
                     answers[url] = (float(when), body)

@@ -252,3 +252,15 @@ def test_a_segment_cut_before_the_read_position_is_reported_and_reading_goes_on(
     again.push(rec(7))
     assert drain(again) == [rec(7).url]
     assert UrlStore.open_existing(str(t / "new"), (0, 0), ram_urls=10).damage == []
+
+
+def test_the_log_line_frame_tells_a_good_line_from_a_damaged_one():
+    from larbin_py.logline import frame, unframe
+
+    line = frame(b"3 1 http://a.test/")
+    assert unframe(line) == b"3 1 http://a.test/"
+    assert unframe(line[:-1]) is None  # cut before its newline by a crash
+    assert unframe(line[:-1], whole=False) == b"3 1 http://a.test/"
+    assert unframe(line.replace(b"a.test", b"b.test")) is None  # damaged body
+    assert unframe(b"zzzzzzzz " + line[9:]) is None  # no CRC
+    assert unframe(b"\n") is None and unframe(b"") is None

@@ -34,10 +34,11 @@ event loop, and a push costs a formatted line appended to a Python buffer.
 from __future__ import annotations
 
 import os
-import zlib
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterator
+
+from ..logline import frame, unframe
 
 __all__ = ["UrlRecord", "UrlStore", "encode_record", "decode_record"]
 
@@ -58,18 +59,15 @@ def encode_record(rec: UrlRecord) -> bytes:
         body = f"{rec.depth} {rec.retries} {rec.hops} {rec.url}".encode("utf-8", "surrogateescape")
     else:
         body = f"{rec.depth} {rec.retries} {rec.url}".encode("utf-8", "surrogateescape")
-    return b"%08x %s\n" % (zlib.crc32(body), body)
+    return frame(body)
 
 
 def decode_record(line: bytes) -> UrlRecord | None:
     """Parse one log line (without or with its newline); None when damaged."""
-    line = line.rstrip(b"\n")
-    if len(line) < 10 or line[8:9] != b" ":
+    body = unframe(line, whole=False)
+    if body is None or not body:
         return None
-    body = line[9:]
     try:
-        if int(line[:8], 16) != zlib.crc32(body):
-            return None
         fields = body.split(b" ", 3)  # a URL holds no space: 3 fields, or 4 with hops
         if len(fields) == 4:
             depth, retries, hops, url = fields
