@@ -41,3 +41,35 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "async_timeout(seconds): bound on an async test's run time"
     )
+
+
+def require_service(binary: str, hint: str) -> str:
+    """The path of a service's binary; without it a skip, or in CI (CI=true) a failure.
+
+    Services come from Debian packages that .ci/run installs: a missing one
+    in CI means the install step broke, and must not hide behind a skip.
+    """
+    import os
+    import shutil
+
+    path = shutil.which(binary) or next(
+        (p for p in (f"/usr/bin/{binary}", f"/usr/sbin/{binary}", f"/usr/share/zookeeper/bin/{binary}")
+         if os.path.exists(p)), None)
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{binary} not installed in CI ({hint})")
+        pytest.skip(f"{binary} not installed ({hint}); CI installs it")
+    return path
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    """A private redis-server on a unix socket in a temp dir (AOF on), stopped after the test."""
+    from larbin_py.dist.redis_server import RedisServer
+
+    binary = require_service("redis-server", "apt-get install redis-server")
+    server = RedisServer(str(tmp_path / "redis"), binary=binary).start()
+    try:
+        yield server
+    finally:
+        server.stop()
