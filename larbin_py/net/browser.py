@@ -130,15 +130,15 @@ class Browser:
         args.append("about:blank")
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        # The browser wants its commands on fd 3 and writes on fd 4: the shell
-        # renumbers the pipes and execs it (no preexec_fn: the crawler has threads).
-        script = f'exec "$@" 3<&{to_child_r} 4>&{from_child_w} {to_child_r}<&- {from_child_w}>&-'
+        # The browser wants its commands on fd 3 and writes on fd 4: the pipes come
+        # in as the shell's stdin and stdout, which renumbers them and execs it (no
+        # preexec_fn: the crawler has threads; dash redirects only fds 0-9).
+        script = 'exec "$@" 3<&0 4>&1 0</dev/null 1>&2'
         log = open(os.path.join(self.profile, LOG_NAME), "wb")
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 "/bin/sh", "-c", script, "sh", path, *args,
-                stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
-                pass_fds=(to_child_r, from_child_w), start_new_session=True)
+                stdin=to_child_r, stdout=from_child_w, stderr=log, start_new_session=True)
         except OSError as exc:
             for fd in (to_child_r, to_child_w, from_child_r, from_child_w):
                 os.close(fd)
