@@ -283,6 +283,12 @@ class _Render:
         self.loaded = asyncio.Event()
         self.tasks: set[asyncio.Task] = set()
         self.sub_requests = 0
+        tab.conn.closed.add_done_callback(self._browser_gone)
+
+    def _browser_gone(self, _fut) -> None:
+        """The browser died: wake every wait of this render (it then raises BrowserClosed)."""
+        self.changed.set()
+        self.loaded.set()
 
     # -- events (called by the connection's reader: no await here) --------
     def on_paused(self, p: dict) -> None:
@@ -357,18 +363,21 @@ class _Render:
     # -- waiting ------------------------------------------------------------
     async def wait_event(self, event: asyncio.Event, deadline: float) -> bool:
         remaining = deadline - self.f.clock()
-        if remaining <= 0:
-            return event.is_set()
-        try:
-            await asyncio.wait_for(event.wait(), remaining)
-        except asyncio.TimeoutError:
-            return False
-        return True
+        if remaining > 0:
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except asyncio.TimeoutError:
+                return False
+        if self.tab.conn.is_closed:
+            raise BrowserClosed("the browser exited during the render")
+        return event.is_set()
 
     async def settle(self, deadline: float) -> bool:
         """Wait until no sub-request has been in flight or started for IDLE s; False at the deadline."""
         clock = self.f.clock
         while True:
+            if self.tab.conn.is_closed:
+                raise BrowserClosed("the browser exited during the render")
             now = clock()
             if self.in_flight == 0 and now - self.last_activity >= IDLE:
                 return True
