@@ -81,7 +81,7 @@ from .browser import Browser, BrowserUnavailable
 from .cdp import BrowserClosed, CDPConnection, CDPError, Session
 from .http import FetchResult
 
-__all__ = ["DynamicFetcher", "DynamicRules", "FrontierGate", "RenderedResult", "TRIGGERS",
+__all__ = ["DynamicFetcher", "DynamicRules", "FrontierGate", "RenderedResult", "TRIGGERS", "build_dynamic",
            "parse_rule", "RENDER_REASONS"]
 
 #: Seconds without a sub-request in flight or started after which a page has settled.
@@ -570,3 +570,12 @@ class DynamicFetcher:
         for tab in tabs:
             await tab.close()
         await self.browser.close()
+
+
+def build_dynamic(config, http, frontier, browser: Browser, *, now: Callable[[], float],
+                  clock: Callable[[], float], on_sub_request=None) -> DynamicFetcher:
+    """The engine's DynamicFetcher for ``config`` (its ``dynamic*`` keys), on the frontier's gate."""
+    gate = FrontierGate(frontier, other_hosts=config.dynamic_other_hosts, now=now)
+    return DynamicFetcher(http, browser, DynamicRules(config.dynamic_pages), gate,
+                          tabs=config.dynamic_connexions, timeout=config.dynamic_timeout,
+                          max_page_size=config.max_page_size, on_sub_request=on_sub_request, clock=clock)
