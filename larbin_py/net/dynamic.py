@@ -252,6 +252,7 @@ class _Tab:
         tab = cls(conn, ctx, tid, conn.session(sid))
         s = tab.session
         await s.send("Page.enable")
+        await s.send("Page.setLifecycleEventsEnabled", {"enabled": True})
         await s.send("Fetch.enable", {"patterns": [{"urlPattern": "*", "requestStage": "Request"}]})
         return tab
 
@@ -281,6 +282,8 @@ class _Render:
         self.last_activity = fetcher.clock()
         self.changed = asyncio.Event()
         self.loaded = asyncio.Event()
+        self.loader_id: str | None = None
+        self.loads: set = set()
         self.tasks: set[asyncio.Task] = set()
         self.sub_requests = 0
         tab.conn.closed.add_done_callback(self._browser_gone)
@@ -305,8 +308,17 @@ class _Render:
         self.tasks.add(task)
         task.add_done_callback(self._served)
 
-    def on_load(self, _p: dict) -> None:
-        self.loaded.set()
+    def on_lifecycle(self, p: dict) -> None:
+        """The ``load`` of this page's navigation (a reused tab may still report about:blank's)."""
+        if p.get("name") == "load" and p.get("frameId") == self.tab.target_id:
+            self.loads.add(p.get("loaderId"))
+            if self.loader_id is not None and self.loader_id in self.loads:
+                self.loaded.set()
+
+    def navigated(self, loader_id: str | None) -> None:
+        self.loader_id = loader_id
+        if loader_id in self.loads:
+            self.loaded.set()
 
     def _served(self, task: asyncio.Task) -> None:
         self.tasks.discard(task)
@@ -498,13 +510,14 @@ class DynamicFetcher:
         r = _Render(self, tab, url, res, page_request)
         s = tab.session
         s.on("Fetch.requestPaused", r.on_paused)
-        s.on("Page.loadEventFired", r.on_load)
+        s.on("Page.lifecycleEvent", r.on_lifecycle)
         healthy = False
         reason = "ok"
         html: str | None = None
         try:
             try:
-                await s.send("Page.navigate", {"url": url}, timeout=max(0.1, deadline - clock()))
+                nav = await s.send("Page.navigate", {"url": url}, timeout=max(0.1, deadline - clock()))
+                r.navigated(nav.get("loaderId"))
                 await r.wait_event(r.loaded, deadline)
                 reason = await self._trigger(r, s, trigger, deadline)
                 if not await r.settle(deadline):
