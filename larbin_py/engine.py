@@ -263,7 +263,7 @@ class Engine:
             while True:
                 if limit and fr.fetched + fr.in_flight >= limit:
                     break
-                if self._writer is not None and self._disk_held():
+                if self._disk_held():
                     # The writer wakes the pump when the gate opens (on_room,
                     # on_durable): a timer for work already due would only spin.
                     held = True
