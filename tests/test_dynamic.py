@@ -74,13 +74,15 @@ async def test_rendering_finds_the_links_of_every_trigger_and_stops_the_endless_
         dyn = DynamicFetcher(http, browser, DynamicRules(RULES), gate, timeout=2.0, tabs=2)
         base = f"http://{JS_HOST}:{sim.port}"
         try:
-            pages = ["/onload.html", "/scroll.html", "/call.html", "/xhr.html"]
+            pages = ["/onload.html", "/scroll.html", "/call.html", "/xhr.html", "/refresh.html"]
             results = await asyncio.gather(*(dyn.fetch(base + p, ip, sim.port) for p in pages))
             for page, res in zip(pages, results):
                 assert isinstance(res, RenderedResult) and res.error is None, (page, res.error_detail)
                 assert res.render_reason == "ok" and res.rendered, (page, res.render_reason)
                 assert set(LINK_RE.findall(res.body)) == {p.encode() for p in DYN_LINKS[page]}, page
                 assert not LINK_RE.findall(res.static_body)  # the links exist only once scripts ran
+            # the meta refresh did not take the page away (its DOM is the one saved and parsed)
+            assert dyn.refused["navigation"] == 1 and b"<title>refresh</title>" in results[-1].body
             # the other host's script and the disallowed JSON were refused, never fetched
             assert dyn.refused["otherHost"] == 1 and dyn.refused["forbiddenRobots"] == 1
             assert not any(r.path.startswith("/private/") for r in sim.log.requests)
@@ -98,7 +100,7 @@ async def test_rendering_finds_the_links_of_every_trigger_and_stops_the_endless_
             assert LINK_RE.findall(endless.body) == [b"/dyn/endless-1.html"]
             assert 2.0 <= took < 2.0 + 1.5, took
             assert sum(r.path == "/api/tick.json" for r in sim.log.requests) > 3
-            assert dyn.counters["dynamicTimeout"] == 1 and dyn.counters["ok"] == 4
+            assert dyn.counters["dynamicTimeout"] == 1 and dyn.counters["ok"] == 5
             # a page that is not HTML is handed back as fetched
             script = await dyn.fetch(base + "/app.js", ip, sim.port)
             assert not isinstance(script, RenderedResult) and script.status == 200

@@ -18,7 +18,7 @@ import pytest
 from larbin_py.demo import crawl_rules
 from larbin_py.engine import Engine
 from larbin_py.sim import Sim, SimConfig
-from larbin_py.sim.dynamic import DYN_LINKS, JS_HOST, SECRET_LINKS
+from larbin_py.sim.dynamic import DYN_LINKS, JS_HOST, REFRESH_TARGET, SECRET_LINKS
 
 from conftest import require_service
 from test_e2e import ROBOTS_PATHS, SLACK, check_conservation, make_config
@@ -33,7 +33,7 @@ SIM = dict(seed=5, hosts=2, pages_per_host=(2, 3), extras=False, trap=False, dyn
 def rules(port: int) -> tuple[tuple[str, str], ...]:
     base = f"http://{JS_HOST}:{port}"
     return ((base + "/scroll", "scroll"), ("re:.*/call\\.html$", "call:loadMore"),
-            ("re:https?://js\\.sim\\.test:\\d+/(onload|xhr|endless)\\.html$", "none"))
+            ("re:https?://js\\.sim\\.test:\\d+/(onload|xhr|endless|refresh)\\.html$", "none"))
 
 
 def pages_requested(sim, truth) -> list[str]:
@@ -73,7 +73,7 @@ async def test_dynamic_pages_find_every_javascript_link_politely(tmp_path):
         check_politeness_with_sub_requests(sim, WAIT)
         check_conservation(engine, summary)
         d = summary.dynamic
-        assert d["pages"] == {"ok": 4, "dynamicTimeout": 1, "noFunction": 0, "renderFailed": 0}
+        assert d["pages"] == {"ok": 5, "dynamicTimeout": 1, "noFunction": 0, "renderFailed": 0}
         assert d["sub_refused"]["forbiddenRobots"] == 1 and d["sub_refused"]["otherHost"] == 1
         # every sub-request is a request of the crawl: counted in the summary
         subs = sum(1 for r in sim.log.requests if r.host == JS_HOST and r.url in truth.sub_requests
@@ -101,7 +101,8 @@ async def test_without_dynamic_pages_no_javascript_link_is_found(tmp_path):
         summary = await engine.run()
         requested = pages_requested(sim, truth)
         assert set(requested) == truth.must_request
-        assert not any(r.path.startswith("/dyn/") and r.path != "/dyn/static-1.html" for r in sim.log.requests)
+        static_links = {"/dyn/static-1.html", REFRESH_TARGET}  # plain links in the pages' HTML
+        assert not any(r.path.startswith("/dyn/") and r.path not in static_links for r in sim.log.requests)
         assert not any(r.path in ("/app.js", "/api/links.json") for r in sim.log.requests)
         assert summary.dynamic is None and not (tmp_path / "state" / "browser").exists()
 

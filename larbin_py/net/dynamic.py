@@ -22,6 +22,9 @@ One page, step by step:
 
    * images, media and fonts are refused (``blocked``);
    * a scheme other than http(s), a method other than GET/HEAD: refused;
+   * the page navigating away from itself (a meta refresh, ``location.href
+     = ...``): refused (``navigation``), the page stays the one rendered
+     (the refresh's target is a link of the page, followed as for any page);
    * another host than the page's: refused unless ``dynamicOtherHosts``
      (``otherHost``), and then only a host the crawl already knows (its
      address and robots.txt are in the frontier: ``robotsUnknown`` else);
@@ -297,10 +300,13 @@ class _Render:
     def on_paused(self, p: dict) -> None:
         request = p.get("request") or {}
         rid = p.get("requestId")
-        if (not self.main_served and p.get("resourceType") == "Document"
-                and p.get("frameId") == self.tab.target_id):
-            self.main_served = True
-            self._fulfill(rid, self.res.status or 200, self.res.headers, self.res.body)
+        if p.get("resourceType") == "Document" and p.get("frameId") == self.tab.target_id:
+            if not self.main_served:
+                self.main_served = True
+                self._fulfill(rid, self.res.status or 200, self.res.headers, self.res.body)
+            else:  # the page leaving itself (meta refresh, location.href=): it stays as it is
+                self.f.refused["navigation"] += 1
+                self._fail(rid, "Aborted")  # Aborted keeps the document; BlockedByClient shows an error page
             return
         self.in_flight += 1
         self._touch()

@@ -15,6 +15,7 @@ page               when its links appear                  trigger it needs
 ``/call.html``     when ``loadMore()`` is called          ``call:loadMore``
 ``/xhr.html``      after ``fetch('/api/links.json')``     none
 ``/endless.html``  on load; then polls ``/api/tick.json``  none (never settles)
+``/refresh.html``  on load; its meta refresh leaves at 0 s  none
 =================  =====================================  ==================
 
 Sub-requests a renderer must police: ``/onload.html`` shows an image
@@ -25,6 +26,10 @@ disallows -- its link (``/dyn/secret-1.html``) must never be found.
 ``/endless.html`` fetches ``/api/tick.json?n=N`` one after the other for
 ever (404s), so the page never goes idle: it ends at ``dynamicTimeout`` with
 the link it wrote on load.
+
+``/refresh.html`` would leave for ``/dyn/refresh-target.html`` at once (a
+meta refresh, a plain link of the page): a renderer must keep the page
+itself, whose JavaScript link is the one to find.
 
 The links found are leaf pages ``/dyn/*.html``.  The truth of a page's
 JavaScript links: :attr:`Resource.js_links`, followed by
@@ -61,6 +66,7 @@ DYN_LINKS: dict[str, tuple[str, ...]] = {
     "/call.html": ("/dyn/call-1.html", "/dyn/call-2.html"),
     "/xhr.html": ("/dyn/xhr-1.html", "/dyn/xhr-2.html"),
     "/endless.html": ("/dyn/endless-1.html",),
+    "/refresh.html": ("/dyn/refresh-1.html",),
 }
 #: page -> (trigger it needs, same-host sub-requests its scripts make)
 JS_PAGES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -69,12 +75,15 @@ JS_PAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "/call.html": ("call:loadMore", ("/app.js",)),
     "/xhr.html": ("none", ("/app.js", "/api/links.json", "/private/secret.json")),
     "/endless.html": ("none", ("/app.js",)),
+    "/refresh.html": ("none", ("/app.js",)),
 }
+#: /refresh.html's meta refresh: a plain link of the page (the rendered page must stay itself).
+REFRESH_TARGET = "/dyn/refresh-target.html"
 SECRET_LINKS = ("/dyn/secret-1.html",)
 
 
-def _page(title: str, body: str) -> bytes:
-    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>"
+def _page(title: str, body: str, head: str = "") -> bytes:
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>{head}"
             f"<script src=\"/app.js\"></script></head>\n<body><h1>{title}</h1><div id=\"out\"></div>\n"
             f"{body}\n</body></html>\n").encode()
 
@@ -98,6 +107,9 @@ def _scripts(port: int) -> dict[str, bytes]:
             "<script>fetch('/api/links.json').then(function (r) { return r.json(); }).then(addLinks);\n"
             "fetch('/private/secret.json').then(function (r) { return r.json(); }).then(addLinks)"
             ".catch(function () {});</script>")),
+        "/refresh.html": _page("refresh", (
+            f"<script>addLinks({links['/refresh.html']});</script>"), head=(
+            f"<meta http-equiv=\"refresh\" content=\"0; url={REFRESH_TARGET}\">")),
         "/endless.html": _page("endless", (
             f"<script>addLinks({links['/endless.html']}); var n = 0;\n"
             "function tick() { fetch('/api/tick.json?n=' + (n++)).then(function () { setTimeout(tick, 20); },"
@@ -121,7 +133,9 @@ def js_host(port: int, ip: str) -> Host:
     for pq, body in _scripts(port).items():
         needs, fetches = JS_PAGES[pq]
         js_links = tuple(Link(url(p), "a", p, url(pq)) for p in DYN_LINKS[pq])
-        host.resources[pq] = Resource(body=body, layer=1, js_links=js_links, js_needs=needs,
+        links = ((Link(url(REFRESH_TARGET), "refresh", REFRESH_TARGET, url(pq)),)
+                 if pq == "/refresh.html" else ())
+        host.resources[pq] = Resource(body=body, layer=1, links=links, js_links=js_links, js_needs=needs,
                                       js_fetches=fetches)
         for p in DYN_LINKS[pq]:
             host.resources[p] = _leaf(p.rsplit("/", 1)[1][:-5], 2)
@@ -133,6 +147,7 @@ def js_host(port: int, ip: str) -> Host:
     host.resources["/img/logo.png"] = Resource(content_type="image/png", body=b"\x89PNG\r\n\x1a\n", kind="image")
     for p in SECRET_LINKS:
         host.resources[p] = _leaf("secret", 2)
+    host.resources[REFRESH_TARGET] = _leaf("refresh-target", 2)
     host.robots = RobotsProfile(kind="rules", status=200, body=ROBOTS)
     return host
 
