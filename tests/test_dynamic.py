@@ -14,6 +14,7 @@ import re
 
 import pytest
 
+from larbin_py.net import dynamic as dynamic_mod
 from larbin_py.net.browser import Browser, BrowserUnavailable
 from larbin_py.net.dynamic import DynamicFetcher, DynamicRules, RenderedResult, parse_rule
 from larbin_py.net.http import Fetcher
@@ -64,8 +65,9 @@ class SameHostGate:
 
 
 @pytest.mark.async_timeout(90)
-async def test_rendering_finds_the_links_of_every_trigger_and_stops_the_endless_page(tmp_path):
+async def test_rendering_finds_the_links_of_every_trigger_and_stops_the_endless_page(tmp_path, monkeypatch):
     require_service("chromium", "apt-get install chromium")
+    monkeypatch.setattr(dynamic_mod, "TAB_PAGES", 2)  # tabs recycled every 2 pages here
     async with Sim(SimConfig(hosts=1, extras=False, trap=False, dynamic=True)) as sim:
         ip = sim.resolve_map()[JS_HOST]
         http = Fetcher(user_agent="larbin_py-test")
@@ -105,6 +107,10 @@ async def test_rendering_finds_the_links_of_every_trigger_and_stops_the_endless_
             script = await dyn.fetch(base + "/app.js", ip, sim.port)
             assert not isinstance(script, RenderedResult) and script.status == 200
             assert dyn.stats["sub_requests"] == dyn.counters["subRequests"] > 0
+            # tabs are recycled: never more open than dynamicConnexions (+ the browser's first blank page)
+            assert dyn.counters["tabsRecycled"] >= 3
+            targets = (await browser.conn.send("Target.getTargets"))["targetInfos"]
+            assert len([t for t in targets if t["type"] == "page"]) <= 2 + 1
         finally:
             await dyn.close()
             await http.close()
