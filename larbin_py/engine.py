@@ -162,7 +162,8 @@ class Engine:
                 on_error=self._on_io_error)
         if self.browser is not None:
             self.dynamic = build_dynamic(c, self.fetcher, self.frontier, self.browser, now=self._now,
-                                         clock=self._loop.time, on_sub_request=self.pages.sub_request)
+                                         clock=self._loop.time, on_sub_request=self.pages.sub_request,
+                                         jar=self.crawl_state.cookies)
         self.pages.start(self.fetcher, self.output, self.dynamic)
 
     async def _start_browser(self) -> None:

@@ -79,7 +79,7 @@ class PageHandler:
         else:  # useCookies: the jar's Cookie header out, the answer's Set-Cookie in
             cookie = jar.header_for(req.url, time.time())
             res = await fetcher.fetch(req.url, req.ip, req.port, cookie=cookie, **extra)
-            if res.status is not None:
+            if res.status is not None and fetcher is self.fetcher:  # the rendering one keeps its own
                 jar.receive(req.url, [v for n, v in res.headers if n == b"set-cookie"], time.time())
         self.counts.bytes += res.bytes_read
         self._from_request = True

@@ -145,3 +145,59 @@ async def test_no_browser_means_exit_2_with_the_apt_get_hint_and_nothing_written
         assert "Traceback" not in err
         assert not sim.log.requests  # nothing fetched
         assert not (tmp_path / "state").exists() or not list((tmp_path / "state").iterdir())
+
+
+class CookieSite:
+    """A one-page site on 127.0.0.1 whose script's XHR yields links only with the page's cookie."""
+
+    PAGE = (b"<!DOCTYPE html><html><head><title>c</title></head><body><div id=out></div><script>"
+            b"fetch('/data.json').then(function (r) { return r.json(); }).then(function (paths) {"
+            b" paths.forEach(function (p) { var a = document.createElement('a'); a.href = p;"
+            b" document.getElementById('out').appendChild(a); }); });</script></body></html>")
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str]] = []  # (path, Cookie header)
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def handle(self, reader, writer) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        path = head[0].split(" ")[1]
+        cookie = next((h.split(":", 1)[1].strip() for h in head[1:] if h.lower().startswith("cookie:")), "")
+        self.requests.append((path, cookie))
+        extra, ctype, status = "", "text/html", "200 OK"
+        if path == "/":
+            body, extra = self.PAGE, "Set-Cookie: session=s3cret; Path=/\r\n"
+        elif path == "/data.json":
+            body, ctype = (b'["/members.html"]' if "session=s3cret" in cookie else b"[]"), "application/json"
+        elif path == "/members.html":
+            body = b"<html><body>members</body></html>"
+        else:
+            body, status = b"not found", "404 Not Found"
+        writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n{extra}"
+                     "Connection: close\r\n\r\n".encode() + body)
+        await writer.drain()
+        writer.close()
+
+
+@pytest.mark.async_timeout(60)
+async def test_with_use_cookies_a_scripts_request_carries_the_crawls_cookies(tmp_path):
+    require_service("chromium", "apt-get install chromium")
+    from larbin_py.config import parse_config_text
+
+    site = CookieSite()
+    port = await site.start()
+    try:
+        config = parse_config_text("", require_start_urls=False).replace(
+            start_urls=(f"http://127.0.0.1:{port}/",), private_networks="allow", http_port=0,
+            output_mode="stats", wait_duration=0.0, save_dir=str(tmp_path / "save"),
+            state_dir=str(tmp_path / "state"), use_cookies=True, dynamic_pages=((f"http://127.0.0.1:{port}/", "none"),),
+            dynamic_timeout=10.0)
+        summary = await Engine(config).run()
+    finally:
+        site.server.close()
+    assert ("/data.json", "session=s3cret") in site.requests
+    assert any(path == "/members.html" for path, _ in site.requests)  # the link the XHR gave
+    assert summary.pages == 2

@@ -38,6 +38,8 @@ One page, step by step:
      between.  So a host sees its requests ``waitDuration`` apart whether
      they come from pages or from the scripts of a page -- and a page with
      many sub-requests takes ``waitDuration`` per sub-request to render.
+   * with ``useCookies`` a sub-request carries the crawl's cookies and its
+     Set-Cookie goes to the crawl's jar, as for a page;
    * every sub-request made is counted in the engine's requests and bytes
      (``on_sub_request``) and in :attr:`DynamicFetcher.counters`.
 4. After the load event the trigger runs (``scroll``: to the bottom, and
@@ -355,7 +357,13 @@ class _Render:
             self._fail(rid, "BlockedByClient")
             return
         ip, port = admitted
-        sub = await f.http.fetch(url, ip, port, method=method)
+        jar = f.jar
+        if jar is None:
+            sub = await f.http.fetch(url, ip, port, method=method)
+        else:  # useCookies: a script's request carries the crawl's cookies, like a page's
+            sub = await f.http.fetch(url, ip, port, method=method, cookie=jar.header_for(url, time.time()))
+            if sub.status is not None:
+                jar.receive(url, [v for n, v in sub.headers if n == b"set-cookie"], time.time())
         self.sub_requests += 1
         f.counters["subRequests"] += 1
         f.counters["subBytes"] += sub.bytes_read
@@ -425,8 +433,9 @@ class DynamicFetcher:
 
     def __init__(self, http, browser: Browser, rules: DynamicRules, gate: SubRequestGate, *,
                  tabs: int = 2, timeout: float = 10.0, max_page_size: int = 5_000_000,
-                 on_sub_request=None, clock: Callable[[], float] = time.monotonic) -> None:
+                 on_sub_request=None, jar=None, clock: Callable[[], float] = time.monotonic) -> None:
         self.http = http
+        self.jar = jar  # useCookies: the crawl's cookie jar (larbin_py.net.cookies), for sub-requests
         self.browser = browser
         self.rules = rules
         self.gate = gate
@@ -468,6 +477,8 @@ class DynamicFetcher:
                     request=None, trigger: str | None = None) -> FetchResult:
         """Fetch ``url`` over HTTP and, when it is an HTML page, render it; never raises."""
         res = await self.http.fetch(url, ip, port, cookie=cookie)
+        if self.jar is not None and res.status is not None:  # before the render: its scripts' requests need them
+            self.jar.receive(url, [v for n, v in res.headers if n == b"set-cookie"], time.time())
         if (res.error is not None or res.status != 200 or res.content_type is None
                 or res.content_type not in ("text/html", "application/xhtml+xml")):
             self.counters["static"] += 1
@@ -592,9 +603,10 @@ class DynamicFetcher:
 
 
 def build_dynamic(config, http, frontier, browser: Browser, *, now: Callable[[], float],
-                  clock: Callable[[], float], on_sub_request=None) -> DynamicFetcher:
+                  clock: Callable[[], float], on_sub_request=None, jar=None) -> DynamicFetcher:
     """The engine's DynamicFetcher for ``config`` (its ``dynamic*`` keys), on the frontier's gate."""
     gate = FrontierGate(frontier, other_hosts=config.dynamic_other_hosts, now=now)
     return DynamicFetcher(http, browser, DynamicRules(config.dynamic_pages), gate,
                           tabs=config.dynamic_connexions, timeout=config.dynamic_timeout,
-                          max_page_size=config.max_page_size, on_sub_request=on_sub_request, clock=clock)
+                          max_page_size=config.max_page_size, on_sub_request=on_sub_request, jar=jar,
+                          clock=clock)
