@@ -534,6 +534,9 @@ class DynamicFetcher:
         try:
             try:
                 nav = await s.send("Page.navigate", {"url": url}, timeout=max(0.1, deadline - clock()))
+                if nav.get("errorText") or not r.main_served:  # the browser did not show our answer
+                    self.counters["navigationFailed"] += 1
+                    return _rendered(res, render_reason="renderFailed", trigger=trigger, static_body=res.body)
                 r.navigated(nav.get("loaderId"))
                 await r.wait_event(r.loaded, deadline)
                 reason = await self._trigger(r, s, trigger, deadline)
