@@ -142,3 +142,16 @@ async def test_a_browser_killed_mid_render_is_a_connection_failure_then_restarte
         finally:
             await dyn.close()
             await http.close()
+
+
+def test_metrics_show_the_dynamic_counters_only_when_dynamic_pages_are_on():
+    from larbin_py.web.metrics import render_metrics
+
+    dyn = {"pages": {"ok": 3, "dynamicTimeout": 1, "noFunction": 0, "renderFailed": 0}, "sub_requests": 7,
+           "sub_refused": {"blocked": 2, "otherHost": 1}, "crashes": 1}
+    text = render_metrics({"dynamic": dyn})
+    assert 'larbin_dynamic_pages_total{reason="dynamicTimeout"} 1' in text
+    assert "larbin_dynamic_sub_requests_total 7" in text
+    assert 'larbin_dynamic_sub_refused_total{reason="otherHost"} 1' in text
+    assert "larbin_dynamic_browser_crashes_total 1" in text
+    assert "larbin_dynamic" not in render_metrics({"dynamic": None})
