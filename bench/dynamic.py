@@ -12,6 +12,12 @@ pages/s, the crawler's CPU ms per page (this process), the browser's CPU ms
 per page (Chromium and its renderers: the children's CPU time once the
 browser has exited), and the median time of one render.
 
+Then the choice of the DevTools transport, measured: the round trip of
+``--commands`` ``Browser.getVersion`` over ``--remote-debugging-pipe`` (what
+larbin_py uses, larbin_py.net.cdp) against a websocket on 127.0.0.1
+(``--remote-debugging-port``, the ``websockets`` package), and each
+browser's start time.
+
 Every render waits for the page to settle (no request for 0.5 s,
 larbin_py.net.dynamic.IDLE): that wait, not the CPU, bounds a tab's rate at
 about 1.5 pages/s; tabs render side by side.
@@ -86,15 +92,71 @@ async def one_crawl(args, mode: str, tabs: int) -> dict:
             "failed": summary.failed}
 
 
+async def transport_rtt(n: int) -> list[dict]:
+    """Start time and command round trip: the pipe (larbin_py.net.cdp) against a websocket."""
+    import re
+    import shutil
+
+    import websockets
+
+    from larbin_py.net.browser import FLAGS, Browser
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-cdp-") as work:
+        browser = Browser(work)
+        t0 = time.monotonic()
+        conn = await browser.connection()
+        started = time.monotonic() - t0
+        t0 = time.monotonic()
+        for _ in range(n):
+            await conn.send("Browser.getVersion")
+        rows.append({"transport": "pipe", "start_s": round(started, 3),
+                     "rtt_ms": round((time.monotonic() - t0) / n * 1e3, 3)})
+        await browser.close()
+
+        profile = os.path.join(work, "ws-profile")
+        flags = [f for f in FLAGS if f != "--remote-debugging-pipe"]
+        args = [*flags, "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
+                f"--user-data-dir={profile}", *(["--no-sandbox"] if os.geteuid() == 0 else []), "about:blank"]
+        t0 = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(find_chromium(), *args, stdin=asyncio.subprocess.DEVNULL,
+                                                    stdout=asyncio.subprocess.DEVNULL,
+                                                    stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        try:
+            url = None
+            while url is None:
+                line = await asyncio.wait_for(proc.stderr.readline(), 30)
+                if not line:
+                    raise RuntimeError("chromium exited before listening")
+                m = re.search(rb"DevTools listening on (ws://\S+)", line)
+                url = m.group(1).decode() if m else None
+            async with websockets.connect(url, max_size=2**26) as ws:
+                await ws.send('{"id":0,"method":"Browser.getVersion"}')
+                await ws.recv()
+                started = time.monotonic() - t0
+                t0 = time.monotonic()
+                for i in range(n):
+                    await ws.send(f'{{"id":{i + 1},"method":"Browser.getVersion"}}')
+                    await ws.recv()
+                rows.append({"transport": "websocket", "start_s": round(started, 3),
+                             "rtt_ms": round((time.monotonic() - t0) / n * 1e3, 3)})
+        finally:
+            proc.kill()
+            await proc.wait()
+            shutil.rmtree(profile, ignore_errors=True)
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a small web, one tab count (CI)")
     ap.add_argument("--hosts", type=int, default=10)
     ap.add_argument("--pages", type=int, default=6)
     ap.add_argument("--tabs", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--commands", type=int, default=500, help="DevTools round trips per transport")
     args = ap.parse_args()
     if args.quick:
-        args.hosts, args.pages, args.tabs = 3, 4, [2]
+        args.hosts, args.pages, args.tabs, args.commands = 3, 4, [2], 50
     if find_chromium() is None:
         print("bench/dynamic.py: chromium is not installed (apt-get install chromium)", file=sys.stderr)
         report("dynamic", {"quick": args.quick, "skipped": "no chromium"})
@@ -117,7 +179,13 @@ def main() -> int:
     for r in rows[1:]:
         if static["pages_per_s"] and r["pages_per_s"]:
             r["slowdown_vs_static"] = round(static["pages_per_s"] / r["pages_per_s"], 1)
-    report("dynamic", {"quick": args.quick, "hosts": args.hosts, "pages_per_host": args.pages, "runs": rows})
+    transports = run(transport_rtt(args.commands))
+    print()
+    print(table(f"DevTools transport ({args.commands} Browser.getVersion round trips)",
+                ["transport", "browser start s", "round trip ms"],
+                [[t["transport"], t["start_s"], t["rtt_ms"]] for t in transports]))
+    report("dynamic", {"quick": args.quick, "hosts": args.hosts, "pages_per_host": args.pages, "runs": rows,
+                       "transports": transports})
     return 0 if all(r["failed"] is None and r["pages"] for r in rows) else 1
 
 

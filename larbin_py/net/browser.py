@@ -7,9 +7,8 @@ it over ``--remote-debugging-pipe`` (see :mod:`larbin_py.net.cdp`).  Why a
 pipe and not a DevTools port on 127.0.0.1: no other local process can drive
 a browser it cannot reach (a port is open to every local user); no port to
 pick, no race to read it from stderr; the browser's death is an end of file
-at once; and a command's round trip was measured 35 % faster (0.62 ms
-against 0.95 ms over ``websockets``, 200 ``Browser.getVersion`` on this
-machine).  The browser exits by itself when the pipe closes, so even a
+at once.  (Speed does not decide: a command's round trip is the same, about
+0.3-0.7 ms, over either; bench/dynamic.py measures both.)  The browser exits by itself when the pipe closes, so even a
 crawler killed with SIGKILL leaves no browser behind.
 
 The browser never reaches the network itself: every request a page makes is

@@ -80,6 +80,11 @@ class Session:
         self.handlers.clear()
 
 
+def _expire(fut: asyncio.Future, method: str, timeout: float) -> None:
+    if not fut.done():
+        fut.set_exception(CDPTimeout(method, timeout))
+
+
 class CDPConnection:
     """Commands and events over the two DevTools pipes; see the module docstring."""
 
@@ -139,12 +144,12 @@ class CDPConnection:
             self.messages_out += 1
             if timeout is None:
                 return await fut
+            # A timer on the future itself (cheaper than wait_for: every command has one).
+            timer = fut.get_loop().call_later(timeout, _expire, fut, method, timeout)
             try:
-                return await asyncio.wait_for(fut, timeout)
-            except asyncio.TimeoutError:
-                if self.closed.done():
-                    raise BrowserClosed("the browser's DevTools pipe closed") from None
-                raise CDPTimeout(method, timeout) from None
+                return await fut
+            finally:
+                timer.cancel()
         finally:
             self._pending.pop(mid, None)
 
