@@ -155,3 +155,31 @@ def test_metrics_show_the_dynamic_counters_only_when_dynamic_pages_are_on():
     assert 'larbin_dynamic_sub_refused_total{reason="otherHost"} 1' in text
     assert "larbin_dynamic_browser_crashes_total 1" in text
     assert "larbin_dynamic" not in render_metrics({"dynamic": None})
+
+
+@pytest.mark.async_timeout(60)
+async def test_a_script_spinning_for_ever_costs_one_timeout_and_keeps_the_fetched_page(tmp_path, monkeypatch):
+    require_service("chromium", "apt-get install chromium")
+    monkeypatch.setattr(dynamic_mod, "READ_TIMEOUT", 1.0)  # the hung renderer's last chance, short here
+    async with Sim(SimConfig(hosts=1, extras=False, trap=False, dynamic=True)) as sim:
+        ip = sim.resolve_map()[JS_HOST]
+        http = Fetcher(user_agent="larbin_py-test")
+        browser = Browser(str(tmp_path))
+        dyn = DynamicFetcher(http, browser, DynamicRules(RULES), SameHostGate(ip, sim.port), timeout=1.0)
+        base = f"http://{JS_HOST}:{sim.port}"
+        try:
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            busy = await dyn.fetch(base + "/busy.html", ip, sim.port)
+            took = loop.time() - t0
+            assert busy.error is None and busy.render_reason == "renderFailed"
+            assert busy.body == busy.static_body  # the page as fetched: nothing rendered could be read
+            assert took < 1.0 + 1.0 + 2.0, took
+            assert dyn.counters["tabsRecycled"] == 1  # the stuck tab was closed, not reused
+            # the browser itself is fine: the next page renders in a fresh tab
+            dyn.timeout = 10.0  # (a loaded machine must not turn this render into a timeout)
+            ok = await dyn.fetch(base + "/onload.html", ip, sim.port)
+            assert ok.render_reason == "ok" and LINK_RE.findall(ok.body) and browser.starts == 1
+        finally:
+            await dyn.close()
+            await http.close()

@@ -16,6 +16,7 @@ page               when its links appear                  trigger it needs
 ``/xhr.html``      after ``fetch('/api/links.json')``     none
 ``/endless.html``  on load; then polls ``/api/tick.json``  none (never settles)
 ``/refresh.html``  on load; its meta refresh leaves at 0 s  none
+``/busy.html``     before a script that spins for ever     never (unreadable)
 =================  =====================================  ==================
 
 Sub-requests a renderer must police: ``/onload.html`` shows an image
@@ -76,15 +77,19 @@ JS_PAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "/xhr.html": ("none", ("/app.js", "/api/links.json", "/private/secret.json")),
     "/endless.html": ("none", ("/app.js",)),
     "/refresh.html": ("none", ("/app.js",)),
+    "/busy.html": ("never", ()),
 }
+#: /busy.html writes this link, then spins for ever: its renderer can never be read.
+BUSY_LINKS = ("/dyn/busy-1.html",)
 #: /refresh.html's meta refresh: a plain link of the page (the rendered page must stay itself).
 REFRESH_TARGET = "/dyn/refresh-target.html"
 SECRET_LINKS = ("/dyn/secret-1.html",)
 
 
-def _page(title: str, body: str, head: str = "") -> bytes:
+def _page(title: str, body: str, head: str = "", app: bool = True) -> bytes:
+    script = "<script src=\"/app.js\"></script>" if app else ""
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>{head}"
-            f"<script src=\"/app.js\"></script></head>\n<body><h1>{title}</h1><div id=\"out\"></div>\n"
+            f"{script}</head>\n<body><h1>{title}</h1><div id=\"out\"></div>\n"
             f"{body}\n</body></html>\n").encode()
 
 
@@ -110,6 +115,9 @@ def _scripts(port: int) -> dict[str, bytes]:
         "/refresh.html": _page("refresh", (
             f"<script>addLinks({links['/refresh.html']});</script>"), head=(
             f"<meta http-equiv=\"refresh\" content=\"0; url={REFRESH_TARGET}\">")),
+        "/busy.html": _page("busy", (  # no external script: it spins as soon as it is parsed
+            f"<script>document.getElementById('out').innerHTML = '<a href=\"{BUSY_LINKS[0]}\">1</a>';"
+            " while (true) { }</script>"), app=False),
         "/endless.html": _page("endless", (
             f"<script>addLinks({links['/endless.html']}); var n = 0;\n"
             "function tick() { fetch('/api/tick.json?n=' + (n++)).then(function () { setTimeout(tick, 20); },"
@@ -132,12 +140,13 @@ def js_host(port: int, ip: str) -> Host:
     host.resources["/dyn/static-1.html"] = _leaf("static-1", 2)
     for pq, body in _scripts(port).items():
         needs, fetches = JS_PAGES[pq]
-        js_links = tuple(Link(url(p), "a", p, url(pq)) for p in DYN_LINKS[pq])
+        written = BUSY_LINKS if pq == "/busy.html" else DYN_LINKS[pq]
+        js_links = tuple(Link(url(p), "a", p, url(pq)) for p in written)
         links = ((Link(url(REFRESH_TARGET), "refresh", REFRESH_TARGET, url(pq)),)
                  if pq == "/refresh.html" else ())
         host.resources[pq] = Resource(body=body, layer=1, links=links, js_links=js_links, js_needs=needs,
                                       js_fetches=fetches)
-        for p in DYN_LINKS[pq]:
+        for p in written:
             host.resources[p] = _leaf(p.rsplit("/", 1)[1][:-5], 2)
     host.resources["/app.js"] = Resource(content_type="application/javascript", body=APP_JS, kind="script")
     host.resources["/api/links.json"] = Resource(
