@@ -68,6 +68,7 @@ from typing import Any, Iterable
 from . import __version__
 from .frontier.addresses import POLICIES as PRIVATE_NETWORKS
 from .frontier.addresses import is_loopback
+from .net.dynamic import parse_rule as _parse_dynamic_rule
 from .net.http import PARSERS as HTTP_PARSERS
 
 __all__ = [
@@ -286,6 +287,10 @@ class Config:
     server_rtt_factor: float = 3.0
     url_input: bool = False
     http_token: str | None = None
+    dynamic_pages: tuple[tuple[str, str], ...] = ()
+    dynamic_connexions: int = 2
+    dynamic_timeout: float = 10.0
+    dynamic_other_hosts: bool = False
     #: The file this configuration was read from (not a setting: ignored by ==).
     source: str | None = field(default=None, compare=False)
 
@@ -600,6 +605,39 @@ class _DnsServers(_List):
         return [f"{self.name} {' '.join(map(_format_server, value))}"]
 
 
+class _DynamicPages(_List):
+    """``dynamicPages``: one rule a line, ``PATTERN [TRIGGER]`` (larbin_py.net.dynamic.parse_rule)."""
+
+    lines = True  # the reader hands item_line() each line's words
+
+    def __init__(self, name: str, attr: str):
+        super().__init__(name, attr, block=True)
+
+    def item_line(self, words: list[str]) -> tuple[str, str]:
+        try:
+            return _parse_dynamic_rule(words)
+        except ValueError as exc:
+            raise _Bad(str(exc)) from None
+
+    def parse(self, words: list[str]) -> tuple:
+        """``--set dynamicPages=...``: the words in order, a trigger after its pattern."""
+        rules, i = [], 0
+        while i < len(words):
+            n = 2 if i + 1 < len(words) and (words[i + 1] in ("none", "scroll")
+                                              or words[i + 1].startswith("call:")) else 1
+            rules.append(self.item_line(words[i:i + n]))
+            i += n
+        return tuple(rules)
+
+    def coerce_item(self, item: Any) -> tuple[str, str]:
+        if not isinstance(item, (tuple, list)) or len(item) != 2 or not all(isinstance(w, str) for w in item):
+            raise _Bad(f"expected (pattern, trigger), got {item!r}")
+        return self.item_line(list(item))
+
+    def format(self, value: tuple) -> list[str]:
+        return [self.name, *(f"    {p} {t}" for p, t in value), "end"] if value else []
+
+
 #: Every key, in larbin.conf order.
 KEYS: tuple[_Key, ...] = (
     _Text("From", "from_addr", empty=True, email=True),
@@ -666,6 +704,10 @@ KEYS: tuple[_Key, ...] = (
     _List("specificSet", "specific_set", block=True),
     _List("limitToDomain", "limit_to_domain", block=True),
     _List("forbiddenExtensions", "forbidden_extensions", block=True),
+    _DynamicPages("dynamicPages", "dynamic_pages"),
+    _Int("dynamicConnexions", "dynamic_connexions", 1, 64),
+    _Seconds("dynamicTimeout", "dynamic_timeout", 0, 600, above=True),
+    _Switch("dynamicOtherHosts", "dynamic_other_hosts"),
     _StartUrls("startUrl", "start_urls"),
 )
 
@@ -793,11 +835,21 @@ def _read_lines(text: str, filename: str, values: dict[str, Any], where: dict[st
                 raise ConfigError(filename, at, key.name,
                                   f"unexpected text after 'end': {' '.join(rest[end + 1:])!r}")
             value = []
-            for word, n in items:
-                try:
-                    value.append(key.item(word))
-                except _Bad as exc:
-                    raise ConfigError(filename, n, key.name, str(exc)) from None
+            if getattr(key, "lines", False):  # one item a line (dynamicPages)
+                by_line: dict[int, list[str]] = {}
+                for word, n in items:
+                    by_line.setdefault(n, []).append(word)
+                for n, line_words in by_line.items():
+                    try:
+                        value.append(key.item_line(line_words))
+                    except _Bad as exc:
+                        raise ConfigError(filename, n, key.name, str(exc)) from None
+            else:
+                for word, n in items:
+                    try:
+                        value.append(key.item(word))
+                    except _Bad as exc:
+                        raise ConfigError(filename, n, key.name, str(exc)) from None
             value = tuple(value)
         elif key.repeatable and len(words) == 1:
             raise ConfigError(filename, lineno, key.name, "expected at least one value, got nothing")

@@ -39,6 +39,7 @@ def crawl_rules(config, seeds):
         get_cgi=config.get_cgi,
         limit_to_domain=tuple(config.limit_to_domain),
         page_no_duplicate=config.page_no_duplicate,
+        dynamic_pages=tuple(config.dynamic_pages),
     )
 
 

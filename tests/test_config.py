@@ -71,6 +71,22 @@ def test_shipped_conf_documents_every_key():
     assert missing == []
 
 
+def test_dynamic_pages_block_one_rule_a_line():
+    config = parse_config_text(SEED + "dynamicPages\n  http://a.example/list scroll\n"
+                               "  re:https?://b\\.example/ call:app.more  # lazy list\n  http://c.example/\nend\n",
+                               "t.conf")
+    assert config.dynamic_pages == (("http://a.example/list", "scroll"),
+                                    ("re:https?://b\\.example/", "call:app.more"), ("http://c.example/", "none"))
+    for rule, message in (("http://a/ scrol", "trigger must be none, scroll or call:FUNCTION, got 'scrol'"),
+                          ("re:( none", "bad regular expression '('"),
+                          ("ftp://a/ none", "a pattern is an http(s) URL prefix or re:REGEX, got 'ftp://a/'"),
+                          ("http://a/ call:1x", "call: needs a JavaScript function name, got '1x'"),
+                          ("http://a/ none extra", "expected 'PATTERN [TRIGGER]'")):
+        with pytest.raises(ConfigError) as exc:
+            parse_config_text(SEED + f"dynamicPages\n  http://ok.example/\n  {rule}\nend\n", "t.conf")
+        assert str(exc.value).startswith("t.conf:4: dynamicPages: " + message), str(exc.value)
+
+
 def test_demo_config_needs_no_start_url():
     config = demo_config()
     assert config.start_urls == () and config.output_mode == "stats"
@@ -146,6 +162,11 @@ NON_DEFAULTS = {
     "server_rtt_factor": 0.0,
     "url_input": True,
     "http_token": "s3cret-token",
+    "dynamic_pages": (("http://a.example/list", "scroll"), ("re:https?://b\\.example/#/", "call:app.more"),
+                      ("http://c.example/", "none")),
+    "dynamic_connexions": 4,
+    "dynamic_timeout": 3.5,
+    "dynamic_other_hosts": True,
 }
 
 
@@ -478,6 +499,7 @@ BAD_NUMBERS = [
     ("ramUrls", "100000001"), ("bondWidth", "1000000000001"), ("limitPage", "1000000000001"),
     ("depthInSite", "10001"), ("depthInSite", "1" * 5000),
     ("maxRedirects", "-1"), ("maxRedirects", "101"),
+    ("dynamicConnexions", "0"), ("dynamicConnexions", "65"), ("dynamicTimeout", "0"), ("dynamicTimeout", "601"),
 ]
 
 
