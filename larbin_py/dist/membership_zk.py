@@ -45,37 +45,15 @@ import socket
 import time
 from typing import Any, Callable
 
+from ..config import check_zk_hosts, check_zk_path
 from .membership import MembershipChange, MembershipError
 
-__all__ = ["ZkMembership", "ZK_INSTALL_HINT", "check_zk_hosts", "check_zk_path"]
+__all__ = ["ZkMembership", "ZK_INSTALL_HINT"]
 
 log = logging.getLogger(__name__)
 
 #: Said when kazoo is missing (it is an optional extra).
 ZK_INSTALL_HINT = "membership zookeeper needs kazoo: pip install larbin_py[zk]"
-
-
-def check_zk_hosts(text: str) -> str:
-    """``host:port[,host:port...]`` checked; raises ValueError with a sentence."""
-    if not text or any(c.isspace() for c in text):
-        raise ValueError(f"expected host:port[,host:port...], got {text!r}")
-    for part in text.split(","):
-        host, sep, port = part.rpartition(":")
-        if host.startswith("[") and host.endswith("]"):
-            host = host[1:-1]
-        if not sep or not host or "/" in part or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise ValueError(f"expected host:port[,host:port...] (port 1..65535), got {part!r} in {text!r}")
-    return text
-
-
-def check_zk_path(path: str) -> str:
-    """An absolute znode path without a trailing slash; raises ValueError."""
-    if not path.startswith("/") or path != path.strip() or any(c.isspace() or ord(c) < 32 for c in path):
-        raise ValueError(f"expected an absolute znode path such as /larbin_py, got {path!r}")
-    parts = path.split("/")[1:]
-    if path != "/" and any(part in ("", ".", "..", "zookeeper") for part in parts):
-        raise ValueError(f"expected /a/b (no empty, '.', '..' or 'zookeeper' part, no trailing /), got {path!r}")
-    return path
 
 
 def _check_name(what: str, name: str) -> str:
