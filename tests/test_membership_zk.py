@@ -86,8 +86,8 @@ CHILD = """
 import asyncio, sys
 from larbin_py.dist.membership_zk import ZkMembership
 async def main():
-    m = ZkMembership(sys.argv[1], "/larbin_test", float(sys.argv[2]), crawl="kill", connect_timeout=5.0)
-    await m.join("victim")
+    m = ZkMembership(sys.argv[1], "/larbin_test", float(sys.argv[2]), crawl=sys.argv[3], connect_timeout=5.0)
+    await m.join(sys.argv[4])
     print("joined", flush=True)
     await asyncio.Event().wait()
 asyncio.run(main())
@@ -99,7 +99,7 @@ async def test_a_sigkilled_worker_leaves_the_view_within_the_session_timeout(zk_
     seen = Recorder(watcher)
     await watcher.join("survivor")
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CHILD, zk_server.hosts, str(SESSION), cwd=ROOT,
+        sys.executable, "-c", CHILD, zk_server.hosts, str(SESSION), "kill", "victim", cwd=ROOT,
         stdout=asyncio.subprocess.PIPE)
     try:
         line = await asyncio.wait_for(child.stdout.readline(), 20)
@@ -121,6 +121,62 @@ async def test_a_sigkilled_worker_leaves_the_view_within_the_session_timeout(zk_
     assert seen.calls[-1][2] == threading.get_ident()  # called on the loop's thread
     assert watcher.last_change[1] == "victim left (its session ended or it stopped)"
     await watcher.leave()
+
+
+async def test_a_worker_restarted_with_the_id_of_its_killed_self_waits_for_the_old_session(zk_server):
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", CHILD, zk_server.hosts, str(SESSION), "phoenix", "w1", cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE)
+    try:
+        assert await asyncio.wait_for(child.stdout.readline(), 20) == b"joined\n"
+    finally:
+        child.kill()
+        await child.wait()
+    killed = time.monotonic()
+    again = member(zk_server, "phoenix")
+    await again.join("w1")  # the holder's pid is gone from this machine: wait, then take the id
+    waited = time.monotonic() - killed
+    assert again.alive and again.members() == {"w1"}
+    assert SESSION * 0.5 < waited < SESSION + 3
+    await again.leave()
+
+
+async def test_a_node_deleted_by_hand_is_created_again_at_the_heartbeat(zk_server):
+    m = member(zk_server, "byhand")
+    seen = Recorder(m)
+    await m.join("w1")
+    from kazoo.client import KazooClient
+
+    def delete() -> None:
+        admin = KazooClient(hosts=zk_server.hosts)
+        admin.start(5)
+        admin.delete(m.node_path)
+        admin.stop()
+        admin.close()
+
+    await asyncio.to_thread(delete)
+    await seen.until(lambda: "w1" not in m._view, 5, "the view without w1")
+    await m.heartbeat()
+    assert m.alive and m.last_change[1].startswith("w1 (this worker) rejoined")
+    await seen.until(lambda: "w1" in m._view, 5, "the view with w1 again")
+    await m.leave()
+
+
+async def test_a_silent_server_makes_alive_false_before_the_session_could_expire(own_zk_server):
+    server = own_zk_server
+    m = member(server, "silent", 2.0)
+    seen = Recorder(m)
+    await m.join("w1")
+    os.kill(server.process.pid, signal.SIGSTOP)  # no RST: only the missing pings tell
+    stopped = time.monotonic()
+    try:
+        await seen.until(lambda: "w1" not in seen.calls[-1][1], 4, "w1 told it is suspended")
+        suspended = time.monotonic() - stopped
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+    assert suspended < 2.0  # kazoo gives up after ~2/3 of it; the server expires at 1x
+    await seen.until(lambda: m.alive, 10, "w1 alive again")
+    await m.leave()
 
 
 def expire_session(hosts: str, client_id) -> None:

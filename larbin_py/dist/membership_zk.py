@@ -42,6 +42,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from typing import Any, Callable
 
@@ -137,8 +138,18 @@ class ZkMembership:
         self._note(f"{worker_id} joined (session {self._node_session:#x})")
 
     async def heartbeat(self) -> None:
-        """kazoo pings the server itself; here a rejoin that failed is tried again."""
-        if self._joined and not self._closed and self._connected and not self._registered():
+        """kazoo pings the server itself; here a rejoin that failed is tried again,
+        and a node of ours missing from the view (deleted by hand) is checked
+        and created again."""
+        if not self._joined or self._closed or not self._connected:
+            return
+        if self._registered() and self.worker_id not in self._view:
+            stat = await asyncio.to_thread(self._client.exists, self.node_path)
+            if stat is None or stat.ephemeralOwner != self._node_session:
+                self._node_session = None
+                self._note(f"{self.worker_id} (this worker) left: its node was deleted")
+                self._refresh()
+        if not self._registered():
             await self._rejoin()
 
     def members(self) -> frozenset[str]:
@@ -282,22 +293,50 @@ class ZkMembership:
         client, path = self._client, self.node_path
         data = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode()
         timeout = self.connect_timeout + self.session_timeout
+        waited = False
         for _ in range(3):
             try:
                 client.create_async(path, data, ephemeral=True).get(timeout=timeout)
             except NodeExistsError:
                 pass
-            stat = client.exists_async(path).get(timeout=timeout)
+            gone = threading.Event()
+            stat = client.exists_async(path, watch=lambda event: gone.set()).get(timeout=timeout)
             if stat is None:  # its owner's session ended just now: try again
                 continue
             session = self.session_id
             if session is not None and stat.ephemeralOwner == session:
                 return session
+            if not waited and self._holder_is_dead(client.get_async(path).get(timeout=timeout)[0]):
+                # a worker of this id killed on this machine: its session ends
+                # within the session timeout, then the id is free
+                log.info("membership: %s is held by a dead process here; waiting for its session to end",
+                         path)
+                waited = True
+                if gone.wait(self.session_timeout * 2 + 2):
+                    continue
             raise MembershipError(
                 f"zkHosts {self.hosts}: worker id {self.worker_id!r} is held by a live ZooKeeper session "
-                f"({stat.ephemeralOwner:#x}) at {path}: another worker runs with this id (a worker "
-                f"killed less than zkSessionTimeout ago still holds it)")
+                f"({stat.ephemeralOwner:#x}) at {path}: another worker runs with this id (or one killed "
+                f"on another machine less than zkSessionTimeout ago)")
         raise MembershipError(f"zkHosts {self.hosts}: could not create {path}")
+
+    @staticmethod
+    def _holder_is_dead(data: bytes) -> bool:
+        """True when the node's data names a process of this machine that is gone."""
+        try:
+            holder = json.loads(data)
+            pid, host = int(holder["pid"]), holder["host"]
+        except (ValueError, KeyError, TypeError):
+            return False
+        if host != socket.gethostname() or pid == os.getpid() or pid <= 0:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:  # exists, another user's
+            return False
+        return False
 
     async def _shutdown(self, *, delete: bool) -> None:
         self._closed = True
