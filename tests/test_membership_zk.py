@@ -220,6 +220,7 @@ async def test_the_server_killed_and_restarted_loses_no_member(own_zk_server):
     await a.join("w1")
     await b.join("w2")
     await seen_a.until(lambda: a.members() == {"w1", "w2"}, 5, "w1 to see w2")
+    sessions = a.session_id, b.session_id
     server.kill()
     # alive drops on kazoo's thread at once; the watchers hear of it on the loop
     await seen_a.until(lambda: "w1" not in seen_a.calls[-1][1], 5, "w1 told it is suspended")
@@ -229,6 +230,10 @@ async def test_the_server_killed_and_restarted_loses_no_member(own_zk_server):
     await asyncio.to_thread(server.start)  # same port, same dataDir
     await seen_a.until(lambda: a.alive and a.members() == {"w1", "w2"}, 15, "w1 back with w2")
     await seen_b.until(lambda: b.alive and b.members() == {"w1", "w2"}, 15, "w2 back with w1")
+    # the server restores the sessions from its dataDir: a worker back within the
+    # session timeout keeps its session and node (the usual case here); one whose
+    # session expired meanwhile (a slow restart) joined again under a new one
+    kept = (a.session_id, b.session_id) == sessions
     # the server's own view agrees: both nodes there, owned by live sessions
     from kazoo.client import KazooClient
 
@@ -242,8 +247,8 @@ async def test_the_server_killed_and_restarted_loses_no_member(own_zk_server):
             probe.close()
 
     assert await asyncio.to_thread(children) == ["w1", "w2"]
-    # the other worker was never dropped from a view while the server was away
-    assert all("w2" in members for _, members, _ in seen_a.calls[1:] if "w1" in members)
+    if kept:  # the other worker was never dropped from a view while the server was away
+        assert all("w2" in members for _, members, _ in seen_a.calls[1:] if "w1" in members)
     await a.leave()
     await b.leave()
 
