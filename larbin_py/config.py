@@ -236,6 +236,10 @@ class Config:
     sync_commits: bool = False
     lock_site: bool = False
     private_networks: str = "seeds"
+    membership: str = "redis"
+    zk_hosts: str = "127.0.0.1:2181"
+    zk_path: str = "/larbin_py"
+    zk_session_timeout: float = 6.0
     pages_connexions: int = 100
     dns_connexions: int = 10
     depth_in_site: int = 5
@@ -510,6 +514,49 @@ class _Choice(_Key):
         return [f"{self.name} {value}"]
 
 
+class _ZkHosts(_Text):
+    """``host:port[,host:port...]``: the ZooKeeper ensemble (membership zookeeper)."""
+
+    def coerce(self, value: Any) -> str:
+        try:
+            return check_zk_hosts(super().coerce(value))
+        except ValueError as exc:
+            raise _Bad(str(exc)) from None
+
+
+class _ZkPath(_Text):
+    """An absolute znode path: the prefix of the crawl's nodes in ZooKeeper."""
+
+    def coerce(self, value: Any) -> str:
+        try:
+            return check_zk_path(super().coerce(value))
+        except ValueError as exc:
+            raise _Bad(str(exc)) from None
+
+
+def check_zk_hosts(text: str) -> str:
+    """``host:port[,host:port...]`` checked; raises ValueError with a sentence."""
+    if not isinstance(text, str) or not text or any(c.isspace() for c in text):
+        raise ValueError(f"expected host:port[,host:port...], got {text!r}")
+    for part in text.split(","):
+        host, sep, port = part.rpartition(":")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        if not sep or not host or "/" in part or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ValueError(f"expected host:port[,host:port...] (port 1..65535), got {part!r} in {text!r}")
+    return text
+
+
+def check_zk_path(path: str) -> str:
+    """An absolute znode path without a trailing slash; raises ValueError."""
+    if (not isinstance(path, str) or not path.startswith("/")
+            or any(c.isspace() or ord(c) < 32 for c in path)):
+        raise ValueError(f"expected an absolute znode path such as /larbin_py, got {path!r}")
+    if path != "/" and any(part in ("", ".", "..", "zookeeper") for part in path.split("/")[1:]):
+        raise ValueError(f"expected /a/b (no empty, '.', '..' or 'zookeeper' part, no trailing /), got {path!r}")
+    return path
+
+
 class _Proxy(_Key):
     def parse(self, words: list[str]) -> tuple[str, int] | None:
         if len(words) == 1 and words[0].lower() == "none":
@@ -693,6 +740,10 @@ KEYS: tuple[_Key, ...] = (
     _Switch("noExternalLinks", "no_external_links"),
     _Switch("lockSite", "lock_site"),
     _Choice("privateNetworks", "private_networks", PRIVATE_NETWORKS),
+    _Choice("membership", "membership", ("redis", "zookeeper")),
+    _ZkHosts("zkHosts", "zk_hosts", one_word=True),
+    _ZkPath("zkPath", "zk_path", one_word=True),
+    _Seconds("zkSessionTimeout", "zk_session_timeout", 0, 600, above=True),
     _Switch("useCookies", "use_cookies"),
     _Switch("getCGI", "get_cgi"),
     _Switch("punycode", "punycode"),

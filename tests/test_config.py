@@ -167,6 +167,10 @@ NON_DEFAULTS = {
     "dynamic_connexions": 4,
     "dynamic_timeout": 3.5,
     "dynamic_other_hosts": True,
+    "membership": "zookeeper",
+    "zk_hosts": "zk1.example:2181,[::1]:2182",
+    "zk_path": "/crawls/larbin",
+    "zk_session_timeout": 2.5,
 }
 
 
@@ -500,6 +504,7 @@ BAD_NUMBERS = [
     ("depthInSite", "10001"), ("depthInSite", "1" * 5000),
     ("maxRedirects", "-1"), ("maxRedirects", "101"),
     ("dynamicConnexions", "0"), ("dynamicConnexions", "65"), ("dynamicTimeout", "0"), ("dynamicTimeout", "601"),
+    ("zkSessionTimeout", "0"), ("zkSessionTimeout", "601"),
 ]
 
 
@@ -604,3 +609,36 @@ def test_nesting_is_judged_on_real_paths(tmp_path):
         f"t.conf:3: stateDir: must differ from saveDir ({str(tmp_path / 'link')!r})"
     # siblings sharing a prefix are apart
     assert parse(SEED + f"saveDir {tmp_path / 'save'}\nstateDir {tmp_path / 'save2'}\n")
+
+
+# ---------------------------------------------------------------- membership (issue 21)
+
+
+@pytest.mark.parametrize("line,message", [
+    ("membership etcd", "membership: expected one of redis, zookeeper, got 'etcd'"),
+    ("zkHosts zk1", "zkHosts: expected host:port[,host:port...] (port 1..65535), got 'zk1' in 'zk1'"),
+    ("zkHosts zk1:2181,zk2:0", "zkHosts: expected host:port[,host:port...] (port 1..65535), "
+                               "got 'zk2:0' in 'zk1:2181,zk2:0'"),
+    ("zkHosts zk1:2181/chroot", "zkHosts: expected host:port[,host:port...] (port 1..65535), "
+                                "got 'zk1:2181/chroot' in 'zk1:2181/chroot'"),
+    ("zkHosts zk1:2181, zk2:2181", "zkHosts: expected one value, got 2 words: 'zk1:2181, zk2:2181'"),
+    ("zkPath larbin", "zkPath: expected an absolute znode path such as /larbin_py, got 'larbin'"),
+    ("zkPath /larbin/", "zkPath: expected /a/b (no empty, '.', '..' or 'zookeeper' part, no trailing /), "
+                        "got '/larbin/'"),
+    ("zkPath /zookeeper", "zkPath: expected /a/b (no empty, '.', '..' or 'zookeeper' part, "
+                          "no trailing /), got '/zookeeper'"),
+])
+def test_a_bad_membership_key_names_file_line_and_key(line, message):
+    assert error(SEED + f"# comment\n{line}\n") == f"t.conf:3: {message}"
+
+
+def test_the_membership_keys_read_and_print():
+    config = parse(SEED + "membership ZooKeeper\nzkHosts a:1,b:2\nzkPath /x/y\nzkSessionTimeout 3\n")
+    assert (config.membership, config.zk_hosts, config.zk_path, config.zk_session_timeout) == \
+        ("zookeeper", "a:1,b:2", "/x/y", 3.0)
+    lines = format_config(config).splitlines()
+    for line in ("membership zookeeper", "zkHosts a:1,b:2", "zkPath /x/y", "zkSessionTimeout 3"):
+        assert line in lines
+    default = parse(SEED)
+    assert (default.membership, default.zk_hosts, default.zk_path, default.zk_session_timeout) == \
+        ("redis", "127.0.0.1:2181", "/larbin_py", 6.0)
