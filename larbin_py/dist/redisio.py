@@ -494,7 +494,7 @@ except ImportError:  # pragma: no cover - redis is a dependency
 class RedisIO:
     """One worker's (or the launcher's) connection to the crawl's Redis."""
 
-    def __init__(self, url: str, crawl: str = "larbin", *, partitions: int = 256, seen_buckets: int = 256,
+    def __init__(self, url: str, crawl: str = "larbin", *, partitions: int = 256, seen_buckets: int = 128,
                  timeout: float = 5.0) -> None:
         self.url = url
         self.keys = Keys(crawl)
