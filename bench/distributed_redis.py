@@ -65,7 +65,7 @@ async def memory_of(io: RedisIO, keys: list[str]) -> int:
     return total
 
 
-async def run(n: int, buckets: int, streams: bool, directory: str) -> dict:
+async def run(n: int, buckets: int, streams: bool, spread: int, directory: str) -> dict:
     server = RedisServer(directory, appendonly=False).start()
     try:
         io = await RedisIO(server.url, "bench").connect()
@@ -81,8 +81,9 @@ async def run(n: int, buckets: int, streams: bool, directory: str) -> dict:
         for i in range(0, n, batch):
             # one tick: 1,000 links spread over the partitions of their hosts
             per_partition: dict[int, list] = {}
+            base = (i // batch) * spread
             for fp in fps[i:i + batch]:
-                per_partition.setdefault((fp >> 7) % P, []).append((fp, RECORD))
+                per_partition.setdefault((base + (fp >> 7) % spread) % P, []).append((fp, RECORD))
             t = io.tick()
             for p, items in per_partition.items():
                 t.enqueue(p, items)
@@ -96,7 +97,7 @@ async def run(n: int, buckets: int, streams: bool, directory: str) -> dict:
         seen_bytes = await memory_of(io, seen_keys)
         sample = [await io.client.object("encoding", k) for k in seen_keys[:: max(1, len(seen_keys) // 16)]]
         out = {
-            "urls": n, "partitions": P, "seen_buckets": buckets,
+            "urls": n, "partitions": P, "seen_buckets": buckets, "partitions_per_tick": spread,
             "seen_bytes_per_url": seen_bytes / n,
             "used_bytes_per_url": (used1 - used0) / n,
             "intset_share": sum(1 for e in sample if e in (b"intset", "intset")) / len(sample),
@@ -141,21 +142,24 @@ async def run(n: int, buckets: int, streams: bool, directory: str) -> dict:
 def main() -> int:
     quick = "--quick" in sys.argv[1:]
     n = 100_000 if quick else 1_000_000
-    settings = [(128, True), (256, False)] if quick else [(128, True), (256, False), (64, False)]
+    # (seenBuckets, streams measured too, partitions a tick's 1,000 links go to)
+    settings = ([(128, True, P), (256, False, P), (128, False, 20)] if quick
+                else [(128, True, P), (256, False, P), (64, False, P), (128, False, 20)])
     results = []
     try:
         with tempfile.TemporaryDirectory(prefix="larbin-bench-redis-") as tmp:
-            for buckets, streams in settings:
-                results.append(asyncio.run(run(n, buckets, streams, os.path.join(tmp, f"b{buckets}"))))
+            for k, (buckets, streams, spread) in enumerate(settings):
+                results.append(asyncio.run(run(n, buckets, streams, spread, os.path.join(tmp, f"run{k}"))))
     except RedisServerError as exc:
         print(f"distributed_redis: {exc}", file=sys.stderr)
         report("distributed_redis", {"skipped": str(exc)})
         return 0
-    rows = [[r["seen_buckets"], r["urls"], r["urls"] / (P * r["seen_buckets"]), r["seen_bytes_per_url"],
+    rows = [[r["seen_buckets"], r["partitions_per_tick"], r["urls"], r["urls"] / (P * r["seen_buckets"]),
+             r["seen_bytes_per_url"],
              r["used_bytes_per_url"], r["intset_share"], r["enqueue_cpu_us_per_url"], r["enqueue_urls_per_s"]]
             for r in results]
-    print(table(f"Redis per seen URL ({n:,} URLs, P = {P}, 1,000 per lb_enqueue, 64-byte records)",
-                ["seenBuckets", "URLs", "per bucket", "seen B/URL", "all B/URL (+stream)", "intset share",
+    print(table(f"Redis per seen URL ({n:,} URLs, P = {P}, ticks of 1,000 links, 64-byte records)",
+                ["seenBuckets", "partitions/tick", "URLs", "per bucket", "seen B/URL", "all B/URL (+stream)", "intset share",
                  "CPU us/URL", "URLs/s"], rows))
     s = results[0]
     print()
