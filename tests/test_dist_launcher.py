@@ -92,7 +92,17 @@ def redis_config(redis_server, **kw):
 
 async def test_auto_starts_a_private_redis_and_the_workers_finish(setup, tmp_path):
     launcher, out = setup(n=2)  # no redisUrl and N > 1: auto
+    sessions = []
+    original = launcher._supervise
+
+    async def supervise():
+        # a Ctrl-C goes to the terminal's process group: Redis must not be in it,
+        # or it stops before the workers' last acks and the final counters
+        sessions.append((os.getsid(launcher.redis.process.pid), os.getsid(0)))
+        return await original()
+    launcher._supervise = supervise
     assert await launcher.run() == 0
+    assert sessions and sessions[0][0] != sessions[0][1]
     text = out.getvalue()
     sock = tmp_path / "state" / "redis" / "redis.sock"
     assert f"[w1] w1 joined unix://{sock} reload=False" in text

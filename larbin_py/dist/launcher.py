@@ -7,9 +7,11 @@ The launcher (DISTRIBUTED.md §10):
    (:class:`~larbin_py.dist.redis_server.RedisServer`; a missing binary is
    exit 2 with the apt-get hint); a Redis that cannot be reached is exit 2
    naming the URL;
-2. creates the crawl in Redis (``meta``): a fresh start that finds a crawl
-   named ``crawlName`` refuses without ``--reload`` (exit 2), as a used
-   stateDir does;
+2. checks the crawl in Redis: a fresh start that finds a crawl named
+   ``crawlName`` (its ``meta``) refuses without ``--reload`` (exit 2), as a
+   used stateDir does; the first worker to join creates it, and every
+   joiner is checked against it (``RedisIO.join_crawl``: a worker whose
+   settings differ exits 2 naming them, which stops the crawl);
 3. writes the workers' configuration, ``stateDir/launcher.conf`` (the
    effective configuration with the resolved redisUrl, no servers), and
    starts each worker as ``python -m larbin_py -c stateDir/launcher.conf
@@ -47,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .redis_server import RedisServer, RedisServerError
-from .redisio import CrawlMeta, DistError, RedisIO, Totals
+from .redisio import CrawlExists, CrawlMeta, DistError, RedisIO, Totals
 
 __all__ = ["Launcher", "WorkerProc", "resolve_redis_url", "crawl_meta", "default_worker_id",
            "ip_lease_hold", "worker_main", "launch_main", "demo_launch_main", "run_demo_workers", "SHARED_KEYS", "MAX_RESPAWNS", "RESPAWN_WINDOW"]
@@ -192,14 +194,22 @@ class Launcher:
         os.makedirs(c.state_dir, exist_ok=True)
         if self.url == "unix://" + auto_socket(c):
             try:
-                self.redis = await asyncio.to_thread(RedisServer(os.path.dirname(auto_socket(c))).start)
+                # started from this thread (it dies with the thread that forked
+                # it): nothing else runs yet, so the wait for PONG may block
+                self.redis = RedisServer(os.path.dirname(auto_socket(c))).start()
             except RedisServerError as exc:
                 self.say(f"redisUrl auto: {exc}")
                 return EXIT_USAGE
         try:
             self.io = await RedisIO(self.url, c.crawl_name, partitions=c.partitions,
                                     seen_buckets=c.seen_buckets).connect()
-            await self.io.create_crawl(crawl_meta(c), reload=self.reload)
+            # The first worker to join creates the crawl (meta) with its
+            # settings and every other one is checked against it: the
+            # launcher only refuses a fresh start over an existing crawl.
+            if await self.io.read_crawl() is not None and not self.reload:
+                raise CrawlExists(f"a crawl named {c.crawl_name!r} already exists in Redis at "
+                                  f"{self.io.url_shown}: start with --reload to continue it, "
+                                  "or choose another crawlName")
         except DistError as exc:
             self.say(str(exc))
             return EXIT_USAGE
@@ -376,7 +386,7 @@ class Launcher:
         if self.io is not None:
             await self.io.close()
         if self.redis is not None:
-            await asyncio.to_thread(self.redis.stop)
+            self.redis.stop()
 
 
 def launch_main(config, workers: int, *, reload: bool = False) -> int:
