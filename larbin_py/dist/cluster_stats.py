@@ -7,7 +7,9 @@ as they read one engine.  Its snapshot is the docs/stats.md schema (version
 heartbeat) summed, the URL counters taken from Redis (the authoritative
 ``cnt:{p}`` and the streams), and one extra section, ``cluster``:
 
-* ``workers``: one row per worker (pages, pages/s, partitions, RSS, CPU, state);
+* ``workers``: one row per worker (pages, pages/s, partitions, IP leases,
+  RSS, CPU, state); IP leases come from the ``dist`` section a worker may
+  add to its snapshot (``{"dist": {"ip_leases": n, ...}}``);
 * ``totals``: accepted, fetched, forgotten, queued, pending, and whether
   conservation holds (accepted = fetched + forgotten + queued);
 * ``partitions``: per partition accepted, fetched, forgotten, queued,
@@ -157,6 +159,8 @@ class ClusterSource:
         snap["urls"]["fetched"] = totals.fetched
         snap["urls"]["forgotten"] = dict(totals.forgotten)
         snap["urls"]["taken"] = totals.accepted
+        if not live:  # no worker snapshot (yet): the pages are the URLs acked as fetched
+            snap["pages"]["fetched"] = totals.fetched
         snap["cluster"] = self.cluster()
         return snap
 
