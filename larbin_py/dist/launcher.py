@@ -164,6 +164,7 @@ class Launcher:
         self.http = None
         self.started = time.monotonic()
         self.final: Totals | None = None
+        self.index_lines: int | None = None
         self._changed = asyncio.Event()
 
     # --- the worker command -------------------------------------------------
@@ -332,9 +333,25 @@ class Launcher:
         if self.source is not None:
             await self.source.refresh()
             self.source.state = "finished"
+        self.merge_outputs()
         code = self.exit_code()
         print(self.summary(code), file=self.out, flush=True)
         return code
+
+    def merge_outputs(self) -> None:
+        """A mirror's ``saveDir/index.tsv``: each page saved by any worker listed once
+        (larbin_py.dist.worker.merge_index over the workers' own indexes)."""
+        self.index_lines = None
+        if self.config.output_mode != "mirror" or not any(w.starts for w in self.workers):
+            return
+        try:
+            from .worker import merge_index
+        except ImportError:  # a build without the worker side has no worker outputs to merge
+            return
+        try:
+            self.index_lines = merge_index(self.config.save_dir)
+        except OSError as exc:
+            self.say(f"cannot write {os.path.join(self.config.save_dir, 'index.tsv')}: {exc}")
 
     def exit_code(self) -> int:
         if self.usage_error is not None:
@@ -367,6 +384,9 @@ class Launcher:
         ]
         if t.forgotten:
             lines.append("  forgotten       " + ", ".join(f"{k} {v}" for k, v in sorted(t.forgotten.items())))
+        if self.index_lines is not None:
+            lines.append(f"  mirror index    {os.path.join(self.config.save_dir, 'index.tsv')}: "
+                         f"{self.index_lines} pages")
         for w in self.workers:
             pages = ((snaps.get(w.wid) or {}).get("pages") or {}).get("fetched")
             extra = f", respawned {w.respawns}x" if w.respawns else ""
