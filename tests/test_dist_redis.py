@@ -477,3 +477,17 @@ async def test_wait_new_wakes_on_an_enqueue_to_a_watched_partition(redis_server)
     assert await asyncio.wait_for(waiter, 5) == [4]
     assert await io.wait_new({3: "$"}, timeout=0.05) == []  # nothing new: the timeout
     await io.close(), await sender.close()
+
+
+async def test_a_redis_that_lost_the_library_gets_it_again(redis_server):
+    io = await connect(redis_server)
+    await raw(redis_server).execute_command("FUNCTION", "FLUSH")  # a Redis restarted without its data
+    t = io.tick()
+    t.report("w1", 1, True)
+    t.enqueue(0, [(1, b"u")])
+    t.get_robots(0)
+    before = io.round_trips
+    assert await t.execute() == [True, 1, {}]
+    assert io.round_trips - before == 3  # the tick, the library, the tick again
+    assert await io.enqueue(0, [(1, b"u"), (2, b"v")]) == 1
+    await io.close()
