@@ -276,3 +276,13 @@ def test_worker_without_redis_url_is_exit_2(capsys, tmp_path):
     code = cli.main(["-c", str(conf), "--worker"])
     assert code == 2
     assert "--worker needs redisUrl" in capsys.readouterr().err
+
+
+async def test_a_huge_output_line_does_not_block_the_worker(setup, redis_server, tmp_path):
+    script = tmp_path / "loud.py"
+    script.write_text("import sys\nsys.stdout.write('x' * 300000 + '\\n' + 'after\\n')\nsys.stdout.flush()\n")
+    launcher, out = setup(n=1, **redis_config(redis_server))
+    launcher.command = lambda wid, conf, reload: [sys.executable, str(script)]
+    assert await asyncio.wait_for(launcher.run(), 30) == 0
+    text = out.getvalue()
+    assert "[w1] after" in text and text.count("x") >= 300000

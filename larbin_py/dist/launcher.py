@@ -271,12 +271,27 @@ class Launcher:
         asyncio.ensure_future(self._watch(w, w.proc))
 
     async def _pump(self, w: WorkerProc, stream) -> None:
+        """Copy a worker's output, each line prefixed.  Read in chunks, not by
+        readline (which drops a line longer than its buffer and raises): a pump
+        that stopped would fill the pipe and block the worker."""
+        pending = b""
         while True:
-            line = await stream.readline()
-            if not line:
-                return
-            self.out.write(f"[{w.wid}] {line.decode('utf-8', 'replace').rstrip()}\n")
-            self.out.flush()
+            chunk = await stream.read(1 << 16)
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            if len(pending) > 1 << 20:  # a line without end: copy it in pieces
+                lines.append(pending)
+                pending = b""
+            for line in lines:
+                self._line(w, line)
+        if pending:
+            self._line(w, pending)
+
+    def _line(self, w: WorkerProc, line: bytes) -> None:
+        self.out.write(f"[{w.wid}] {line.decode('utf-8', 'replace').rstrip()}\n")
+        self.out.flush()
 
     async def _watch(self, w: WorkerProc, proc) -> None:
         code = await proc.wait()
