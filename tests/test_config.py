@@ -171,6 +171,16 @@ NON_DEFAULTS = {
     "zk_hosts": "zk1.example:2181,[::1]:2182",
     "zk_path": "/crawls/larbin",
     "zk_session_timeout": 2.5,
+    "redis_url": "unix:///run/redis/redis.sock",
+    "crawl_name": "news-2026",
+    "worker_id": "w7",
+    "partitions": 64,
+    "seen_buckets": 1024,
+    "lease_ttl": 2.0,
+    "ip_lease_hold": 30.0,
+    "redis_flush_interval": 0.1,
+    "redis_batch": 50,
+    "respawn": False,
 }
 
 
@@ -505,6 +515,8 @@ BAD_NUMBERS = [
     ("maxRedirects", "-1"), ("maxRedirects", "101"),
     ("dynamicConnexions", "0"), ("dynamicConnexions", "65"), ("dynamicTimeout", "0"), ("dynamicTimeout", "601"),
     ("zkSessionTimeout", "0"), ("zkSessionTimeout", "601"),
+    ("partitions", "0"), ("partitions", "65537"), ("seenBuckets", "0"), ("leaseTtl", "0.1"),
+    ("leaseTtl", "inf"), ("ipLeaseHold", "3601"), ("redisFlushInterval", "0"), ("redisBatch", "0"),
 ]
 
 
