@@ -43,11 +43,12 @@ import sys
 import time
 from collections import Counter, deque
 
+from . import heap
 from . import outcomes
 from . import parse as parse_mod
 from . import robots as robots_mod
 from .frontier.scheduler import PAGE, Frontier, Request, site_key
-from .frontier.seen import SeenSet
+from .frontier.sieve import open_seen
 from .frontier.store import UrlRecord
 from .net.cookies import CookieJar, load_jar, save_jar
 from .net.dns import Resolver
@@ -100,6 +101,7 @@ class Engine:
         seen=None,
     ) -> None:
         self.config = config
+        heap.limit_retention()  # large freed blocks go back to the kernel (larbin_py.heap)
         self.out = out if out is not None else sys.stdout
         self.err = err if err is not None else sys.stderr
         self.rng = rng or random.Random()
@@ -125,8 +127,7 @@ class Engine:
                 pending.update(self._replay.done)
                 self._replay.done = pending
             cut_to_commit(state_dir, self._checkpoint_doc, self._replay, os.path.join(state_dir, SEEN_LOG))
-            self.seen = SeenSet.load(os.path.join(state_dir, SEEN_LOG)) \
-                if os.path.exists(os.path.join(state_dir, SEEN_LOG)) else SeenSet()
+            self.seen = open_seen(config.seen_store, state_dir, reload=True)
             self.damaged = {"carry": bad_carry, "seen": self.seen.dropped_bytes,
                             "journal": self._replay.damaged}
         else:
@@ -135,7 +136,7 @@ class Engine:
                     f"stateDir {state_dir!r} holds a previous crawl: continue it with --reload, "
                     "or remove that folder to start afresh"
                 )
-            self.seen = seen if seen is not None else SeenSet()
+            self.seen = seen if seen is not None else open_seen(config.seen_store, state_dir)
         #: What a fresh stateDir held before this engine: a start that fails
         #: (a server cannot listen) removes what it added, see _abandon_start.
         self._state_before = _entries(state_dir)
