@@ -498,7 +498,7 @@ class Sieve:
         """Append every fingerprint added from now on to the log at ``path``."""
         self._log = open(path, "ab", buffering=0)
         if self._durable is None:
-            self._durable = self._sealed if self._run is None else self._run.covers // 8
+            self._durable = self._sealed if self._run is None else self._run.covers
 
     def flush(self, sync: bool = False) -> None:
         """Write the fingerprints added since the last flush (fsync with ``sync``)."""
@@ -555,7 +555,7 @@ class Sieve:
             count, covers, crc = head
             index, filt, got, ordered = _scan(seen.path, count, seen.bloom_bits)
             if got == crc and ordered:
-                seen._run = _Run(seen.path, count, covers // 8 * 8, index, filt)
+                seen._run = _Run(seen.path, count, covers // 8, index, filt)
                 start = covers // 8
                 seen._next = seen._sealed = start
         if seen._run is None and os.path.exists(seen.path):
@@ -617,6 +617,8 @@ def _sync_dir(directory: str) -> None:
 AUTO_FIRST_MERGE = 1 << 18
 #: ``seenStore disk``: the run from the first sealed chunk on.
 DISK_FIRST_MERGE = 1 << 14
+#: Recent fingerprints held in a Python set before they are sealed into a sorted chunk.
+SEAL_AT = 1 << 14
 
 
 def open_seen(kind: str, state_dir: str, *, reload: bool = False):
@@ -633,5 +635,5 @@ def open_seen(kind: str, state_dir: str, *, reload: bool = False):
         return SeenSet.load(log) if reload and os.path.exists(log) else SeenSet()
     first = DISK_FIRST_MERGE if kind == "disk" else AUTO_FIRST_MERGE
     if reload:
-        return Sieve.load(state_dir, log, first_merge=first)
-    return Sieve(state_dir, first_merge=first)
+        return Sieve.load(state_dir, log, first_merge=first, seal_at=SEAL_AT)
+    return Sieve(state_dir, first_merge=first, seal_at=SEAL_AT)
