@@ -20,15 +20,14 @@ and holds in RAM only what answers a test without reading most of it:
 
 A test of a page's links (:meth:`add_many`) is: the recent set and a small
 cache of fingerprints lately found (hot), one ``searchsorted`` per chunk,
-the filter (a few vectorised numpy steps for the whole batch), and for the
-keys the filter lets through one vectorised bisection inside their blocks
-of the memory-mapped run (nine gathers for the whole batch; a page of the
-file touched per key, from the page cache when the machine has the memory
-for it).  The cost of a batch is therefore a fixed number of numpy calls
-plus one page touch per link already seen (or per false positive): the
-loop never reads more than one 4 KiB block per link.  Pages of the run
-touched are given back to the kernel (``MADV_DONTNEED``) every
-``DROP_EVERY`` touches, so the file never accumulates in the process's RSS.
+the filter (a few vectorised numpy steps for the whole batch), and for each
+key the filter lets through one ``pread`` of its 4 KiB block of the run
+(from the page cache when the machine has the memory for it; not mapped,
+so the run never counts in the process's RSS) and one vectorised compare
+of all those blocks at once.  The cost of a batch is therefore a fixed
+number of numpy calls plus one block read per link already seen (or per
+false positive of the filter): the loop never reads more than 4 KiB per
+link, and nothing for most new ones.
 
 Merging.  A merge runs on a thread of its own: it reads the old run with
 ``pread`` in slices of :data:`SLICE` fingerprints (no mapping, so no RSS),
@@ -55,7 +54,6 @@ merged with) is rebuilt from the log: slower, never wrong.
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 import threading
@@ -77,8 +75,6 @@ _HEAD_BYTES = 4096  # the data starts on a page boundary: block i is page i + 1
 BLOCK = 512
 #: Fingerprints a merge reads, merges and writes at a time (2 MiB).
 SLICE = 1 << 18
-#: Run pages touched by tests before they are dropped from the process's RSS.
-DROP_EVERY = 512
 _U64 = np.uint64
 _EMPTY = np.zeros(0, dtype=_U64)
 _MIX = _U64(0x9E3779B97F4A7C15)  # the filter's bit positions: another view of the fingerprint's bits
@@ -126,21 +122,31 @@ class _Filter:
 
 
 class _Run:
-    """The sorted run on disk, memory-mapped, with its RAM index and filter."""
+    """The sorted run on disk, with its RAM index and filter; blocks read with ``pread``.
 
-    __slots__ = ("path", "count", "covers", "keys", "index", "filter", "_map", "_file", "touched")
+    Reading (rather than mapping) keeps the run out of the process's RSS: a
+    mapped page stays counted until unmapped, and a fault maps a whole folio
+    of the page cache around it (up to 2 MiB on recent kernels).
+    """
+
+    __slots__ = ("path", "count", "covers", "index", "filter", "_fd", "_rows", "_views")
 
     def __init__(self, path: str, count: int, covers: int, index: np.ndarray, filt: _Filter) -> None:
         self.path, self.count, self.covers = path, count, covers
         self.index, self.filter = index, filt
-        self._file = open(path, "rb")
-        self._map = mmap.mmap(self._file.fileno(), 0, prot=mmap.PROT_READ) if count else None
-        self.keys = (np.frombuffer(self._map, dtype="<u8", count=count, offset=_HEAD_BYTES)
-                     if count else _EMPTY)
-        self.touched = 0
+        self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self._rows = np.empty((0, BLOCK), dtype=_U64)
+        self._views: list[memoryview] = []
+
+    def _buffer(self, n: int) -> np.ndarray:
+        """Rows for ``n`` blocks, kept from batch to batch (grown in steps of 256 rows)."""
+        if self._rows.shape[0] < n:
+            self._rows = np.empty((-(-n // 256) * 256, BLOCK), dtype=_U64)
+            self._views = [memoryview(row).cast("B") for row in self._rows]
+        return self._rows
 
     def contains(self, keys: np.ndarray, counts) -> np.ndarray:
-        """Which of ``keys`` (sorted or not) are in the run: filter, then the blocks."""
+        """Which of ``keys`` are in the run: the filter, then one block read per key it lets through."""
         found = np.zeros(keys.size, dtype=bool)
         if not self.count or not keys.size:
             return found
@@ -150,36 +156,27 @@ class _Run:
         ask = keys[maybe]
         block = self.index.searchsorted(ask, side="right").astype(np.int64) - 1
         inside = block >= 0  # below the run's first key: not there
-        pos = np.maximum(block, 0) * BLOCK
-        hi = np.minimum(pos + BLOCK, self.count)
-        run, last = self.keys, self.count - 1
-        step = BLOCK // 2
-        while step:  # branch-free bisection of every key at once, inside its block
-            cand = pos + step
-            ok = (cand < hi) & (run[np.minimum(cand, last)] <= ask)
-            pos = np.where(ok, cand, pos)
-            step //= 2
-        hit = inside & (run[pos] == ask)
+        rows = self._buffer(ask.size)
+        last = (self.count - 1) // BLOCK
+        np.clip(block, 0, last, out=block)
+        fd, preadv, size = self._fd, os.preadv, 8 * BLOCK
+        for view, at in zip(self._views, (block * size + _HEAD_BYTES).tolist()):
+            preadv(fd, [view], at)
+        tail = self.count - last * BLOCK  # entries in the last block
+        if tail < BLOCK:  # past the run's end: copies of its last key (which is in it)
+            short = block == last
+            if short.any():
+                rows[np.flatnonzero(short), tail:] = rows[np.flatnonzero(short), tail - 1:tail]
+        hit = inside & (rows[:ask.size] == ask[:, None]).any(axis=1)
         found[maybe] = hit
-        self.touched += int(maybe.size)
         counts.run_tests += int(maybe.size)
         counts.run_misses += int(maybe.size - np.count_nonzero(hit))
-        if self.touched >= DROP_EVERY:
-            self.drop_pages()
         return found
 
-    def drop_pages(self) -> None:
-        """Give the pages of the run touched so far back (they stay in the page cache)."""
-        self.touched = 0
-        if self._map is not None:
-            self._map.madvise(mmap.MADV_DONTNEED)
-
     def close(self) -> None:
-        self.keys = _EMPTY
-        if self._map is not None:
-            self._map.close()
-            self._map = None
-        self._file.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def _read_header(path: str) -> tuple[int, int, int] | None:
