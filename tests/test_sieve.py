@@ -289,3 +289,52 @@ def test_a_batch_reads_one_block_per_key_at_most(tmp_path):
     assert store.add_many(old) == [False] * 200
     assert store.run_tests - before == 200  # one block each
     store.close()
+
+
+SMALL_SIEVE_CRAWLER = ("import sys; from larbin_py.frontier import sieve; "
+                       "sieve.SEAL_AT = sieve.DISK_FIRST_MERGE = 16; "
+                       "from larbin_py.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+async def start_small_sieve_crawler(conf: str, *args: str, cwd: str) -> asyncio.subprocess.Process:
+    """The crawler, its sieve merging every 16 URLs (so a small sim crawl goes through many merges)."""
+    from test_state import ROOT
+
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    err = open(os.path.join(cwd, "crawler.err"), "ab")
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-c", SMALL_SIEVE_CRAWLER, "-c", conf, *args, cwd=cwd, env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=err)
+
+
+@pytest.mark.slow
+@pytest.mark.async_timeout(200)
+async def test_a_crawl_on_the_disk_sieve_killed_twice_then_reloaded_fetches_the_ground_truth(tmp_path):
+    from collections import Counter
+
+    from larbin_py.demo import crawl_rules
+    from larbin_py.sim import Sim
+    from test_e2e import make_config
+    from test_state import check_mirror, page_requests, sim_config, write_conf
+
+    async with Sim(sim_config(33)) as sim:
+        config = make_config(tmp_path, sim, output_mode="mirror", wait_duration=0.05, pages_connexions=20,
+                             checkpoint_interval=60.0, seen_store="disk")
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        total = len(truth.must_request)
+        conf = write_conf(tmp_path, config)
+        args: tuple[str, ...] = ()
+        for fraction in (0.3, 0.6):
+            proc = await start_small_sieve_crawler(conf, *args, cwd=str(tmp_path))
+            await sim.log.wait_for(lambda log: len(page_requests(log)) >= int(fraction * total), timeout=120)
+            proc.kill()
+            assert await proc.wait() == -signal.SIGKILL
+            assert os.path.exists(tmp_path / "state" / RUN_NAME)  # the sieve had merged into its run
+            args = ("--reload",)
+        proc = await start_small_sieve_crawler(conf, "--reload", cwd=str(tmp_path))
+        assert await asyncio.wait_for(proc.wait(), 150) == 0, (tmp_path / "crawler.err").read_text()
+        fetched = page_requests(sim.log)
+        assert set(fetched) == truth.must_request  # no URL lost to a false "seen"
+        twice = sum(n - 1 for n in Counter(fetched).values() if n > 1)
+        assert twice <= 2 * config.pages_connexions  # a kill costs the requests in flight
+        check_mirror(config.save_dir, truth)
