@@ -253,8 +253,15 @@ async def serve(port: int) -> None:
 
 
 async def crawl_rss(target_urls: int, port: int, seen_store: str = "auto") -> list[tuple]:
+    """Samples (URLs on disk, RSS, pages, heap) of a crawl; ``array-unpinned``: the array
+    store with glibc's mmap threshold left dynamic (what the engine did before larbin_py.heap)."""
+    from larbin_py import heap
     from larbin_py.config import parse_config_text
     from larbin_py.engine import Engine
+
+    if seen_store.endswith("-unpinned"):
+        seen_store = seen_store[: -len("-unpinned")]
+        heap.limit_retention = lambda *args: False
 
     proc = await asyncio.create_subprocess_exec(sys.executable, os.path.abspath(__file__), "--serve",
                                                 str(port), stdout=asyncio.subprocess.PIPE)
@@ -303,7 +310,7 @@ def main() -> None:
     p.add_argument("--sizes", default="1000000,10000000")
     p.add_argument("--synthetic", type=int, default=100_000_000)
     p.add_argument("--crawl-urls", type=int, default=2_000_000)
-    p.add_argument("--crawl-stores", default="auto,array")
+    p.add_argument("--crawl-stores", default="auto,array,array-unpinned")
     p.add_argument("--port", type=int, default=18080)
     p.add_argument("--one", nargs="+", help=argparse.SUPPRESS)
     p.add_argument("--serve", type=int, help=argparse.SUPPRESS)
@@ -316,6 +323,11 @@ def main() -> None:
         what = args.one[0]
         if what == "seen":
             print(json.dumps(measure_seen(int(args.one[1]), args.one[2])))
+        elif what == "crawl":
+            import uvloop
+
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                print(json.dumps(runner.run(crawl_rss(int(args.one[2]), int(args.one[3]), args.one[1]))))
         elif what == "synthetic":
             print(json.dumps(measure_synthetic(int(args.one[1]))))
         else:
@@ -357,12 +369,9 @@ def main() -> None:
         rows.append([f"store, {n:,} URLs", st["rss_growth_bytes"] / 2**20, st["disk_bytes"] / 2**20,
                      st["disk_bytes_per_url"]])
     print(table("URL store with ramUrls 10,000", ["what", "RSS growth MB", "disk MB", "disk B/URL"], rows))
-    import uvloop
-
     figures["crawl"] = {}
-    for store in stores:
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            samples = runner.run(crawl_rss(crawl_target, args.port, store))
+    for store in stores:  # each crawl in a process of its own: the allocator's state is its own
+        samples = in_child(["crawl", store, str(crawl_target), str(args.port)])
         shown = samples[:: max(1, len(samples) // 12)] + samples[-1:]
         print(table(f"a crawl with ramUrls 10,000, seenStore {store}: RSS while the disk queue grows",
                     ["URLs on disk", "RSS MB", "pages", "glibc heap MB", "heap free MB"],
