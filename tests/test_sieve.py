@@ -338,3 +338,25 @@ async def test_a_crawl_on_the_disk_sieve_killed_twice_then_reloaded_fetches_the_
         twice = sum(n - 1 for n in Counter(fetched).values() if n > 1)
         assert twice <= 2 * config.pages_connexions  # a kill costs the requests in flight
         check_mirror(config.save_dir, truth)
+
+
+def test_a_merge_that_cannot_write_keeps_everything_and_flush_reports_it(tmp_path, monkeypatch):
+    import errno
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    log = str(tmp_path / "seen.log")
+    store = Sieve(str(tmp_path), background=True, **SMALL)
+    store.open_log(log)
+    monkeypatch.setattr(sieve_mod.os, "replace", full)
+    truth = check_against_a_set(store, 9, 60, log=None)
+    store.flush()
+    store.committed(os.path.getsize(log))
+    check_against_a_set(store, 10, 60, truth)  # a merge starts, fails; the answers stay exact
+    store.wait_merges()
+    assert store.failed is not None and store.failed.filename.endswith(RUN_NAME + ".tmp")
+    with pytest.raises(OSError, match="No space"):
+        store.flush()
+    assert all(fp in store for fp in truth) and len(store) == len(truth)
+    store.close()

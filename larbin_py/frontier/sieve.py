@@ -261,6 +261,8 @@ class Sieve:
         #: Keys the filter let through to the run, and those of them not there (false positives).
         self.run_tests = 0
         self.run_misses = 0
+        #: Why the last merge failed (the run could not be written), raised by :meth:`flush`.
+        self.failed: OSError | None = None
 
     # -- the test -----------------------------------------------------------------------
     def __len__(self) -> int:
@@ -348,7 +350,7 @@ class Sieve:
 
     def _mergeable(self, force: bool = False) -> int:
         """How many of the oldest chunks a merge may take now (0: not yet)."""
-        if self._merging is not None:
+        if self._merging is not None or self.failed is not None:
             return 0
         limit = self._durable  # None: no log, no limit
         take, total = 0, 0
@@ -450,7 +452,13 @@ class Sieve:
         """(Loop.) Put a finished merge's run in place of the old one."""
         fut, take = self._merging, self._merging_chunks
         self._merging, self._merging_chunks = None, 0
-        count, covers, index, filt = fut.result()  # a failed merge raises here: OSError
+        try:
+            count, covers, index, filt = fut.result()
+        except OSError as exc:  # the chunks stay in RAM, no more merges; flush() reports it
+            if exc.filename is None:
+                exc.filename = self.path + ".tmp"
+            self.failed = exc
+            return
         old = self._run
         self._run = _Run(self.path, count, covers, index, filt)
         if old is not None:
@@ -462,7 +470,7 @@ class Sieve:
     def wait_merges(self) -> None:
         """Block until no merge is running and the result is installed (tests, bench, close)."""
         while self._merging is not None:
-            self._merging.result()
+            self._merging.exception()  # waits; a failure is kept by _install
             self._install()
 
     def merge(self) -> None:
@@ -499,6 +507,8 @@ class Sieve:
 
     def flush(self, sync: bool = False) -> None:
         """Write the fingerprints added since the last flush (fsync with ``sync``)."""
+        if self.failed is not None:  # a merge could not write the run: stateDir cannot be written
+            raise self.failed
         if self._log is None:
             return
         if self._buf:
@@ -509,6 +519,7 @@ class Sieve:
 
     def close(self) -> None:
         """Flush the log, finish a running merge, release the run (idempotent)."""
+        self.failed = None  # reported by flush() already; the log is written all the same
         try:
             if self._log is not None:
                 self.flush()
@@ -516,10 +527,7 @@ class Sieve:
                 self._log = None
         finally:
             if self._merging is not None:
-                try:
-                    self.wait_merges()
-                except OSError:
-                    pass  # the old run stays; the log still holds everything
+                self.wait_merges()  # a failure stays in .failed: the old run stays, the log holds all
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
             if self._run is not None:
