@@ -80,7 +80,7 @@ _EMPTY = np.zeros(0, dtype=_U64)
 _MIX = _U64(0x9E3779B97F4A7C15)  # the filter's bit positions: another view of the fingerprint's bits
 _K = 6  # bits per key in the filter, in one 512-bit line
 _SHIFTS = np.arange(_K, dtype=_U64) * _U64(9)
-_ADD_STEP = 1 << 16  # keys added to the filter at a time
+_ADD_STEP = 1 << 14  # keys added to the filter at a time (temporaries of 48 B each)
 
 
 def _sorted_unique(a: np.ndarray) -> np.ndarray:
@@ -112,7 +112,7 @@ class _Filter:
         return byte, (bit & _U64(7)).astype(np.uint8)
 
     def add(self, keys: np.ndarray) -> None:
-        for at in range(0, keys.size, _ADD_STEP):  # temporaries of 48 B a key: a few MB at most
+        for at in range(0, keys.size, _ADD_STEP):
             byte, bit = self._positions(keys[at:at + _ADD_STEP])
             np.bitwise_or.at(self.bits, byte.ravel(), np.left_shift(np.uint8(1), bit.ravel()))
 
@@ -303,6 +303,7 @@ class Sieve:
         in_store: set[int] = set()
         if ask and (self._chunks or self._run is not None):
             keys = np.array(ask, dtype=_U64)
+            keys.sort()  # the searches then walk each chunk, the index and the run forwards
             found = self._in_store(keys)
             if found.any():
                 in_store = set(keys[found].tolist())
