@@ -138,20 +138,54 @@ def measure_seen(n: int, kind: str) -> dict:
     return out
 
 
-def measure_synthetic(n: int) -> dict:
-    """The sieve at ``n`` synthetic fingerprints: the run written directly, then opened."""
-    import numpy as np
-
+def measure_merge_lag(n: int) -> dict:
+    """Batch latency on the loop while a merge of an ``n``-fingerprint run runs on its thread."""
     from larbin_py import heap
     from larbin_py.frontier import sieve as sv
 
     heap.limit_retention()
     tmp = tempfile.TemporaryDirectory(prefix="larbin-bench-")
-    path = os.path.join(tmp.name, sv.RUN_NAME)
+    count, _ = _synthetic_run(tmp.name, n)
+    log = os.path.join(tmp.name, "seen.log")
+    open(log, "wb").close()
+    seen = sv.Sieve.load(tmp.name, log, first_merge=1 << 14)
+    seen._durable = None  # no log written here: every chunk may be merged
+    rng = random.Random(3)
+
+    def batch_us() -> float:
+        fps = [rng.getrandbits(64) for _ in range(200)]
+        t0 = time.perf_counter()
+        seen.add_many(fps)
+        return (time.perf_counter() - t0) * 1e6
+
+    quiet = [batch_us() for _ in range(count // seen.ratio // 200 - seen.seal_at // 200 - 2)]
+    while seen._merging is None:  # the batch that seals the chunk starting the merge
+        quiet.append(batch_us())
+    during, t0 = [], time.perf_counter()
+    while not seen.merges:  # to the batch that installs its result
+        during.append(batch_us())
+    took = time.perf_counter() - t0
+    seen.close()
+    tmp.cleanup()
+
+    def pct(v, q):
+        return sorted(v)[min(len(v) - 1, int(q * len(v)))]
+
+    return {"run_urls": count, "merge_seconds": took, "batches_during": len(during),
+            "quiet_p50_us": pct(quiet, 0.5), "quiet_p99_us": pct(quiet, 0.99), "quiet_max_us": max(quiet),
+            "merge_p50_us": pct(during, 0.5), "merge_p99_us": pct(during, 0.99), "merge_max_us": max(during)}
+
+
+def _synthetic_run(directory: str, n: int) -> tuple[int, list[int]]:
+    """Write a run of ``n`` uniform synthetic fingerprints in ``directory``; (count, some of them)."""
+    import numpy as np
+
+    from larbin_py.frontier import sieve as sv
+
+    path = os.path.join(directory, sv.RUN_NAME)
     gen = np.random.default_rng(5)
     parts = max(1, n // sv.SLICE)
     crc, count, known = 0, 0, []
-    t0 = time.perf_counter()
     with open(path, "wb") as out:
         out.write(b"\0" * sv._HEAD_BYTES)
         for i in range(parts):
@@ -164,6 +198,20 @@ def measure_synthetic(n: int) -> dict:
             known.extend(keys[:: max(1, keys.size // 50)].tolist())
         out.seek(0)
         out.write(sv._HEADER.pack(sv._MAGIC, count, 0, sv.BLOCK, crc))
+    return count, known
+
+
+def measure_synthetic(n: int) -> dict:
+    """The sieve at ``n`` synthetic fingerprints: the run written directly, then opened."""
+    import numpy as np
+
+    from larbin_py import heap
+    from larbin_py.frontier import sieve as sv
+
+    heap.limit_retention()
+    tmp = tempfile.TemporaryDirectory(prefix="larbin-bench-")
+    t0 = time.perf_counter()
+    count, known = _synthetic_run(tmp.name, n)
     log = os.path.join(tmp.name, "seen.log")
     open(log, "wb").close()
     built = time.perf_counter() - t0
@@ -328,6 +376,8 @@ def main() -> None:
 
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 print(json.dumps(runner.run(crawl_rss(int(args.one[2]), int(args.one[3]), args.one[1]))))
+        elif what == "lag":
+            print(json.dumps(measure_merge_lag(int(args.one[1]))))
         elif what == "synthetic":
             print(json.dumps(measure_synthetic(int(args.one[1]))))
         else:
@@ -335,6 +385,7 @@ def main() -> None:
         return
     sizes = [100_000] if args.quick else [int(s) for s in args.sizes.split(",")]
     synthetic = 1_000_000 if args.quick else args.synthetic
+    lag_n = 1_000_000 if args.quick else 10_000_000
     crawl_target = 50_000 if args.quick else args.crawl_urls
     stores = ["auto"] if args.quick else args.crawl_stores.split(",")
     kinds = ["sieve", "array", "array-unpinned", "python-set"]
@@ -358,6 +409,13 @@ def main() -> None:
     c = syn["cost"]
     cost_rows.append([f"sieve, {syn['urls']:,} URLs (synthetic)", c["new_us"], c["seen_us"], c["mixed_us"],
                       c["per_test_us"]["new"], c["per_test_us"]["seen"]])
+    lag = in_child(["lag", str(lag_n)])
+    figures["merge_lag"] = lag
+    print(table(f"the loop's batches of 200 new links while a merge of a {lag['run_urls']:,}-URL run runs "
+                f"({lag['merge_seconds']:.1f} s, {lag['batches_during']:,} batches)",
+                ["µs per batch", "p50", "p99", "max"],
+                [["no merge", lag["quiet_p50_us"], lag["quiet_p99_us"], lag["quiet_max_us"]],
+                 ["during the merge", lag["merge_p50_us"], lag["merge_p99_us"], lag["merge_max_us"]]]))
     print(table("URL-seen stores: RSS growth once merged (fresh process each; peak while filling)",
                 ["what", "B/URL", "MB", "peak MB", "glibc heap MB", "seconds"], rows))
     print(table("URL-seen stores: cost of a batch of 200 links (µs), same processes",

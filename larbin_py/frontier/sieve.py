@@ -112,9 +112,15 @@ class _Filter:
         return byte, (bit & _U64(7)).astype(np.uint8)
 
     def add(self, keys: np.ndarray) -> None:
+        bits = self.bits
         for at in range(0, keys.size, _ADD_STEP):
             byte, bit = self._positions(keys[at:at + _ADD_STEP])
-            np.bitwise_or.at(self.bits, byte.ravel(), np.left_shift(np.uint8(1), bit.ravel()))
+            byte, bit = byte.ravel(), bit.ravel()
+            # One pass per bit value: a byte met twice in a pass gets the same value twice.
+            # (np.bitwise_or.at would do it in one, but holds the GIL: the loop would wait.)
+            for b in range(8):
+                where = byte[bit == b]
+                bits[where] |= np.uint8(1 << b)
 
     def maybe(self, keys: np.ndarray) -> np.ndarray:
         byte, bit = self._positions(keys)
