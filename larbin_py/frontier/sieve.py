@@ -452,7 +452,8 @@ class Sieve:
         os.replace(tmp, self.path)
         _sync_dir(self.directory)
         del buf, sl
-        heap.trim()  # the slices' buffers, back to the kernel
+        if count >= SLICE:  # the slices' buffers, back to the kernel (it locks the heaps: not for small runs)
+            heap.trim()
         return count, covers, (np.concatenate(index) if index else _EMPTY), filt
 
     def _install(self) -> None:
