@@ -80,6 +80,8 @@ _EMPTY = np.zeros(0, dtype=_U64)
 _MIX = _U64(0x9E3779B97F4A7C15)  # the filter's bit positions: another view of the fingerprint's bits
 _K = 6  # bits per key in the filter, in one 512-bit line
 _SHIFTS = np.arange(_K, dtype=_U64) * _U64(9)
+#: Largest chunk the loop makes by compaction (1 MiB): more chunks rather than a long pause.
+COMPACT_MAX = 1 << 17
 _ADD_STEP = 1 << 14  # keys added to the filter at a time (temporaries of 48 B each)
 
 
@@ -346,9 +348,11 @@ class Sieve:
         self._maybe_merge()
 
     def _compact(self) -> None:
-        """Merge the two newest chunks while the older is under twice the newer (~log2 chunks)."""
+        """Merge the two newest chunks while the older is under twice the newer (~log2 chunks),
+        up to :data:`COMPACT_MAX` fingerprints (a merge of two sorted runs on the loop: ~1 ms)."""
         chunks, frozen = self._chunks, self._merging_chunks
-        while len(chunks) - frozen >= 2 and chunks[-2][2].size < 2 * chunks[-1][2].size:
+        while (len(chunks) - frozen >= 2 and chunks[-2][2].size < 2 * chunks[-1][2].size
+               and chunks[-2][2].size + chunks[-1][2].size <= COMPACT_MAX):
             a0, _, a = chunks[-2]
             _, b1, b = chunks.pop()
             both = np.concatenate((a, b))
