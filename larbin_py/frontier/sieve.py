@@ -57,6 +57,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Sequence
@@ -80,9 +81,11 @@ _EMPTY = np.zeros(0, dtype=_U64)
 _MIX = _U64(0x9E3779B97F4A7C15)  # the filter's bit positions: another view of the fingerprint's bits
 _K = 6  # bits per key in the filter, in one 512-bit line
 _SHIFTS = np.arange(_K, dtype=_U64) * _U64(9)
+#: Seconds the merge thread sleeps between steps (the loop's turn at the GIL).
+STEP_ASIDE = 0.0003
 #: Largest chunk the loop makes by compaction (1 MiB): more chunks rather than a long pause.
 COMPACT_MAX = 1 << 17
-_ADD_STEP = 1 << 14  # keys added to the filter at a time (temporaries of 48 B each)
+_ADD_STEP = 1 << 13  # keys added to the filter at a time (temporaries of 48 B each)
 
 
 def _sorted_unique(a: np.ndarray) -> np.ndarray:
@@ -113,9 +116,12 @@ class _Filter:
         byte = (line * _U64(64))[:, None] + (bit >> _U64(3))
         return byte, (bit & _U64(7)).astype(np.uint8)
 
-    def add(self, keys: np.ndarray) -> None:
+    def add(self, keys: np.ndarray, pause=None) -> None:
+        """Set the bits of ``keys``; ``pause()`` between steps (a merge thread's turn to step aside)."""
         bits = self.bits
         for at in range(0, keys.size, _ADD_STEP):
+            if pause is not None:
+                pause()
             byte, bit = self._positions(keys[at:at + _ADD_STEP])
             byte, bit = byte.ravel(), bit.ravel()
             # One pass per bit value: a byte met twice in a pass gets the same value twice.
@@ -409,6 +415,7 @@ class Sieve:
             with open(tmp, "wb") as out:
                 out.write(b"\0" * _HEAD_BYTES)
                 for lo, hi in zip(edges[:-1], edges[1:]):
+                    _step_aside()
                     pieces = []
                     if old_file is not None:
                         end = old_keys_at + _count_below(old_file, old_keys_at, old_count, hi)
@@ -442,7 +449,7 @@ class Sieve:
                         continue
                     prev_last = view[-1]
                     index.append(view[(-count) % BLOCK::BLOCK].copy())
-                    filt.add(view)
+                    filt.add(view, _step_aside)
                     crc = zlib.crc32(view, crc)
                     out.write(memoryview(view).cast("B"))
                     count += view.size
@@ -603,6 +610,18 @@ class Sieve:
                 shift = at - self._next
                 self._sealed += shift
                 self._next += shift
+
+
+def _step_aside() -> None:
+    """(Merge thread.) Leave the GIL to the loop for a moment.
+
+    The merge's numpy steps release the GIL, but a thread that releases and
+    takes it back at once keeps winning it: the loop, waiting at each of its
+    own numpy calls, lost up to the 5 ms switch interval each time (a batch
+    took 8-20 ms during a merge instead of 0.2).  Sleeping a little between
+    steps of about a millisecond hands the GIL over for certain.
+    """
+    time.sleep(STEP_ASIDE)
 
 
 def _count_below(f, start: int, count: int, hi: int) -> int:
