@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 import time
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -266,7 +265,6 @@ class Sieve:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="larbin-sieve") if background else None
         self._merging: Future | None = None
         self._merging_chunks = 0
-        self._lock = threading.Lock()
         self.merges = 0
         #: Bytes of a torn last log record dropped by :meth:`load`.
         self.dropped_bytes = 0
