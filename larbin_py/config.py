@@ -267,6 +267,7 @@ class Config:
     forbidden_extensions: tuple[str, ...] = DEFAULT_FORBIDDEN_EXTENSIONS
     max_urls_by_site: int = 40
     ram_urls: int = 100_000
+    seen_store: str = "auto"
     timeout_page: float = 30.0
     timeout_incr: int = 2000
     connect_timeout: float = 10.0
@@ -774,6 +775,7 @@ KEYS: tuple[_Key, ...] = (
     _Int("maxUrlSize", "max_url_size", 16, 65_536),
     _Int("maxUrlsBySite", "max_urls_by_site", 1, 1_000_000),
     _Int("ramUrls", "ram_urls", 1, 100_000_000),
+    _Choice("seenStore", "seen_store", ("auto", "array", "disk")),
     _Proxy("proxy", "proxy"),
     _Int("bondWidth", "bond_width", 0, 1_000_000_000_000),
     _Choice("httpParser", "http_parser", HTTP_PARSERS),

@@ -42,7 +42,7 @@ from typing import Protocol, runtime_checkable
 
 from . import robots as robots_mod
 from .frontier.scheduler import Frontier
-from .frontier.seen import SeenSet
+from .frontier.sieve import open_seen
 from .frontier.store import UrlRecord
 from .journal import Committer, FETCHED, ReplayFrontier, cut_to_commit, read_journals
 from .net.cookies import CookieJar, load_jar, save_jar
@@ -124,7 +124,7 @@ class LocalState:
                 pending.update(self._replay.done)
                 self._replay.done = pending
             cut_to_commit(state_dir, self._doc, self._replay, seen_log)
-            self.seen = SeenSet.load(seen_log) if os.path.exists(seen_log) else SeenSet()
+            self.seen = open_seen(config.seen_store, state_dir, reload=True)
             self.damaged = {"carry": bad_carry, "seen": self.seen.dropped_bytes, "journal": self._replay.damaged}
         else:
             if has_state(state_dir):
@@ -132,7 +132,7 @@ class LocalState:
                     f"stateDir {state_dir!r} holds a previous crawl: continue it with --reload, "
                     "or remove that folder to start afresh"
                 )
-            self.seen = seen if seen is not None else SeenSet()
+            self.seen = seen if seen is not None else open_seen(config.seen_store, state_dir)
         #: What a fresh stateDir held before: a start that fails removes what it added (abandon).
         self._before = _entries(state_dir)
         os.makedirs(state_dir, exist_ok=True)

@@ -25,6 +25,7 @@ import random
 import sys
 import time
 
+from . import heap
 from . import robots as robots_mod
 from .crawl_state import LocalState, StateDirInUse
 from .engine_stats import Counters, EngineStats, Summary
@@ -64,6 +65,7 @@ class Engine:
     def __init__(self, config, *, resolver=None, fetcher=None, output=None, rng: random.Random | None = None,
                  out=None, err=None, reload: bool = False, stores=None, seen=None, crawl_state=None) -> None:
         self.config = config
+        heap.limit_retention()  # large freed blocks go back to the kernel (larbin_py.heap)
         self.out = out if out is not None else sys.stdout
         self.err = err if err is not None else sys.stderr
         self.rng = rng or random.Random()

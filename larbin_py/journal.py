@@ -372,6 +372,9 @@ class Committer:
         self.frontier = frontier
         self.seen = seen
         self.seen_log = seen_log
+        #: (Writer.) Tells the seen store how much of its log a written commit covers
+        #: (a disk store merges no further: --reload never cuts the log below it).
+        self._seen_committed = getattr(seen, "committed", None) or (lambda _bytes: None)
         self.robots_log = robots_log
         self.robots_path = robots_path
         self.output = output
@@ -563,6 +566,7 @@ class Committer:
         position = self._position(sync, paths)
         if done:
             self._append({"done": done, "stores": stores, "seen": seen, "output": position}, sync)
+            self._seen_committed(seen)
         self._written_up(n)
         return position
 
@@ -580,6 +584,7 @@ class Committer:
         data["output"] = position
         data["commit"] = {"stores": stores, "seen": seen}
         write_checkpoint(self.state_dir, data, carry, serial)
+        self._seen_committed(seen)
         for n in _journal_serials(self.state_dir):
             if n < serial:
                 try:

@@ -136,6 +136,7 @@ NON_DEFAULTS = {
     "forbidden_extensions": (),
     "max_urls_by_site": 5,
     "ram_urls": 17,
+    "seen_store": "array",
     "timeout_page": 2.5,
     "timeout_incr": 0,
     "connect_timeout": 0.25,

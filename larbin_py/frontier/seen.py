@@ -94,9 +94,6 @@ class SeenSet:
             found = base[idx] == keys
             if found.any():
                 in_base = set(keys[found].tolist())
-                if len(hot) + len(in_base) > self.hot_size:
-                    hot.clear()
-                hot.update(in_base)
         out = []
         log = self._log is not None
         for fp in fps:
@@ -107,6 +104,10 @@ class SeenSet:
                 if log:
                     self._buf += fp.to_bytes(8, "little")
                 out.append(True)
+        if in_base:  # after the answers: a clear must not forget a hot one skipped above
+            if len(hot) + len(in_base) > self.hot_size:
+                hot.clear()
+            hot.update(in_base)
         if len(recent) >= self.merge_at:  # not inside the loop: ``in_base`` describes this base
             self.merge()
         return out
