@@ -1,0 +1,130 @@
+"""The Redis key names of one crawl (DISTRIBUTED.md §2).
+
+Every key starts with ``lb:<crawlName>:``, so several crawls share one Redis.
+Every key of a partition carries the hash tag ``{p}`` and every key of an IP
+the tag ``{X}``: in Redis Cluster all keys one function touches (the
+stream, the seen buckets, the counters and the lease of one partition) live
+in one slot, so each function call goes to one node.
+
+=======================  ===================================================
+key                      what it holds
+=======================  ===================================================
+``meta``                 hash: partitions, seenBuckets, rules digest and
+                         values, created (a joiner must agree)
+``members``              zset: worker → lease expiry (ms, Redis's clock)
+``member:<w>``           the worker's key, ``PX leaseTtl``
+``idle``                 hash: worker → ``"<seq>:<0|1>"`` (termination waves)
+``own:{p}``              the partition lease ``"<w>:<token>"``, ``PX leaseTtl``
+``fence:{p}``            the fencing token counter (``INCR``)
+``q:{p}``                stream, group ``crawl``, one entry per accepted URL
+``seen:{p}:<b>``         intset bucket of the URL fingerprints (signed int64)
+``cnt:{p}``              hash: accepted, fetched, forgotten:<reason>
+``robots:{p}``           hash: host → robots.txt answer (written by the owner)
+``sitewait:{p}``         hash: host → next allowed fetch (written at handover)
+``ip:{X}``               the IP lease (the holder's worker id), ``PX``
+``iplast:{X}``           hash: start (wall ms of the last request), pace
+``ipwant:{X}``           a waiter's worker id, ``PX`` (asks the holder to let go)
+``stats:<w>``            the worker's stats snapshot (JSON), ``PX``
+``outpos:<w>``           the worker's output position at its last ack
+=======================  ===================================================
+"""
+
+from __future__ import annotations
+
+__all__ = ["Keys", "GROUP", "bucket_of", "signed64"]
+
+#: The consumer group of every partition stream.
+GROUP = "crawl"
+
+_U64 = 1 << 64
+_I63 = 1 << 63
+
+
+def signed64(fingerprint: int) -> int:
+    """``url.fingerprint`` (unsigned 64-bit) as the signed int64 an intset stores.
+
+    Redis keeps a set in the compact intset encoding only while every member
+    is a decimal integer in the int64 range; 2**64 - 1 would turn the bucket
+    into a hashtable (56+ B per member instead of 8).
+    """
+    fingerprint &= _U64 - 1
+    return fingerprint - _U64 if fingerprint >= _I63 else fingerprint
+
+
+def bucket_of(fingerprint: int, buckets: int) -> int:
+    """The seen bucket of a fingerprint: its top bits, scaled to ``buckets``.
+
+    Any bucket count works (``(fp * buckets) >> 64``); the host decides the
+    partition, the fingerprint only the bucket inside it.
+    """
+    return ((fingerprint & (_U64 - 1)) * buckets) >> 64
+
+
+class Keys:
+    """Key names under ``lb:<crawl>:``."""
+
+    __slots__ = ("prefix", "crawl")
+
+    def __init__(self, crawl: str) -> None:
+        if not crawl or any(c in crawl for c in "{}: \t\r\n"):
+            raise ValueError(f"crawlName {crawl!r} must be non-empty, without spaces, ':', '{{' or '}}'")
+        self.crawl = crawl
+        self.prefix = f"lb:{crawl}:"
+
+    # crawl-wide
+    @property
+    def meta(self) -> str:
+        return self.prefix + "meta"
+
+    @property
+    def members(self) -> str:
+        return self.prefix + "members"
+
+    @property
+    def idle(self) -> str:
+        return self.prefix + "idle"
+
+    def member(self, worker: str) -> str:
+        return f"{self.prefix}member:{worker}"
+
+    def stats(self, worker: str) -> str:
+        return f"{self.prefix}stats:{worker}"
+
+    def outpos(self, worker: str) -> str:
+        return f"{self.prefix}outpos:{worker}"
+
+    # per partition: the hash tag {p}
+    def own(self, p: int) -> str:
+        return f"{self.prefix}own:{{{p}}}"
+
+    def fence(self, p: int) -> str:
+        return f"{self.prefix}fence:{{{p}}}"
+
+    def queue(self, p: int) -> str:
+        return f"{self.prefix}q:{{{p}}}"
+
+    def seen(self, p: int, bucket: int) -> str:
+        return f"{self.prefix}seen:{{{p}}}:{bucket}"
+
+    def counts(self, p: int) -> str:
+        return f"{self.prefix}cnt:{{{p}}}"
+
+    def robots(self, p: int) -> str:
+        return f"{self.prefix}robots:{{{p}}}"
+
+    def sitewait(self, p: int) -> str:
+        return f"{self.prefix}sitewait:{{{p}}}"
+
+    # per IP: the hash tag {X}
+    def ip(self, addr: str) -> str:
+        return f"{self.prefix}ip:{{{addr}}}"
+
+    def iplast(self, addr: str) -> str:
+        return f"{self.prefix}iplast:{{{addr}}}"
+
+    def ipwant(self, addr: str) -> str:
+        return f"{self.prefix}ipwant:{{{addr}}}"
+
+    def pattern(self) -> str:
+        """A SCAN pattern for every key of the crawl (its removal, the tests)."""
+        return self.prefix + "*"
