@@ -282,6 +282,7 @@ class Frontier:
         on_done: Callable[[UrlRecord, str], None] | None = None,
         ip_leases: bool = False,
         ip_lease_hold: float = 10.0,
+        on_ip_wanted: Callable[[], None] | None = None,
     ) -> None:
         self.ram_urls = ram_urls
         self.max_urls_by_site = max_urls_by_site
@@ -319,6 +320,7 @@ class Frontier:
         self.on_done = on_done
         self.ip_leases = ip_leases
         self.ip_lease_hold = ip_lease_hold
+        self.on_ip_wanted = on_ip_wanted  # called when an IP starts wanting its lease
         self._ip_wanted: dict[str, IPSite] = {}  # lease WANTED
         self._ip_held: dict[str, IPSite] = {}  # lease HELD or EXPIRING
         #: Records given up by drop() (handed over to another worker).
@@ -374,6 +376,11 @@ class Frontier:
         ``hops``: the redirects that led to it (kept with the record, on disk too).
         """
         rec = UrlRecord(url, depth, retries, hops)
+        (self.prio if priority else self.main).push(rec)
+        self.taken += 1
+
+    def push_record(self, rec: UrlRecord, *, priority: bool = False) -> None:
+        """Queue a record as it is (the distributed mode: its ``tag`` names its stream entry)."""
         (self.prio if priority else self.main).push(rec)
         self.taken += 1
 
@@ -697,6 +704,8 @@ class Frontier:
             if ip.lease is LeaseState.NONE:
                 ip.lease = LeaseState.WANTED
                 self._ip_wanted[ip.ip] = ip
+                if self.on_ip_wanted is not None:
+                    self.on_ip_wanted()
             return
         t = max(at, ip.next_allowed)
         if ip.heap_time is not None and ip.heap_time <= t:
@@ -1195,6 +1204,32 @@ class Frontier:
         self.taken -= n
         self.handed_over += n
         return n
+
+    def running_requests(self):
+        """The requests running now (a drain waits for those of its partitions)."""
+        return self._running.values()
+
+    def site_waits(self, pred: Callable[[str], bool], now: float, wall: float) -> dict[str, float]:
+        """``{site key: wall time}`` of the next allowed request of the sites whose host ``pred`` names
+        (still ahead of ``now``): what a handover passes on (``sitewait``)."""
+        return {site.key: wall + (site.next_allowed - now) for site in self.sites.values()
+                if site.next_allowed > now and pred(site.host)}
+
+    def restore_waits(self, waits: dict[str, float], now: float, wall: float) -> None:
+        """Hold the sites of ``waits`` (site key -> wall time) back until then (a takeover)."""
+        for key, until in waits.items():
+            parsed = key.split("://", 1)
+            if len(parsed) != 2 or until <= wall:
+                continue
+            site = self._site_for(f"{key}/", now)
+            if site is not None:
+                site.next_allowed = max(site.next_allowed, now + (until - wall))
+
+    def ip_lease_next_ask(self) -> float | None:
+        """When :meth:`ip_leases_wanted` next has an IP to ask for (None: none wanted)."""
+        times = [ip.lease_retry for ip in self._ip_wanted.values()
+                 if ip.lease is LeaseState.WANTED and ip.lease_retry != math.inf]
+        return min(times) if times else None
 
     def ip_leases_wanted(self, now: float) -> list[str]:
         """The IPs whose lease the coordinator should ask for now (each once until answered).
