@@ -286,6 +286,16 @@ class Config:
     server_rtt_factor: float = 3.0
     url_input: bool = False
     http_token: str | None = None
+    redis_url: str = ""
+    crawl_name: str = "larbin"
+    worker_id: str = ""
+    partitions: int = 256
+    seen_buckets: int = 256
+    lease_ttl: float = 10.0
+    ip_lease_hold: float = 0.0
+    redis_flush_interval: float = 0.5
+    redis_batch: int = 1000
+    respawn: bool = True
     #: The file this configuration was read from (not a setting: ignored by ==).
     source: str | None = field(default=None, compare=False)
 
@@ -505,6 +515,43 @@ class _Choice(_Key):
         return [f"{self.name} {value}"]
 
 
+class _RedisUrl(_Text):
+    """``redisUrl``: empty (one process, no Redis), ``auto`` (a private
+    redis-server under stateDir), ``redis://host:port/db`` (``rediss://``
+    with TLS) or ``unix:///path/to/socket``."""
+
+    def __init__(self, name: str, attr: str):
+        super().__init__(name, attr, empty=True, one_word=True)
+
+    def coerce(self, value: Any) -> str:
+        value = super().coerce(value)
+        if value in ("", "auto"):
+            return value
+        if value.startswith(("redis://", "rediss://")) and len(value.split("://", 1)[1].split("/")[0]) > 0:
+            return value
+        if value.startswith("unix:///") and len(value) > len("unix:///"):
+            return value
+        raise _Bad(f"expected auto, redis://host:port/db or unix:///path, got {value!r}")
+
+
+class _Name(_Text):
+    """A name used in Redis keys and file names: letters, digits, '.', '_', '-'."""
+
+    _RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+
+    def __init__(self, name: str, attr: str, *, empty: bool = False):
+        super().__init__(name, attr, empty=empty, one_word=True)
+
+    def coerce(self, value: Any) -> str:
+        value = super().coerce(value)
+        if value == "" and self.empty:
+            return value
+        if not self._RE.match(value):
+            raise _Bad(f"expected a name of letters, digits, '.', '_' or '-' (at most 64, not "
+                       f"starting with '.', '_' or '-'), got {value!r}")
+        return value
+
+
 class _Proxy(_Key):
     def parse(self, words: list[str]) -> tuple[str, int] | None:
         if len(words) == 1 and words[0].lower() == "none":
@@ -667,6 +714,16 @@ KEYS: tuple[_Key, ...] = (
     _List("limitToDomain", "limit_to_domain", block=True),
     _List("forbiddenExtensions", "forbidden_extensions", block=True),
     _StartUrls("startUrl", "start_urls"),
+    _RedisUrl("redisUrl", "redis_url"),
+    _Name("crawlName", "crawl_name"),
+    _Name("workerId", "worker_id", empty=True),
+    _Int("partitions", "partitions", 1, 65_536),
+    _Int("seenBuckets", "seen_buckets", 1, 65_536),
+    _Seconds("leaseTtl", "lease_ttl", 0.2, 3600),
+    _Seconds("ipLeaseHold", "ip_lease_hold", 0, 3600),
+    _Seconds("redisFlushInterval", "redis_flush_interval", 0, 60, above=True),
+    _Int("redisBatch", "redis_batch", 1, 1_000_000),
+    _Switch("respawn", "respawn"),
 )
 
 _BY_NAME: dict[str, _Key] = {key.name: key for key in KEYS}

@@ -146,6 +146,16 @@ NON_DEFAULTS = {
     "server_rtt_factor": 0.0,
     "url_input": True,
     "http_token": "s3cret-token",
+    "redis_url": "unix:///run/redis/redis.sock",
+    "crawl_name": "news-2026",
+    "worker_id": "w7",
+    "partitions": 64,
+    "seen_buckets": 1024,
+    "lease_ttl": 2.0,
+    "ip_lease_hold": 30.0,
+    "redis_flush_interval": 0.1,
+    "redis_batch": 50,
+    "respawn": False,
 }
 
 
@@ -478,6 +488,8 @@ BAD_NUMBERS = [
     ("ramUrls", "100000001"), ("bondWidth", "1000000000001"), ("limitPage", "1000000000001"),
     ("depthInSite", "10001"), ("depthInSite", "1" * 5000),
     ("maxRedirects", "-1"), ("maxRedirects", "101"),
+    ("partitions", "0"), ("partitions", "65537"), ("seenBuckets", "0"), ("leaseTtl", "0.1"),
+    ("leaseTtl", "inf"), ("ipLeaseHold", "3601"), ("redisFlushInterval", "0"), ("redisBatch", "0"),
 ]
 
 
