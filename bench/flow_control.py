@@ -61,11 +61,11 @@ async def run_larbin(args, flow: bool, work: str) -> dict:
             rtt_min=1.5 * args.base, rtt_max=4 * args.base, rtt_interval=1.0,
         )
         engine = Engine(config, out=open(os.devnull, "w"))
-        engine.rtts = []  # keep every round-trip time, not the last 512
+        engine.counts.rtts = []  # keep every round-trip time, not the last 512
         t0 = time.monotonic()
         summary = await engine.run()
         wall = time.monotonic() - t0
-    return {"pages": summary.pages, "pages_s": summary.pages / wall, **rtts(engine.rtts), **served(sim.result)}
+    return {"pages": summary.pages, "pages_s": summary.pages / wall, **rtts(engine.counts.rtts), **served(sim.result)}
 
 
 async def run_scrapy(args, python: str, work: str) -> dict:

@@ -1,7 +1,7 @@
 """CPU-bound crawl: larbin_py against Scrapy on a static web served by nginx.
 
     python bench/throughput.py [--quick] [--rounds N] [--hosts H] [--pages P] [--no-peer]
-                               [--no-h11] [--profile FILE]
+                               [--no-h11] [--profile FILE] [--baseline DIR]
 
 A generated web (by default 200 hosts x 100 pages of 10-60 KB with 30-150
 links each) is exported as static files and served by nginx (Debian's
@@ -14,6 +14,10 @@ run what the llhttp reader saves (``--no-h11`` skips it).  Each crawler is a chi
 process: its CPU time and peak RSS come from ``wait4``.  Host names resolve
 through the sim's DNS server for larbin_py and through a fixed map for
 Scrapy (it has no way to use another DNS server).
+
+``--baseline DIR`` adds a row: larbin_py imported from the source tree DIR
+(e.g. ``git worktree add /tmp/base HEAD~3``), run turn by turn with this
+tree's, so a change's cost is measured A/B in one sitting on one machine.
 
 ``--profile FILE`` runs larbin_py under py-spy (``pip install py-spy``) and
 writes its samples to FILE as collapsed stacks (one ``frame;frame;... count``
@@ -65,11 +69,15 @@ def free_port(ip: str) -> int:
         return s.getsockname()[1]
 
 
-def run_child(args: list[str], cwd: str) -> dict:
-    """Run a child to its end: wall, CPU (user+sys) and peak RSS from wait4."""
+def run_child(args: list[str], cwd: str, source: str | None = None) -> dict:
+    """Run a child to its end: wall, CPU (user+sys) and peak RSS from wait4.
+
+    ``source``: a source tree whose larbin_py the child imports (PYTHONPATH).
+    """
     err = open(os.path.join(cwd, "child.err"), "w+")
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(source)) if source else None
     t0 = time.monotonic()
-    proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+    proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, env=env)
     _pid, status, usage = os.wait4(proc.pid, 0)
     wall = time.monotonic() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -88,7 +96,7 @@ def profiler(out: str) -> list[str]:
 
 
 async def crawl_larbin(web: SimWeb, dns_port: int, work: str, profile: str | None = None,
-                       http_parser: str = "httptools") -> dict:
+                       http_parser: str = "httptools", source: str | None = None) -> dict:
     save = os.path.join(work, "save")
     config = parse_config_text("", require_start_urls=False).replace(
         start_urls=tuple(web.seeds), dns_servers=(("127.0.0.1", dns_port),), save_dir=save,
@@ -103,7 +111,7 @@ async def crawl_larbin(web: SimWeb, dns_port: int, work: str, profile: str | Non
     command = [env_python, "-m", "larbin_py", "-c", conf]
     if profile:
         command = profiler(profile) + command
-    res = await asyncio.get_running_loop().run_in_executor(None, run_child, command, work)
+    res = await asyncio.get_running_loop().run_in_executor(None, run_child, command, work, source)
     m = re.search(r"pages fetched\s+(\d+)", res["stderr"])
     if res["code"] != 0 or m is None:
         raise RuntimeError(f"larbin_py failed ({res['code']}): {res['stderr'][-2000:]}")
@@ -224,7 +232,9 @@ async def main_async(args) -> None:
                     break
                 except OSError:
                     await asyncio.sleep(0.02)
-            settings = [("larbin_py", "larbin")] + ([("larbin_py, h11 reader", "larbin_h11")] if args.h11 else []) \
+            settings = [("larbin_py", "larbin")] \
+                + ([(f"larbin_py, baseline {args.baseline}", "larbin_base")] if args.baseline else []) \
+                + ([("larbin_py, h11 reader", "larbin_h11")] if args.h11 else []) \
                 + ([("scrapy", "scrapy")] if python else [])
             runs: dict[str, list[dict]] = {key: [] for _l, key in settings}
             floors: list[dict] = []
@@ -233,6 +243,8 @@ async def main_async(args) -> None:
                     with tempfile.TemporaryDirectory(prefix="larbin-bench-") as work:
                         if key == "larbin":
                             runs[key].append(await crawl_larbin(web, dns.port, work, args.profile))
+                        elif key == "larbin_base":
+                            runs[key].append(await crawl_larbin(web, dns.port, work, source=args.baseline))
                         elif key == "larbin_h11":
                             runs[key].append(await crawl_larbin(web, dns.port, work, http_parser="h11"))
                         else:
@@ -274,6 +286,10 @@ async def main_async(args) -> None:
                                                         / figures["larbin_h11"]["pages_per_cpu_s"])
         print(f"larbin_py reading responses with httptools / with h11 alone: "
               f"{ratios['httptools_over_h11_pages_per_cpu_s']:.2f}x pages per CPU-second")
+    if "larbin_base" in figures:
+        ratios["over_baseline_pages_per_cpu_s"] = (figures["larbin"]["pages_per_cpu_s"]
+                                                   / figures["larbin_base"]["pages_per_cpu_s"])
+        print(f"larbin_py / the baseline tree: {ratios['over_baseline_pages_per_cpu_s']:.3f}x pages per CPU-second")
     if "scrapy" in figures:
         ratios["pages_s"] = figures["larbin"]["pages_s"] / figures["scrapy"]["pages_s"]
         ratios["pages_per_cpu_s"] = figures["larbin"]["pages_per_cpu_s"] / figures["scrapy"]["pages_per_cpu_s"]
@@ -293,6 +309,7 @@ def main() -> None:
     p.add_argument("--no-h11", dest="h11", action="store_false",
                    help="skip the row of larbin_py reading responses with h11 alone")
     p.add_argument("--profile", metavar="FILE", help="sample larbin_py with py-spy into FILE (collapsed stacks)")
+    p.add_argument("--baseline", metavar="DIR", help="a row for larbin_py imported from the source tree DIR (A/B)")
     args = p.parse_args()
     if args.quick:
         args.rounds, args.hosts, args.pages, args.no_peer, args.h11 = 1, 20, 10, True, False

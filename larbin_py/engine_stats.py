@@ -11,10 +11,40 @@ from __future__ import annotations
 
 import os
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
-__all__ = ["EngineStats", "Summary"]
+__all__ = ["Counters", "EngineStats", "Summary"]
+
+
+@dataclass
+class Counters:
+    """The engine's own counts (the frontier keeps its own), checkpointed and
+    restored by :meth:`to_state` / :meth:`restore` (the checkpoint's ``engine``
+    section)."""
+
+    #: Links refused, by reason: the frontier's counter, shared.
+    rejected: Counter
+    bytes: int = 0
+    requests: int = 0
+    robots_requests: int = 0
+    #: Fetched pages whose links could not be read, by reason (``parseError``: Page.error).
+    page_errors: Counter = field(default_factory=Counter)
+    #: Round-trip times of the last answers (p50/p95 on the stats page).
+    rtts: deque = field(default_factory=lambda: deque(maxlen=512))
+    #: The last outcomes, for the stats page.
+    last: deque = field(default_factory=lambda: deque(maxlen=20))
+
+    def to_state(self) -> dict:
+        return {"bytes": self.bytes, "requests": self.requests, "robots_requests": self.robots_requests,
+                "rejected": dict(self.rejected), "page_errors": dict(self.page_errors)}
+
+    def restore(self, doc: dict) -> None:
+        self.bytes = int(doc.get("bytes", 0))
+        self.requests = int(doc.get("requests", 0))
+        self.robots_requests = int(doc.get("robots_requests", 0))
+        self.rejected.update({k: int(v) for k, v in doc.get("rejected", {}).items()})
+        self.page_errors.update({k: int(v) for k, v in doc.get("page_errors", {}).items()})
 
 
 @dataclass
@@ -90,29 +120,29 @@ class EngineStats:
         e = self.engine
         fr = e.frontier
         elapsed = e._elapsed()
-        stats = getattr(e._resolver, "stats", None)
-        http = getattr(e._fetcher, "stats", None)
+        stats = getattr(e.resolver, "stats", None)
+        http = getattr(e.fetcher, "stats", None)
         return Summary(
             pages=fr.fetched,
-            bytes=e.bytes,
+            bytes=e.counts.bytes,
             elapsed=elapsed,
             taken=fr.taken,
             queued=fr.queued,
             in_flight=fr.in_flight,
             forgotten=dict(fr.forgotten),
-            rejected=dict(e.rejected),
-            page_errors=dict(e.page_errors),
+            rejected=dict(e.counts.rejected),
+            page_errors=dict(e.counts.page_errors),
             hosts=fr.sites_total,
             dns_queries=_stat(stats, "queries_sent"),
-            requests=e.requests,
-            robots_requests=e.robots_requests,
+            requests=e.counts.requests,
+            robots_requests=e.counts.robots_requests,
             stop_reason=e.stop_reason,
             failed=e.failed,
             peak_rss=_peak_rss(),
             connections_opened=_stat(http, "connections_opened"),
             reuses=_stat(http, "reuses"),
             h11_handovers=_stat(http, "h11_handovers"),
-            cookies=e.cookies.stats if e.cookies is not None else None,
+            cookies=e.crawl_state.cookies.stats if e.crawl_state.cookies is not None else None,
         )
 
     def _flow_snapshot(self) -> dict:
@@ -125,8 +155,8 @@ class EngineStats:
             "rtt_min": state["rtt_min"],
             "rtt_max": state["rtt_max"],
             "max_requests": e.frontier.max_requests,
-            "rtt_p50": _percentile(e.rtts, 0.5),
-            "rtt_p95": _percentile(e.rtts, 0.95),
+            "rtt_p50": _percentile(e.counts.rtts, 0.5),
+            "rtt_p95": _percentile(e.counts.rtts, 0.95),
         }
 
     def snapshot(self) -> dict:
@@ -136,14 +166,14 @@ class EngineStats:
         loop_now = e._loop.time() if e._loop else 0.0
         uptime = loop_now - e._started if e._loop else 0.0
         samples = self._rate_samples
-        samples.append((loop_now, fr.fetched, e.bytes))
+        samples.append((loop_now, fr.fetched, e.counts.bytes))
         while len(samples) > 2 and loop_now - samples[0][0] > 5.0:
             samples.popleft()
         t0, p0, b0 = samples[0]
         dt = loop_now - t0
         rate_now = (fr.fetched - p0) / dt if dt > 0 else 0.0
-        bytes_rate = (e.bytes - b0) / dt if dt > 0 else 0.0
-        dns = getattr(e._resolver, "stats", None)
+        bytes_rate = (e.counts.bytes - b0) / dt if dt > 0 else 0.0
+        dns = getattr(e.resolver, "stats", None)
         st = fr.stats()
         sites = st["sites"]
         return {
@@ -153,12 +183,12 @@ class EngineStats:
             "state": e.state,
             "pages": {
                 "fetched": fr.fetched,
-                "bytes": e.bytes,
+                "bytes": e.counts.bytes,
                 "rate_now": rate_now,
                 "rate_avg": fr.fetched / uptime if uptime > 0 else 0.0,
                 "bytes_rate_now": bytes_rate,
                 "limit": e.config.limit_page or None,
-                "errors": dict(e.page_errors),
+                "errors": dict(e.counts.page_errors),
             },
             "urls": {
                 "taken": fr.taken,
@@ -183,7 +213,7 @@ class EngineStats:
             "process": {"rss_bytes": _rss(), "cpu_seconds": time.process_time()},
             "flow": self._flow_snapshot(),
             "hosts": st["hosts"],
-            "last": list(e.last),
+            "last": list(e.counts.last),
             "limit_time": e.config.limit_time or None,
         }
 

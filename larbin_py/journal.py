@@ -63,7 +63,7 @@ import stat
 from dataclasses import dataclass, field
 
 from .frontier.scheduler import Frontier
-from .frontier.store import UrlRecord
+from .frontier.store import UrlRecord, cut_segments, segment_path
 from .logline import frame, unframe
 from .output.base import INDEX_NAME, parse_index_line
 from .state import write_checkpoint
@@ -192,7 +192,7 @@ def _commit_on_disk(state_dir: str, record: dict, save_dir: str | None, seen_siz
     try:
         for name in ("main", "priority"):
             seg, off = (int(x) for x in record["stores"][name])
-            path = os.path.join(state_dir, "frontier", name, f"seg-{seg:08d}.log")
+            path = segment_path(os.path.join(state_dir, "frontier", name), seg)
             if _size(path) < off:
                 return False
         if int(record["seen"]) > seen_size:
@@ -291,22 +291,6 @@ def valid_commits(state_dir: str, checkpoint: dict, records: list[dict], save_di
     return keep
 
 
-def _cut_store(directory: str, position) -> None:
-    """Cut the segment log in ``directory`` back to ``(segment, offset)``."""
-    if not os.path.isdir(directory):
-        return
-    seg, off = int(position[0]), int(position[1])
-    for name in os.listdir(directory):
-        if not (name.startswith("seg-") and name.endswith(".log") and name[4:12].isdigit()):
-            continue
-        n = int(name[4:12])
-        path = os.path.join(directory, name)
-        if n > seg:
-            os.unlink(path)
-        elif n == seg and os.path.getsize(path) > off:
-            os.truncate(path, off)
-
-
 def cut_to_commit(state_dir: str, doc: dict, replay: Replay, seen_log: str) -> None:
     """Cut the state in ``state_dir`` back to the last commit (see the module docstring).
 
@@ -318,8 +302,8 @@ def cut_to_commit(state_dir: str, doc: dict, replay: Replay, seen_log: str) -> N
         return
     stores = commit["stores"]
     frontier = os.path.join(state_dir, "frontier")
-    _cut_store(os.path.join(frontier, "main"), stores["main"])
-    _cut_store(os.path.join(frontier, "priority"), stores["priority"])
+    cut_segments(os.path.join(frontier, "main"), stores["main"])
+    cut_segments(os.path.join(frontier, "priority"), stores["priority"])
     seen = int(commit["seen"])
     if os.path.exists(seen_log) and os.path.getsize(seen_log) > seen:
         os.truncate(seen_log, seen)
@@ -478,7 +462,7 @@ class Committer:
             positions[name] = [seg, off]
             first = self._synced_seg.get(name, seg)
             last = seg + 1 if sync else seg
-            paths.extend(os.path.join(store.directory, f"seg-{n:08d}.log") for n in range(first, last))
+            paths.extend(segment_path(store.directory, n) for n in range(first, last))
             self._synced_seg[name] = seg
         positions.pop("wait", None)
         seen = os.path.getsize(self.seen_log) if os.path.exists(self.seen_log) else 0

@@ -404,7 +404,7 @@ async def test_without_use_cookies_no_cookie_is_ever_sent_and_no_jar_kept(tmp_pa
         summary = await engine.run()
     assert summary.stop_reason == "end of work" and {p for _, p, _ in log} == {"/robots.txt", "/", "/next", "/last"}
     assert all(cookie is None for _, _, cookie in log)
-    assert engine.cookies is None and summary.cookies is None
+    assert engine.crawl_state.cookies is None and summary.cookies is None
     assert not os.path.exists(tmp_path / "state" / COOKIES_FILE)
 
 

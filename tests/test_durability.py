@@ -232,21 +232,21 @@ async def test_commits_are_fsynced_only_with_sync_commits(tmp_path, monkeypatch,
         engine = Engine(config)
         summary = await engine.run()
         assert summary.failed is None and summary.pages > 50
-    commits = engine._committer.commits
+    commits = engine.crawl_state.committer.commits
     journal_syncs = sum(1 for path in synced if os.path.basename(path).startswith("journal-"))
     page_syncs = sum(1 for path in synced if path.startswith(config.save_dir + os.sep)
                      and not path.endswith(INDEX_NAME))
-    assert commits > 2 * engine.checkpoints + 10, commits
+    assert commits > 2 * engine.crawl_state.checkpoints + 10, commits
     if sync_commits:
         assert journal_syncs >= commits
     else:
         # the start's and the end's checkpoints: nothing per commit
-        assert journal_syncs <= engine.checkpoints, (journal_syncs, commits)
+        assert journal_syncs <= engine.crawl_state.checkpoints, (journal_syncs, commits)
     # each page file is synced once either way: by its commit or by a checkpoint
     assert page_syncs == summary.pages
     # a commit wakes the loop only when the gate waits for it (pagesConnexions 4 makes it wait at times)
     woken = sum(1 for fn in posts if fn == engine._pump_soon)
-    assert len(posts) - woken <= engine.checkpoints + 2, (len(posts), woken)
+    assert len(posts) - woken <= engine.crawl_state.checkpoints + 2, (len(posts), woken)
     assert woken < commits, (woken, commits)
 
 

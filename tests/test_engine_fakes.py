@@ -117,3 +117,45 @@ async def test_an_engine_on_fakes_fetches_follows_and_counts_every_outcome(tmp_p
     assert stats["fetched"] == 5 and stats["taken"] == 8 and stats["seen"] == 8
     assert stats["hosts"]["busiest"] == [{"host": "a.test", "pages": 4}, {"host": "b.test", "pages": 1}]
     assert stats["hosts"]["failing"] == [{"host": "a.test", "errors": 2}]
+
+
+async def test_the_checkpointer_is_a_strategy_the_engine_only_talks_to(tmp_path):
+    """A crawl state swapped in (the distributed mode's seam): every terminal
+    outcome reaches it once, the gate asks it, the checkpoints give it the
+    engine's section, and it is closed; stateDir is never touched."""
+    from larbin_py.crawl_state import CrawlState, LocalState, MemoryState
+    from larbin_py.journal import FETCHED
+
+    state = MemoryState()
+    assert isinstance(state, CrawlState) and isinstance(LocalState, type)
+    fetcher = FakeFetcher()
+    engine = Engine(config(tmp_path).replace(can_reload=True), resolver=FakeResolver(), fetcher=fetcher,
+                    stores=memory_stores(), crawl_state=state, out=open("/dev/null", "w"),
+                    err=open("/dev/null", "w"))
+    summary = await engine.run()
+    assert summary.pages == 5 and summary.failed is None
+    urls = [url for url, _, _ in state.outcomes]
+    assert len(urls) == len(set(urls)) == summary.taken == 8  # each URL's outcome once
+    outcomes = {url: outcome for url, outcome, _ in state.outcomes}
+    assert outcomes["http://a.test/gone"] == "err40X" and outcomes["http://a.test/secret"] == "forbiddenRobots"
+    assert sum(1 for o in outcomes.values() if o == FETCHED) == 5
+    # forbiddenRobots is decided without a request; the others came from one
+    assert all(req == (o != "forbiddenRobots") for _, o, req in state.outcomes)
+    assert state.gate_asked > 0 and state.opened and state.commits_closed and state.closed
+    assert state.checkpoints == 2  # at the start and at the end: it keeps nothing, so no timer
+    assert state.sections[-1]["requests"] == summary.requests and "page_digests" in state.sections[-1]
+    assert not (tmp_path / "state").exists() or not any((tmp_path / "state").iterdir())
+
+
+async def test_a_closed_durability_gate_starts_nothing(tmp_path):
+    from larbin_py.crawl_state import MemoryState
+
+    state = MemoryState()
+    state.hold = True
+    fetcher = FakeFetcher()
+    engine = Engine(config(tmp_path).replace(limit_time=0.3), resolver=FakeResolver(), fetcher=fetcher,
+                    stores=memory_stores(), crawl_state=state, out=open("/dev/null", "w"),
+                    err=open("/dev/null", "w"))
+    summary = await engine.run()
+    assert fetcher.requests == [] and summary.requests == 0 and state.gate_asked > 0
+    assert summary.stop_reason.startswith("limitTime")

@@ -38,14 +38,14 @@ def test_links_met_again_skip_the_rules_and_count_as_seen(tmp_path):
     asked = spy.asked
     page = "http://a.test/"
     first = ["http://a.test/1", "http://a.test/2", "http://b.test/"]
-    engine._add_links(first, page, 3)  # a page with 3 levels of its site to go
+    engine.frontier.offer(page, 3, first)  # a page with 3 levels of its site to go
     assert queued(engine) == 3 and engine.rejected["seen"] == 0
-    engine._add_links(["http://a.test/2", "http://a.test/3", "http://b.test/"], "http://a.test/1", 2)
+    engine.frontier.offer("http://a.test/1", 2, ["http://a.test/2", "http://a.test/3", "http://b.test/"])
     assert asked[-1] == ["http://a.test/3"]  # the two held links never reached the rules
     assert queued(engine) == 4 and engine.rejected["seen"] == 2
     # A held link is "seen" even from a page with no depth left, where the
     # rules refuse any other link of the site.
-    engine._add_links(["http://a.test/1", "http://a.test/9"], "http://a.test/3", 0)
+    engine.frontier.offer("http://a.test/3", 0, ["http://a.test/1", "http://a.test/9"])
     assert asked[-1] == ["http://a.test/9"]
     assert engine.rejected["seen"] == 3 and engine.rejected["tooDeep"] == 1 and queued(engine) == 4
 
@@ -54,7 +54,7 @@ def test_links_the_cache_lost_still_meet_the_seen_set(tmp_path):
     engine = make_engine(tmp_path)
     engine.seen_urls.size = 2  # two generations of two URLs at most
     links = [f"http://a.test/{i}" for i in range(10)]
-    engine._add_links(links, "http://a.test/", 3)
+    engine.frontier.offer("http://a.test/", 3, links)
     assert queued(engine) == 10 and len(engine.seen_urls) <= 4
-    engine._add_links(links, "http://a.test/", 3)  # most are gone from the cache, none is queued twice
+    engine.frontier.offer("http://a.test/", 3, links)  # most are gone from the cache, none is queued twice
     assert queued(engine) == 10 and engine.rejected["seen"] == 10

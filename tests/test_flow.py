@@ -83,6 +83,6 @@ async def test_flow_control_settles_near_the_servers_capacity(tmp_path):
     assert min(caps) >= 2 and max(caps) <= 100
     # every answer fed the controller, robots.txt ones included: the cap rose
     # during the robots.txt phase that opens the crawl
-    assert engine.flow.samples == engine.requests
+    assert engine.flow.samples == engine.counts.requests
     robots_phase = caps[: len(caps) // 10]
     assert max(robots_phase) > 2 * min(robots_phase)

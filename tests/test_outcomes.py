@@ -90,9 +90,10 @@ def test_redirect_target():
     assert redirect_target("/" + "b" * 600, "http://a.test/x", 0, **kw) == (None, None)
 
 
-def test_the_engine_applies_the_table():
-    """The engine's router reads the rules from this module, not its own copy."""
+def test_the_page_handler_applies_the_table():
+    """The page handler reads the rules from this module, not its own copy."""
     import larbin_py.engine as engine
+    import larbin_py.pages as pages
 
-    assert engine.outcomes is outcomes
-    assert not hasattr(engine, "RETRY_STATUSES")
+    assert pages.outcomes is outcomes
+    assert not hasattr(pages, "RETRY_STATUSES") and not hasattr(engine, "RETRY_STATUSES")

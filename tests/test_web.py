@@ -375,7 +375,7 @@ async def test_dashboard_in_headless_chromium_during_a_sim_crawl(tmp_path):
             # a URL carrying <script> and quotes shows as text, never as markup
             # the engine has recorded it (not only the sim seen it asked for)
             async with asyncio.timeout(60):
-                while not any("script" in entry["url"] for entry in engine.last):
+                while not any("script" in entry["url"] for entry in engine.counts.last):
                     await asyncio.sleep(0.05)
             third = await dump_dom(browser, url, tmp_path)
             assert "%3Cscript%3Ealert(%22x%22)%3C/script%3E" in third

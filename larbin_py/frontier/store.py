@@ -92,6 +92,31 @@ def decode_record(line: bytes) -> UrlRecord | None:
         return None
 
 
+def segment_path(directory: str, n: int) -> str:
+    """The path of segment ``n`` of the store in ``directory``."""
+    return os.path.join(directory, f"seg-{n:08d}.log")
+
+
+def segment_numbers(directory: str) -> list[int]:
+    """The numbers of the segment files in ``directory``, in order (none when it is absent)."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(int(name[4:12]) for name in os.listdir(directory)
+                  if name.startswith("seg-") and name.endswith(".log") and name[4:12].isdigit())
+
+
+def cut_segments(directory: str, position) -> None:
+    """Cut the segment log in ``directory`` back to ``(segment, offset)``:
+    later segments removed, that one truncated (what a crash must not keep)."""
+    seg, off = int(position[0]), int(position[1])
+    for n in segment_numbers(directory):
+        path = segment_path(directory, n)
+        if n > seg:
+            os.unlink(path)
+        elif n == seg and os.path.getsize(path) > off:
+            os.truncate(path, off)
+
+
 class UrlStore:
     """A disk-backed FIFO of :class:`UrlRecord` with at most ``ram_urls`` in RAM.
 
@@ -159,18 +184,10 @@ class UrlStore:
         store.pushed = 0
         store.popped = 0
         store.corrupt_records = 0
-        segments = sorted(int(name[4:12]) for name in os.listdir(directory)
-                          if name.startswith("seg-") and name.endswith(".log") and name[4:12].isdigit())
         read_seg, read_off = position
         if truncate_at is not None:
-            cut_seg, cut_off = truncate_at
-            for n in segments:
-                if n > cut_seg:
-                    os.unlink(store._seg_path(n))
-                elif n == cut_seg:
-                    with open(store._seg_path(n), "r+b") as f:
-                        f.truncate(cut_off)
-            segments = [n for n in segments if n <= cut_seg]
+            cut_segments(directory, truncate_at)
+        segments = segment_numbers(directory)
         segments = [n for n in segments if n >= read_seg] or [read_seg]
         store._released_seg = read_seg
         store._write_seg = segments[-1]
@@ -232,7 +249,7 @@ class UrlStore:
 
     # -- writing ----------------------------------------------------------
     def _seg_path(self, n: int) -> str:
-        return os.path.join(self.directory, f"seg-{n:08d}.log")
+        return segment_path(self.directory, n)
 
     def _open_writer(self) -> None:
         self._writer = open(self._seg_path(self._write_seg), "ab", buffering=0)

@@ -1,0 +1,437 @@
+"""What makes a crawl's progress durable, and what ``--reload`` reads back.
+
+The engine does not know where its state lives: it talks to a
+:class:`CrawlState`, the checkpointer strategy.  :class:`LocalState` is the
+single process's (a folder, ``stateDir``: the URL stores, the seen log, the
+robots.txt log, the cookie jar, ``checkpoint.json`` and the journal of
+group commits, larbin_py.journal); the distributed mode swaps in its own
+(outcomes acknowledged on Redis streams).
+
+What the engine asks of a state, and when:
+
+=======================  =====================================================
+call                     when, and what it promises
+=======================  =====================================================
+``seen``, ``frontier``   built at construction: the seen store, and the
+                         frontier class and store positions to continue from
+``attach(frontier)``     once, after the frontier is built
+``output_position()``    where the output continues (its files' lengths)
+``open(...)``            once the loop runs: start recording outcomes
+``done(url, outcome,     every terminal outcome (fetched, or forgotten with
+from_request)``          its reason); durable at the next group commit
+``holds(running, cap)``  the durability gate: True while no request may
+                         start (a crash must cost at most the requests in
+                         flight)
+``restore(...)``         ``--reload``: the frontier continued, the engine's
+                         own section of the checkpoint returned; then
+                         ``report_damage(err)`` says what was dropped
+``checkpoint(...)``      at the start, every ``checkpointInterval`` and at the
+                         end; False when it keeps nothing (canReload off);
+                         raises OSError / OutputError (the crawl stops)
+``close_commits()``      at shutdown, before the outputs close
+``close()``              at shutdown, after the writer thread ended
+``abandon()``            a start that failed before the crawl began
+=======================  =====================================================
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Protocol, runtime_checkable
+
+from . import robots as robots_mod
+from .frontier.scheduler import Frontier
+from .frontier.seen import SeenSet
+from .frontier.store import UrlRecord
+from .journal import Committer, FETCHED, ReplayFrontier, cut_to_commit, read_journals
+from .net.cookies import CookieJar, load_jar, save_jar
+from .state import ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, has_state, read_checkpoint
+
+__all__ = ["CrawlState", "LocalState", "MemoryState", "StateDirInUse"]
+
+
+class StateDirInUse(Exception):
+    """A plain start found the state of an earlier crawl in stateDir."""
+
+
+@runtime_checkable
+class CrawlState(Protocol):
+    """The checkpointer strategy the engine runs with (see the module's table)."""
+
+    #: The seen store the frontier tests links against.
+    seen: object
+    #: The useCookies jar (None when off), kept across --reload.
+    cookies: CookieJar | None
+    #: Checkpoints written so far by this run.
+    checkpoints: int
+    #: State found damaged and dropped on --reload, by file (counts).
+    damaged: dict[str, int]
+
+    def frontier_class(self) -> type[Frontier]: ...
+
+    def frontier_positions(self) -> dict | None: ...
+
+    def attach(self, frontier: Frontier) -> None: ...
+
+    def output_position(self) -> dict | None: ...
+
+    def open(self, loop, writer, output, *, frontier: Frontier, on_durable, on_error) -> None: ...
+
+    def done(self, url: str, outcome: str, from_request: bool) -> None: ...
+
+    def holds(self, running: int, cap: int) -> bool: ...
+
+    def restore(self, frontier: Frontier, now: float, wall: float, err) -> dict: ...
+
+    def report_damage(self, err) -> None: ...
+
+    async def checkpoint(self, frontier: Frontier, now: float, section: dict) -> bool: ...
+
+    def close_commits(self) -> None: ...
+
+    def close(self, frontier: Frontier, *, broken: bool) -> list[OSError]: ...
+
+    def abandon(self, frontier: Frontier) -> None: ...
+
+
+class LocalState:
+    """The state of a single-process crawl in ``config.state_dir``.
+
+    ``reload``: continue the crawl saved there (the checkpoint read, the
+    stores, the seen log and the index cut back to the last group commit);
+    otherwise the folder must hold no earlier crawl (:class:`StateDirInUse`).
+    ``seen``: a seen store to use instead of the array store (a fresh crawl).
+    """
+
+    def __init__(self, config, *, reload: bool = False, seen=None) -> None:
+        self.config = config
+        self.reload = reload
+        state_dir = self.state_dir = config.state_dir
+        seen_log = os.path.join(state_dir, SEEN_LOG)
+        self._doc: dict | None = None
+        self._carry: list[UrlRecord] = []
+        self._replay = None
+        self.damaged: dict[str, int] = {}
+        if reload:
+            self._doc, self._carry, bad_carry = read_checkpoint(state_dir)
+            # Outcomes committed after that checkpoint; the state is cut back to the last commit.
+            self._replay = read_journals(state_dir, int(self._doc["serial"]), checkpoint=self._doc,
+                                         save_dir=config.save_dir)
+            # URLs found done by an earlier --reload and still waiting in the stores
+            pending = {str(url): str(outcome) for url, outcome in self._doc.get("replay", ())}
+            if pending:
+                pending.update(self._replay.done)
+                self._replay.done = pending
+            cut_to_commit(state_dir, self._doc, self._replay, seen_log)
+            self.seen = SeenSet.load(seen_log) if os.path.exists(seen_log) else SeenSet()
+            self.damaged = {"carry": bad_carry, "seen": self.seen.dropped_bytes, "journal": self._replay.damaged}
+        else:
+            if has_state(state_dir):
+                raise StateDirInUse(
+                    f"stateDir {state_dir!r} holds a previous crawl: continue it with --reload, "
+                    "or remove that folder to start afresh"
+                )
+            self.seen = seen if seen is not None else SeenSet()
+        #: What a fresh stateDir held before: a start that fails removes what it added (abandon).
+        self._before = _entries(state_dir)
+        os.makedirs(state_dir, exist_ok=True)
+        self._robots_log: RobotsLog | None = None
+        self._robots_answers: dict[str, tuple[float, bytes | None]] = {}
+        if reload:
+            self._robots_answers, self.damaged["robots"] = RobotsLog.load(os.path.join(state_dir, ROBOTS_LOG))
+        if config.can_reload:
+            self.seen.open_log(seen_log)
+            self._robots_log = RobotsLog(os.path.join(state_dir, ROBOTS_LOG))
+        self.cookies: CookieJar | None = None
+        self._cookies_saved = 0  # the jar's ``changes`` when last saved
+        if config.use_cookies:
+            self.cookies, bad = load_jar(state_dir, time.time()) if reload else (CookieJar(), 0)
+            self.damaged["cookies"] = bad
+        self._serial = int(self._doc["serial"]) if self._doc else 0
+        if self._replay is not None:  # above every journal's number
+            self._serial = max(self._serial, self._replay.max_serial)
+        self._committer: Committer | None = None
+        self._writer = None
+        self.checkpoints = 0
+        #: Store segments found cut short on --reload (one sentence each).
+        self.store_damage: list[str] = []
+
+    # -- building ---------------------------------------------------------
+    @property
+    def robots_log(self) -> RobotsLog | None:
+        """Where robots.txt answers are logged (None when canReload is off)."""
+        return self._robots_log
+
+    def frontier_class(self) -> type[Frontier]:
+        """A :class:`ReplayFrontier` when the journal found URLs done that are still in the stores."""
+        return ReplayFrontier if self._replay is not None and self._replay.done else Frontier
+
+    def frontier_positions(self) -> dict | None:
+        return self._doc["frontier"]["stores"] if self._doc else None
+
+    def attach(self, frontier: Frontier) -> None:
+        self.damaged["store"] = frontier.corrupt_records
+        self.store_damage = [message for store in (frontier.main, frontier.prio, frontier.wait)
+                             for message in getattr(store, "damage", ())]
+        if isinstance(frontier, ReplayFrontier):
+            frontier.replay = dict(self._replay.done)
+
+    def output_position(self) -> dict | None:
+        """Where the output continues (its files' lengths at the checkpoint)."""
+        return self._doc.get("output") if self._doc else None
+
+    def open(self, loop, writer, output, *, frontier, on_durable, on_error) -> None:
+        """Start the group commits (canReload on): the journal after the files it covers."""
+        if not self.config.can_reload:
+            return
+        self._writer = writer
+        self._committer = Committer(
+            loop, writer, self.state_dir, frontier=frontier, seen=self.seen,
+            seen_log=os.path.join(self.state_dir, SEEN_LOG), robots_log=self._robots_log,
+            robots_path=os.path.join(self.state_dir, ROBOTS_LOG), output=output,
+            serial=self._serial, on_durable=on_durable, on_error=on_error,
+            sync_commits=self.config.sync_commits)
+
+    @property
+    def committer(self) -> Committer | None:
+        return self._committer
+
+    # -- while crawling ---------------------------------------------------
+    def done(self, url: str, outcome: str, from_request: bool) -> None:
+        if self._committer is not None:
+            self._committer.done(url, outcome, from_request)
+
+    def holds(self, running: int, cap: int) -> bool:
+        com = self._committer
+        return com is not None and com.holds(running, cap)
+
+    # -- --reload ---------------------------------------------------------
+    def restore(self, frontier: Frontier, now: float, wall: float, err) -> dict:
+        """Continue the crawl of the checkpoint; returns the engine's section of it."""
+        doc = self._doc
+        state = doc["frontier"]
+        carry = self._carry
+        replay = frontier.replay if isinstance(frontier, ReplayFrontier) else {}
+        found_done = len(replay)
+        if replay:
+            # Carried URLs done after the checkpoint are counted, not queued;
+            # those still in the stores are dropped as they come out.
+            state = dict(state, forgotten=dict(state["forgotten"]))
+            fetched, kept_carry = int(state["fetched"]), []
+            for rec in carry:
+                outcome = replay.pop(rec.url, None)
+                if outcome is None:
+                    kept_carry.append(rec)
+                elif outcome == FETCHED:
+                    fetched += 1
+                else:
+                    state["forgotten"][outcome] = int(state["forgotten"].get(outcome, 0)) + 1
+            state["fetched"] = fetched
+            carry = kept_carry
+        frontier.restore(state, carry, now, wall)
+        kept = 0
+        for url, (when, body) in self._robots_answers.items():
+            left = when + robots_mod.CACHE_TTL - wall
+            if left <= 0:
+                continue
+            rules = robots_mod.RobotsTxt.parse(body) if body is not None else robots_mod.RobotsTxt.allow_all()
+            frontier.restore_robots(url, rules, now + left)
+            kept += 1
+        self._robots_answers = {}
+        self._carry = []
+        print(f"larbin_py: continuing the crawl saved in {self.state_dir!r} (checkpoint "
+              f"{doc['serial']}): {frontier.fetched} pages done, {frontier.queued} URLs queued, "
+              f"{len(carry)} of them carried from memory, {len(self.seen)} URLs seen, "
+              f"robots.txt of {kept} sites kept; {found_done} URLs found done in "
+              f"{self._replay.commits} commits of the journal", file=err)
+        return doc.get("engine", {})
+
+    def report_damage(self, err) -> None:
+        """Say what --reload found damaged and dropped (after the engine's own parts restored)."""
+        damage = {k: v for k, v in self.damaged.items() if v}
+        if damage:
+            print("larbin_py: damaged state dropped (a crash cut these files): "
+                  + ", ".join(f"{k} {v} {'bytes' if k == 'seen' else 'records'}" for k, v in damage.items()),
+                  file=err)
+        for message in self.store_damage:
+            print(f"larbin_py: damaged state: {message}", file=err)
+        if self._replay is not None and self._replay.unsynced:
+            print(f"larbin_py: {self._replay.unsynced} commits of the journal dropped: what they cover is not "
+                  "all on disk (the machine stopped before a checkpoint); their pages are fetched again",
+                  file=err)
+
+    # -- checkpoints ------------------------------------------------------
+    async def checkpoint(self, frontier: Frontier, now: float, section: dict) -> bool:
+        """Make the progress durable: the snapshot taken here, on the loop;
+        the writer thread syncs what it covers and writes checkpoint.json.
+
+        False when there is nothing to write to (canReload off).  Raises
+        OSError / OutputError: the engine stops the crawl.
+        """
+        if self._committer is None:
+            return False
+        if self.cookies is not None and self.cookies.changes != self._cookies_saved:
+            changes = self.cookies.changes
+            await self._writer.call(save_jar, self.state_dir, self.cookies.to_json())
+            self._cookies_saved = changes
+        state, carry = frontier.checkpoint(now, time.time(), sync=False)
+        self._serial += 1
+        data = {"frontier": state, "engine": section, "time": time.time()}
+        replay = getattr(frontier, "replay", None)
+        if replay:  # found done in a journal, not yet out of the stores: still done
+            data["replay"] = [[url, outcome] for url, outcome in replay.items()]
+        await self._committer.checkpoint(data, carry, self._serial)
+        frontier.release_segments(state)
+        self.checkpoints += 1
+        return True
+
+    # -- the end ----------------------------------------------------------
+    def close_commits(self) -> None:
+        """No more commits (the last checkpoint was written): before the outputs close."""
+        if self._committer is not None:
+            self._committer.close()
+
+    def close(self, frontier: Frontier, *, broken: bool) -> list[OSError]:
+        """Close the journal, the logs, the stores and the seen log; the failures returned.
+
+        Each close is tried once (a full disk may fail again) so the summary
+        still comes.  The stores close before the seen log, which is not
+        written at all once a state write failed (``broken``): a fingerprint
+        on disk whose URL is not would lose that URL on --reload.
+        """
+        failures: list[OSError] = []
+        if self._committer is not None:
+            self._committer.close_journal()
+        closes = [self._robots_log.close] if self._robots_log is not None else []
+        closes.append(frontier.close)
+        for close in closes:
+            try:
+                close()
+            except OSError as exc:
+                failures.append(exc)
+        if not broken:
+            try:
+                self.seen.close()
+            except OSError as exc:
+                exc.filename = exc.filename or os.path.join(self.state_dir, SEEN_LOG)
+                failures.append(exc)
+        return failures
+
+    def abandon(self, frontier: Frontier) -> None:
+        """Undo a start that failed before the crawl began (a server could not
+        listen, the output could not be opened).
+
+        Nothing was fetched, queued or checkpointed: the logs are closed as
+        they are, and a fresh stateDir loses the empty files and folders this
+        start made (so the next plain start does not take it for an earlier
+        crawl); a --reload's checkpoint and logs are left intact.
+        """
+        if self._robots_log is not None:
+            self._robots_log.close()
+        self.seen.close()
+        frontier.close()
+        if not self.reload:
+            _remove_new_empty(self.state_dir, self._before)
+
+
+def _entries(path: str) -> set[str] | None:
+    """Every file and folder under ``path`` (None when ``path`` is absent)."""
+    if not os.path.isdir(path):
+        return None
+    found = set()
+    for root, dirs, files in os.walk(path):
+        found.update(os.path.join(root, name) for name in dirs + files)
+    return found
+
+
+def _remove_new_empty(path: str, before: set[str] | None) -> None:
+    """Remove the empty files and folders under ``path`` not in ``before``
+    (``path`` itself too when it was absent): what a failed start added."""
+    for root, dirs, files in os.walk(path, topdown=False):
+        for name in files:
+            full = os.path.join(root, name)
+            if (before is None or full not in before) and os.path.getsize(full) == 0:
+                os.unlink(full)
+        for name in dirs:
+            full = os.path.join(root, name)
+            if before is None or full not in before:
+                try:
+                    os.rmdir(full)
+                except OSError:  # not empty: something else is in it
+                    pass
+    if before is None:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+
+
+class MemoryState:
+    """A :class:`CrawlState` that keeps everything in RAM (tests, benchmarks).
+
+    Nothing survives the process, so there is no ``--reload``: it records
+    what the engine tells it (:attr:`outcomes`, the checkpoints' engine
+    sections) for a test to check, and ``hold`` lets a test close the
+    durability gate.
+    """
+
+    def __init__(self, seen=None) -> None:
+        from .frontier.fakes import MemorySeen
+
+        self.seen = seen if seen is not None else MemorySeen()
+        self.cookies = None
+        self.checkpoints = 0
+        self.damaged: dict[str, int] = {}
+        #: ``(url, outcome, from_request)`` in the order told.
+        self.outcomes: list[tuple[str, str, bool]] = []
+        self.sections: list[dict] = []
+        self.hold = False
+        self.gate_asked = 0
+        self.opened = self.commits_closed = self.closed = self.abandoned = False
+
+    def frontier_class(self) -> type[Frontier]:
+        return Frontier
+
+    def frontier_positions(self) -> dict | None:
+        return None
+
+    def attach(self, frontier: Frontier) -> None:
+        pass
+
+    def output_position(self) -> dict | None:
+        return None
+
+    def open(self, loop, writer, output, *, frontier, on_durable, on_error) -> None:
+        self.opened = True
+
+    def done(self, url: str, outcome: str, from_request: bool) -> None:
+        self.outcomes.append((url, outcome, from_request))
+
+    def holds(self, running: int, cap: int) -> bool:
+        self.gate_asked += 1
+        return self.hold
+
+    def restore(self, frontier: Frontier, now: float, wall: float, err) -> dict:
+        raise StateError("a MemoryState keeps nothing to continue from")
+
+    def report_damage(self, err) -> None:
+        pass
+
+    async def checkpoint(self, frontier: Frontier, now: float, section: dict) -> bool:
+        self.checkpoints += 1
+        self.sections.append(section)
+        return False  # nothing durable: no periodic checkpoints
+
+    def close_commits(self) -> None:
+        self.commits_closed = True
+
+    def close(self, frontier: Frontier, *, broken: bool) -> list[OSError]:
+        frontier.close()
+        self.seen.close()
+        self.closed = True
+        return []
+
+    def abandon(self, frontier: Frontier) -> None:
+        self.abandoned = True
+        frontier.close()

@@ -1,0 +1,205 @@
+"""One page request, from the fetch to its outcome.
+
+:class:`PageHandler` fetches a page the frontier handed out, feeds the answer's
+round-trip time to the flow controllers, and applies the outcome table of
+:mod:`larbin_py.outcomes`: a success is written by the output, recorded as
+done, and *analysed* (:meth:`PageHandler.analyze`: parsed for links, which go
+back to the frontier through :meth:`Frontier.offer` with the page's depth);
+a redirect offers its target; a failure is retried or forgotten.
+
+``analyze`` is the seam of the analysis stage: a handler that sends pages to
+analysis processes replaces it, and their links come back through the same
+``Frontier.offer``.
+
+It shares the engine's state (its counters, the crawl state's ``done``) the
+way an uvicorn protocol shares its server's: passed in, never looked up.
+"""
+
+from __future__ import annotations
+
+import time
+
+from . import outcomes
+from . import parse as parse_mod
+from .frontier.scheduler import Frontier, Request
+from .frontier.store import UrlRecord
+from .journal import FETCHED
+from .output import Document, OutputError
+from .page_digests import PageDigests
+
+__all__ = ["PageHandler"]
+
+
+class PageHandler:
+    """The outcome rules applied to page requests (and robots.txt answers' counts).
+
+    The frontier is given by :meth:`attach` (it is built with
+    :meth:`on_forget` as its hook), the fetcher and the output by
+    :meth:`start` once the loop runs; ``now`` is the scheduler's clock;
+    ``fail(message)`` stops the crawl.
+    """
+
+    def __init__(self, config, crawl_state, *, now, fail, out) -> None:
+        self.config = config
+        self.crawl_state = crawl_state
+        self.frontier: Frontier | None = None
+        self.counts = None
+        self.flow = None
+        self.now = now
+        self.fail = fail
+        self.out = out
+        self.fetcher = None
+        self.output = None
+        #: pageNoDuplicate: the first URL of each page content, bounded, kept across --reload.
+        self.digests = PageDigests()
+        self._from_request = False  # an outcome being recorded comes from a request of ours
+
+    def attach(self, frontier: Frontier, counts, flow) -> None:
+        """The frontier (built with :meth:`on_forget` as its hook), the counters, the flow controller."""
+        self.frontier = frontier
+        self.counts = counts
+        self.flow = flow
+
+    def start(self, fetcher, output) -> None:
+        self.fetcher = fetcher
+        self.output = output
+
+    # -- the request ------------------------------------------------------
+    async def run(self, req: Request) -> None:
+        """Fetch ``req`` and apply the outcome rules to the answer."""
+        jar = self.crawl_state.cookies
+        if jar is None:
+            res = await self.fetcher.fetch(req.url, req.ip, req.port)
+        else:  # useCookies: the jar's Cookie header out, the answer's Set-Cookie in
+            cookie = jar.header_for(req.url, time.time())
+            res = await self.fetcher.fetch(req.url, req.ip, req.port, cookie=cookie)
+            if res.status is not None:
+                jar.receive(req.url, [v for n, v in res.headers if n == b"set-cookie"], time.time())
+        self.counts.bytes += res.bytes_read
+        self._from_request = True
+        try:
+            self.on_answer(req, res)
+        except OutputError as exc:
+            self.frontier.forget(req, "outputError", self.now())
+            self.fail(f"output failed: {exc}")
+        finally:
+            self._from_request = False
+
+    def robots_answered(self, req: Request, res, hop: int) -> None:
+        """Count a robots.txt answer; the first of a request feeds the flow controllers.
+
+        A robots.txt request loads the server like a page: a new crawl's
+        first answers are all robots.txt, and the cap must not sit at its
+        floor meanwhile.  A redirect's later hops are requests of their own.
+        """
+        self.counts.bytes += res.bytes_read
+        if hop:
+            self.counts.robots_requests += 1
+            self.counts.requests += 1
+        else:
+            self.observe(req, res, self.now())
+
+    def observe(self, req: Request, res, now: float) -> None:
+        """Feed the answer's round-trip time to the flow controllers."""
+        fr = self.frontier
+        fr.sent_late(req, res.sent_at)
+        rtt = res.rtt
+        if rtt is not None:
+            self.counts.rtts.append(rtt)
+            if self.flow is not None:
+                fr.max_requests = self.flow.observe(rtt, now)
+        fr.server_answered(req, rtt, res.status if res.error is None else None, now, res.retry_after)
+
+    # -- the outcome table ------------------------------------------------
+    def on_answer(self, req: Request, res) -> None:
+        """Apply the outcome rules (larbin_py.outcomes) to a page request's result."""
+        fr = self.frontier
+        now = self.now()
+        self.observe(req, res, now)
+        rec = req.record
+        c = self.config
+        action = outcomes.decide(res.error, res.status, conn_reused=res.conn_reused,
+                                 bytes_read=res.bytes_read, retry_after=res.retry_after,
+                                 retries=c.retries, retries_left=rec.retries, wait_duration=c.wait_duration)
+        kind, reason = action.kind, action.reason
+        if kind == outcomes.SUCCESS:
+            self.on_success(req, res, now)
+        elif kind == outcomes.REDIRECT:
+            fr.forget(req, reason, now)
+            self.log(req, res, reason)
+            target, refused = outcomes.redirect_target(res.location, req.url, rec.hops,
+                                                       max_redirects=c.max_redirects,
+                                                       max_url_size=c.max_url_size)
+            if refused is not None:
+                self.counts.rejected[refused] += 1
+            elif target is not None:
+                fr.offer(req.url, rec.depth, (target,), redirect=True, hops=rec.hops + 1)
+        elif kind == outcomes.RETRY_FREE:
+            # The request never reached the server: again, politely, for free.
+            fr.retry(req, reason, now, free=True)
+            self.log(req, res, res.error)
+        elif kind == outcomes.RETRY:
+            retried = fr.retry(req, reason, now, action.delay or 0.0)
+            self.log(req, res, res.error if res.error is not None else
+                     (f"retry {reason}" if retried else reason))
+        else:
+            fr.forget(req, reason, now)
+            self.log(req, res, res.error if res.error is not None else reason)
+
+    def on_success(self, req: Request, res, now: float) -> None:
+        fr = self.frontier
+        c = self.config
+        policy = outcomes.content_policy(res.content_type, any_type=c.any_type, get_image=c.get_image,
+                                         specific_search=c.specific_search, specific_set=c.specific_set)
+        if not policy.wanted:
+            fr.forget(req, "badType", now)
+            self.log(req, res, "badType")
+            return
+        duplicate_of = self.digests.first_of(res.body, req.url) if c.page_no_duplicate else None
+        if policy.save:
+            self.output.write(self.document(req, res, duplicate_of))
+        fr.fetched_ok(req, now)
+        self.crawl_state.done(req.url, FETCHED, True)
+        self.counts.last.append({"url": req.url, "status": res.status, "reason": "ok", "bytes": len(res.body),
+                                 "time": time.time()})
+        self.log(req, res, "duplicate" if duplicate_of else "ok")
+        if policy.is_html and duplicate_of is None:
+            self.analyze(req, res)
+
+    def analyze(self, req: Request, res) -> None:
+        """The page's links to the frontier (the analysis seam: see the module)."""
+        c = self.config
+        page = parse_mod.extract(res.body, req.url, res.charset, get_images=c.get_image,
+                                 max_url_size=c.max_url_size)
+        if page.error is not None:
+            self.counts.page_errors["parseError"] += 1
+        if page.nofollow_links:
+            self.counts.rejected["nofollow"] += page.nofollow_links
+        if not page.meta_nofollow:
+            self.frontier.offer(req.url, req.record.depth, page.links)
+
+    def on_forget(self, rec: UrlRecord, reason: str) -> None:
+        """The frontier forgot a URL (its ``on_forget``): recorded as done."""
+        self.crawl_state.done(rec.url, reason, self._from_request)
+        self.counts.last.append({"url": rec.url, "status": None, "reason": reason, "bytes": 0, "time": time.time()})
+
+    @staticmethod
+    def document(req: Request, res, duplicate_of: str | None) -> Document:
+        return Document(
+            url=req.url,
+            status=res.status,
+            headers=res.headers,
+            body=res.body,
+            content_type=res.content_type,
+            fetched_at=time.time(),
+            ip=req.ip,
+            duplicate_of=duplicate_of,
+            raw_request=getattr(res, "raw_request", None) or None,
+            raw_response_head=getattr(res, "raw_response_head", None) or None,
+            raw_body=getattr(res, "raw_body", None),
+        )
+
+    def log(self, req: Request, res, reason: str) -> None:
+        if self.config.fetch_info:
+            status = res.status if res.status is not None else "-"
+            print(f"{status} {reason} {len(res.body)} {res.elapsed:.3f}s {req.url}", file=self.out)
