@@ -219,3 +219,16 @@ def test_leases_off_never_touch_lease_state():
     sim.run()
     assert sim.fetched == ["http://a.test/1"]
     assert f.ips["10.0.0.1"].lease is LeaseState.NONE and f.ip_leases_wanted(sim.now) == []
+
+
+def test_a_released_lease_is_asked_for_again_when_work_comes_back():
+    f = make(ip_leases=True, wait_duration=0.2)
+    f.push("http://a.test/1", 3, 0)
+    sim = LeaseSim(f, ips={"a.test": "10.0.0.1"})
+    sim.run()
+    assert sim.fetched == ["http://a.test/1"] and len(sim.asked) == 1
+    assert [o[0] for o in f.ip_leases_to_release(sim.now + 1.0)] == ["10.0.0.1"]
+    sim.now += 1.0
+    f.push("http://a.test/2", 3, 0)
+    sim.run()
+    assert len(sim.asked) == 2 and sim.fetched[-1] == "http://a.test/2"

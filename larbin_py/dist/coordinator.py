@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import sys
 import time
 from collections import defaultdict
@@ -231,7 +232,7 @@ class Coordinator:
             t = min(t, self.last_ack_cycle + self.ack_interval)
         ask = self.fr.ip_lease_next_ask()
         if ask is not None:
-            t = min(t, now + max(0.0, ask - self.fr._last_now))
+            t = min(t, now + max(0.0, ask - now))
         if self._reads_wanted(now) or self.to_claim:
             t = min(t, now)
         if self.draining:
@@ -307,6 +308,14 @@ class Coordinator:
                 handlers.append((t.ip_acquire(ip, self.holder, self._ip_ttl()),
                                  lambda r, ip=ip: self._ip_renewed(ip, r)))
             idle = self.idle()
+            if os.environ.get("LARBIN_DIST_DEBUG") and self.hb_seq % 10 == 0:
+                ips = {k: (ip.lease.value, round(ip.lease_retry - now, 2), len(ip.ready), ip.busy)
+                       for k, ip in fr.ips.items() if ip.lease.value != "none" or ip.ready}
+                print(f"DEBUG {self.worker} t={now:.2f} idle={idle} local={self.is_idle()} q={fr.queued} "
+                      f"sites={fr.in_sites} fl={fr.in_flight} req={fr.requests} dns={fr.dns_pending} "
+                      f"inbox={len(self.inbox)} acks={len(self.acks_pending)}/{len(self.acks_ready)} "
+                      f"sink={self.sink.pending} claim={len(self.to_claim)} drain={len(self.draining)} "
+                      f"susp={self.suspended} ips={ips} timers={len(fr._timers)}", file=self.err, flush=True)
             handlers.append((t.report(self.worker, self.hb_seq, idle), lambda r: None))
             if idle and not final:
                 handlers.append((t.view(), self._view))
@@ -333,14 +342,14 @@ class Coordinator:
                                               for p in self.claimed - self.maybe_full):
                 self._stage_reads(t, handlers, now)
         # 5. IP leases
-        for ip, last_start, pace in fr.ip_leases_to_release(fr._last_now):
-            wall_ms = int((self.wall() + (last_start - fr._last_now)) * 1000) if last_start >= 0 else 0
+        for ip, last_start, pace in fr.ip_leases_to_release(now):
+            wall_ms = int((self.wall() + (last_start - now)) * 1000) if last_start >= 0 else 0
             pace = dict(pace)
             if pace.get("retry_until"):
-                pace["retry_until"] = self.wall() + (pace["retry_until"] - fr._last_now)
+                pace["retry_until"] = self.wall() + (pace["retry_until"] - now)
             handlers.append((t.ip_release(ip, self.holder, wall_ms, json.dumps(pace)), lambda r: None))
         if not final and not self.suspended:
-            for ip in fr.ip_leases_wanted(fr._last_now):
+            for ip in fr.ip_leases_wanted(now):
                 handlers.append((t.ip_acquire(ip, self.holder, self._ip_ttl()),
                                  lambda r, ip=ip: self._ip_answer(ip, r)))
         # 6. releases of drained partitions
@@ -348,7 +357,7 @@ class Coordinator:
             token = self.held.get(p)
             if token is None:
                 continue
-            waits = self.fr.site_waits(lambda h, p=p: self.partition(h) == p, fr._last_now, self.wall())
+            waits = self.fr.site_waits(lambda h, p=p: self.partition(h) == p, now, self.wall())
             handlers.append((t.put_sitewait(p, self.worker, token, {k: repr(v) for k, v in waits.items()}),
                              lambda r: None))
             handlers.append((t.release(p, self.worker, token), lambda r, p=p: self._released(p)))
@@ -392,7 +401,7 @@ class Coordinator:
             self.view_since = now
         if self.suspended and self.membership.alive:
             self.suspended = False
-            self.fr.ip_leases_resume(self.fr._last_now)
+            self.fr.ip_leases_resume(self.clock())
         # Give away what the map gives others, once the view is stable for two heartbeats.
         if now - self.view_since >= 2 * self.hb_interval and self.membership.alive:
             mine = self._mine()
@@ -424,7 +433,7 @@ class Coordinator:
             except ValueError:
                 continue
         if parsed:
-            self.fr.restore_waits(parsed, self.fr._last_now, self.wall())
+            self.fr.restore_waits(parsed, self.clock(), self.wall())
 
     def _claimed(self, p: int, r) -> None:
         self.to_claim.discard(p)
@@ -489,7 +498,7 @@ class Coordinator:
     # ------------------------------------------------------------------
     def _ip_answer(self, ip: str, g) -> None:
         fr = self.fr
-        now = fr._last_now
+        now = self.clock()
         if not g.granted:
             retry = max(MIN_GAP, min(g.retry_in_ms / 1000.0, self.hb_interval)) if g.retry_in_ms else self.hb_interval
             fr.ip_lease_denied(ip, now + retry)
@@ -519,7 +528,7 @@ class Coordinator:
             if g.wanted:
                 self.fr.ip_lease_contended(ip)
         else:
-            self.fr.ip_lease_lost(ip, self.fr._last_now)
+            self.fr.ip_lease_lost(ip, self.clock())
 
     # ------------------------------------------------------------------
     # Ownership changes

@@ -160,6 +160,10 @@ class DistState:
         os.makedirs(self.scratch, exist_ok=True)
         self.inbox = RedisInbox(max(1, config.ram_urls // 10))
         self.sink = RedisSink(io.partitions, retries=config.retries, batch=config.redis_batch)
+        try:
+            self.sink.clock = asyncio.get_running_loop().time
+        except RuntimeError:
+            pass
         self.coordinator: Coordinator | None = None
         self.frontier: DistFrontier | None = None
         self._writer = None
@@ -194,8 +198,12 @@ class DistState:
     def attach(self, frontier) -> None:
         self.frontier = frontier
         c = self.config
+        try:  # the frontier's clock: the engine's loop time
+            clock = asyncio.get_running_loop().time
+        except RuntimeError:
+            clock = time.monotonic
         self.coordinator = Coordinator(
-            self.io, frontier, self.sink, self.inbox, worker=self.worker, lease_ttl=c.lease_ttl,
+            self.io, frontier, self.sink, self.inbox, worker=self.worker, lease_ttl=c.lease_ttl, clock=clock,
             flush_interval=c.redis_flush_interval, wait_duration=c.wait_duration,
             ack_interval=min(1.0, c.checkpoint_interval), is_idle=frontier.locally_idle,
             on_end=self._ended, durable=self._durable, err=self.err,

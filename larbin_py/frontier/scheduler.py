@@ -703,6 +703,7 @@ class Frontier:
         if self.ip_leases and ip.lease is not LeaseState.HELD:
             if ip.lease is LeaseState.NONE:
                 ip.lease = LeaseState.WANTED
+                ip.lease_retry = 0.0  # ask at once
                 self._ip_wanted[ip.ip] = ip
                 if self.on_ip_wanted is not None:
                     self.on_ip_wanted()
