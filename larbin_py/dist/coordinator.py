@@ -93,6 +93,7 @@ class Coordinator:
                  on_end: Callable[[str], None] | None = None,
                  durable: Callable[[], Awaitable[None]] | None = None,
                  snapshot: Callable[[], dict] | None = None,
+                 on_ip_release: Callable[[str], Any] | None = None,
                  err=None) -> None:
         self.io = io
         self.fr = frontier
@@ -111,6 +112,7 @@ class Coordinator:
         self.on_end = on_end or (lambda reason: None)
         self.durable = durable or _nothing
         self.snapshot = snapshot
+        self.on_ip_release = on_ip_release or (lambda ip: None)
         self.err = err if err is not None else sys.stderr
         self.partitions = io.partitions
         self.holder = f"{worker}:{io.instance}"
@@ -343,6 +345,8 @@ class Coordinator:
                 self._stage_reads(t, handlers, now)
         # 5. IP leases
         for ip, last_start, pace in fr.ip_leases_to_release(now):
+            # Our kept-alive connections to it close first: one connection per IP across workers.
+            self.on_ip_release(ip)
             wall_ms = int((self.wall() + (last_start - now)) * 1000) if last_start >= 0 else 0
             pace = dict(pace)
             if pace.get("retry_until"):

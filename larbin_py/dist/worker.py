@@ -311,6 +311,8 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
         kw = dict(engine_kw or {})
         kw.setdefault("output", output)
         engine = Engine(config, crawl_state=state, err=err, **kw)
+        state.coordinator.on_ip_release = \
+            lambda ip: engine.fetcher.close_idle(ip) if engine.fetcher is not None else 0
         code = await run_engine(engine)
         await state.stop()
         return code
