@@ -164,3 +164,59 @@ async def test_two_workers_share_the_crawl_politely(tmp_path, redis_server):
     save = os.path.join(str(tmp_path / "save"), WORKERS_DIR)
     sizes = {w: os.path.getsize(os.path.join(save, w, INDEX_NAME)) for w in ("w0", "w1")}
     assert all(sizes.values()), sizes
+
+
+@pytest.mark.async_timeout(150)
+async def test_kill_9_of_a_worker_loses_nothing_and_its_partitions_are_taken_over(tmp_path, redis_server):
+    async with Sim(sim_config(seed=9, hosts=48, pages_per_host=(4, 9))) as sim:
+        workers = Workers(tmp_path, sim, redis_server.url, 3)
+        await workers.start_all()
+        io = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
+        try:
+            # kill w1 once it owns partitions with entries read and not acked, and has fetched some
+            victim_rows = []
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                view = await io.view(rows=True)
+                victim_rows = [r for r in view.rows if r.owner == "w1"]
+                if sum(r.pending for r in victim_rows) >= 3 and sum(r.fetched for r in victim_rows) >= 5:
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("w1 never had pending entries")
+            pending_at_kill = sum(r.pending for r in victim_rows)
+            owned = {r.partition for r in victim_rows}
+            workers.procs["w1"].send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            # takeover: every partition of w1 gets a new owner
+            took = None
+            while time.monotonic() < killed + 30:
+                view = await io.view(rows=True)
+                if all(view.rows[p].owner not in ("", "w1") for p in owned):
+                    took = time.monotonic() - killed
+                    break
+                await asyncio.sleep(0.02)
+            assert took is not None, "w1's partitions were not taken over"
+            heartbeat = LEASE_TTL / 5
+            assert took <= LEASE_TTL + 2 * heartbeat, took
+        finally:
+            await io.close()
+        codes = await workers.wait(90)
+        assert codes["w1"] == -signal.SIGKILL
+        assert codes["w0"] == 0 and codes["w2"] == 0, {w: workers.log(w)[-2000:] for w in ("w0", "w2")}
+        config = workers.configs["w0"]
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        requested = [r.url for r in page_requests(sim)]
+        # nothing lost
+        assert set(requested) == truth.must_request, sorted(truth.must_request - set(requested))[:10]
+        # fetched twice: only what w1 had read and not acked (in flight, done since its last ack, queued)
+        twice = [u for u, c in Counter(requested).items() if c > 1]
+        assert len(twice) <= pending_at_kill, (len(twice), pending_at_kill)
+        check_politeness(sim, config.wait_duration)
+        view = await totals(redis_server.url)
+        t = view.totals
+        assert t.queued == 0 and t.accepted == t.fetched + sum(t.forgotten.values())
+        assert t.fetched == len(truth.saved)
+        assert merge_index(config.save_dir) == len(truth.saved)
+        assert sorted(index_urls(config.save_dir)) == sorted(truth.saved)
+        print(f"takeover {took:.2f} s; fetched twice {len(twice)} of {pending_at_kill} pending at the kill")
