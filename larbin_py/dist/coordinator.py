@@ -57,6 +57,8 @@ import time
 from collections import defaultdict
 from typing import Any, Awaitable, Callable
 
+from .. import robots as robots_mod
+from ..frontier.scheduler import site_key
 from ..frontier.store import UrlRecord
 from .inbox import RedisInbox, split_tag
 from .membership_redis import RedisMembership
@@ -128,6 +130,9 @@ class Coordinator:
         self._part_cache: dict[str, int] = {}
         # Acks: (partition, entry id, outcome); pending until the output is durable.
         self.acks_pending: list[tuple[int, str, str]] = []
+        #: robots.txt answers to store in ``robots:{p}`` (robots URL -> blob), by partition.
+        self.robots_out: dict[int, dict[str, bytes]] = defaultdict(dict)
+        self.robots_loaded = 0
         self.acks_ready: list[tuple[int, str, str]] = []
         self.done_since_tick = 0
         self.last_ack_cycle = clock()
@@ -138,6 +143,7 @@ class Coordinator:
         self.view_members: frozenset[str] = frozenset()
         self.view_since = 0.0
         self.suspended = False
+        self.acquire_now = False
         self.redis_down: str | None = None
         # Figures.
         self.ticks = 0
@@ -166,6 +172,15 @@ class Coordinator:
         self.done_since_tick += 1
         if self.done_since_tick >= DONE_WAKE:
             self._wake.set()
+
+    def robots_answer(self, robots_url: str, when: float, body: bytes | None) -> None:
+        """A robots.txt answer (``when``: wall time; ``body`` None: no restriction): shared at the
+        next tick in ``robots:{p}``, so the partition's next owner does not fetch it again."""
+        parts = site_key(robots_url)
+        if parts is None:
+            return
+        blob = (b"A%r\n" % when) if body is None else (b"B%r\n" % when) + body
+        self.robots_out[self.partition(parts[2])][robots_url] = blob
 
     def partition(self, host: str) -> int:
         p = self._part_cache.get(host)
@@ -235,7 +250,7 @@ class Coordinator:
         ask = self.fr.ip_lease_next_ask()
         if ask is not None:
             t = min(t, now + max(0.0, ask - now))
-        if self._reads_wanted(now) or self.to_claim:
+        if self._reads_wanted(now) or self.to_claim or self.acquire_now:
             t = min(t, now)
         if self.draining:
             t = min(t, now + MIN_GAP * 5)
@@ -299,6 +314,12 @@ class Coordinator:
                 self.fenced += len(pairs)  # the lease went: the new owner redoes them
                 continue
             handlers.append((t.ack(p, self.worker, token, pairs), lambda r, p=p: self._acked(p, r)))
+        # robots.txt answers of owned partitions (fenced)
+        robots, self.robots_out = self.robots_out, defaultdict(dict)
+        for p, answers in robots.items():
+            token = self.held.get(p)
+            if token is not None:
+                handlers.append((t.put_robots(p, self.worker, token, answers), lambda r: None))
         # 3. heartbeat, IP renewals, idle report, view
         hb_sent = None
         if now >= self.next_hb or final:
@@ -335,8 +356,10 @@ class Coordinator:
                     self.to_claim.discard(p)
                     continue
                 handlers.append((t.get_sitewait(p), lambda r, p=p: self._sitewait_loaded(p, r)))
+                handlers.append((t.get_robots(p), lambda r, p=p: self._robots_loaded(p, r)))
                 handlers.append((t.claim(p, self.worker, token), lambda r, p=p: self._claimed(p, r)))
-            if hb_sent is not None and self.membership.alive:
+            if (hb_sent is not None or self.acquire_now) and self.membership.alive:
+                self.acquire_now = False
                 for p in self._to_acquire(now):
                     handlers.append((t.acquire(p, self.worker, self.lease_ttl),
                                      lambda r, p=p: self._acquired(p, r)))
@@ -401,6 +424,10 @@ class Coordinator:
         self.next_hb = sent_at + self.hb_interval
         members = self.membership.members()
         if members != self.view_members:
+            if self.view_members - members:
+                # A worker died: its partitions are free now, take ours at once.
+                self.acquire_now = True
+                self._wake.set()
             self.view_members = members
             self.view_since = now
         if self.suspended and self.membership.alive:
@@ -438,6 +465,21 @@ class Coordinator:
                 continue
         if parsed:
             self.fr.restore_waits(parsed, self.clock(), self.wall())
+
+    def _robots_loaded(self, p: int, answers: dict) -> None:
+        now, wall = self.clock(), self.wall()
+        for url, blob in answers.items():
+            kind, _, rest = blob.partition(b"\n")
+            try:
+                when = float(kind[1:])
+            except ValueError:
+                continue
+            left = when + robots_mod.CACHE_TTL - wall
+            if left <= 0:
+                continue
+            rules = robots_mod.RobotsTxt.parse(rest) if kind[:1] == b"B" else robots_mod.RobotsTxt.allow_all()
+            self.fr.restore_robots(url, rules, now + left)
+            self.robots_loaded += 1
 
     def _claimed(self, p: int, r) -> None:
         self.to_claim.discard(p)

@@ -184,6 +184,15 @@ class DistState:
                                 ip_lease_hold=state._ip_lease_hold(), **kw)
         return build
 
+    @property
+    def robots_log(self):
+        """Where robots.txt answers go (RobotsFetch's ``log``): to ``robots:{p}`` in Redis."""
+        return self
+
+    def append(self, robots_url: str, when: float, body: bytes | None) -> None:
+        if self.coordinator is not None:
+            self.coordinator.robots_answer(robots_url, when, body)
+
     def _ip_lease_hold(self) -> float:
         c = self.config
         return c.ip_lease_hold if c.ip_lease_hold > 0 else max(10.0, 5 * c.wait_duration)
