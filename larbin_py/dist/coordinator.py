@@ -22,10 +22,12 @@ tick is one pipeline (one round trip) carrying, in this order:
 5. IP lease requests and releases (``lb_ip_acquire`` / ``lb_ip_release``);
 6. the release of drained partitions (their site waits written first).
 
-A tick is sent when links reach ``redisBatch``, when pages are done (at most
-every ``min_gap``), when the oldest link has waited ``redisFlushInterval``,
-when the frontier starves, when an IP lease is wanted, and at every
-heartbeat (``leaseTtl / 5``).
+A tick is sent when links reach ``redisBatch``, when the oldest link has
+waited ``redisFlushInterval``, when an ack cycle is due (``ack_interval``:
+acks wait for the output's sync anyway), when the frontier starves, when an
+IP lease is first wanted, and at every heartbeat (``leaseTtl / 5``), which
+also carries the re-asks of denied IP leases and the polls of partitions
+found empty: a worker at work sends a few ticks a second whatever its rate.
 
 **Ownership.**  Partition -> worker is :func:`assign` over the live members
 (the same pure function in every worker).  A partition given to this worker
@@ -71,8 +73,6 @@ __all__ = ["Coordinator"]
 
 #: Fewest seconds between two ticks woken by work (pages done, IPs wanted).
 MIN_GAP = 0.02
-#: A tick is woken once this many pages are done since the last one.
-DONE_WAKE = 10
 #: Most entries one fenced read asks of one partition.
 READ_MAX = 200
 #: How often an owned partition found empty is read again (seconds).
@@ -170,8 +170,6 @@ class Coordinator:
             return
         self.acks_pending.append((parsed[0], parsed[1], outcome))
         self.done_since_tick += 1
-        if self.done_since_tick >= DONE_WAKE:
-            self._wake.set()
 
     def robots_answer(self, robots_url: str, when: float, body: bytes | None) -> None:
         """A robots.txt answer (``when``: wall time; ``body`` None: no restriction): shared at the
@@ -243,7 +241,7 @@ class Coordinator:
             t = min(t, (self.sink.oldest or now) + self.flush_interval)
             if self.sink.pending >= self.sink.batch:
                 t = now
-        if self.done_since_tick >= DONE_WAKE or self.acks_ready:
+        if self.acks_ready:
             t = min(t, now)
         if self.acks_pending:
             t = min(t, self.last_ack_cycle + self.ack_interval)
@@ -546,8 +544,8 @@ class Coordinator:
         fr = self.fr
         now = self.clock()
         if not g.granted:
-            retry = max(MIN_GAP, min(g.retry_in_ms / 1000.0, self.hb_interval)) if g.retry_in_ms else self.hb_interval
-            fr.ip_lease_denied(ip, now + retry)
+            # Asked again with the next heartbeat: no round trip of its own.
+            fr.ip_lease_denied(ip, max(self.next_hb, now + MIN_GAP))
             return
         pace = None
         if g.pace:
