@@ -26,7 +26,6 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 
 from common import report, table
 

@@ -20,7 +20,6 @@ Figures: µs per page and pages/s for each, and links found.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from html.parser import HTMLParser

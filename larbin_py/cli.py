@@ -66,10 +66,23 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a start URL, added to the file's startUrl (repeatable)")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                         type=_key_value, help="override a larbin.conf key (repeatable)")
+    parser.add_argument("--workers", metavar="N", type=_workers, default=None,
+                        help="run the crawl on N worker processes of this machine, coordinated through "
+                             "Redis (redisUrl; N > 1 without it starts a private redis-server)")
+    parser.add_argument("--worker", action="store_true",
+                        help="run as one worker of the distributed crawl crawlName in redisUrl")
+    parser.add_argument("--worker-id", metavar="ID", default=None,
+                        help="this worker's name in the crawl (the workerId key)")
     parser.add_argument("--print-config", action="store_true",
                         help="print the effective configuration in larbin.conf format and exit")
     parser.add_argument("--version", action="version", version=f"larbin_py {__version__}")
     return parser
+
+
+def _workers(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 1024:
+        raise argparse.ArgumentTypeError(f"expected a number of workers in 1..1024, got {text!r}")
+    return int(text)
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -81,7 +94,7 @@ def _key_value(text: str) -> tuple[str, str]:
 
 def _load(args: argparse.Namespace) -> Config:
     """The configuration the arguments ask for; raises ConfigError."""
-    lenient = args.demo or args.reload or bool(args.seed) or args.print_config
+    lenient = args.demo or args.reload or bool(args.seed) or args.print_config or args.worker
     path = args.config
     if path is None:
         path = DEFAULT_CONFIG
@@ -89,6 +102,14 @@ def _load(args: argparse.Namespace) -> Config:
             return demo_config(args.overrides, args.seed)
     return load_config(path, args.overrides, require_start_urls=not lenient,
                        extra_start_urls=args.seed)
+
+
+def _with_worker_id(config: Config, worker_id: str) -> Config:
+    """``--worker-id``, checked as the workerId key is (an error names --worker-id)."""
+    try:
+        return config.replace(worker_id=worker_id)
+    except ConfigError as exc:
+        raise ConfigError("--worker-id", None, "workerId", exc.message) from None
 
 
 def _say(message: str) -> None:
@@ -140,8 +161,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         config = _load(args)
+        if args.worker_id is not None:
+            config = _with_worker_id(config, args.worker_id)
     except ConfigError as exc:
         _say(str(exc))
+        return EXIT_USAGE
+    if args.worker and args.workers is not None:
+        _say("--worker and --workers exclude each other (try --help)")
         return EXIT_USAGE
 
     if args.print_config:
@@ -151,7 +177,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if signal.getsignal(signal.SIGINT) is signal.SIG_DFL:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        code = crawl_main(config, reload=args.reload, demo=args.demo)
+        if args.worker:
+            from .dist.launcher import worker_main
+
+            code = worker_main(config, reload=args.reload)
+        elif args.workers is not None and (args.workers > 1 or config.redis_url):
+            if args.demo:
+                from .dist.launcher import demo_launch_main
+
+                code = demo_launch_main(config, args.workers)
+            else:
+                from .dist.launcher import launch_main
+
+                code = launch_main(config, args.workers, reload=args.reload)
+        else:
+            code = crawl_main(config, reload=args.reload, demo=args.demo)
     except KeyboardInterrupt:
         _say("interrupted")
         return EXIT_INTERRUPTED

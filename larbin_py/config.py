@@ -290,7 +290,7 @@ class Config:
     crawl_name: str = "larbin"
     worker_id: str = ""
     partitions: int = 256
-    seen_buckets: int = 256
+    seen_buckets: int = 128
     lease_ttl: float = 10.0
     ip_lease_hold: float = 0.0
     redis_flush_interval: float = 0.5

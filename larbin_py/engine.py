@@ -87,14 +87,8 @@ class Engine:
         #: Links lately met, known to be in :attr:`seen` (the frontier's, checked before the rules).
         self.seen_urls = self.frontier.seen_urls
         #: Adaptive MaxRequestCount (issue 7); None when flowControl is off.
-        self.flow: RttController | None = None
-        if config.flow_control:
-            low = min(config.min_connexions, config.pages_connexions)
-            self.flow = RttController(
-                alpha=config.rtt_alpha, interval=config.rtt_interval, rtt_min=config.rtt_min,
-                rtt_max=config.rtt_max, increase=config.conn_increase, decrease=config.conn_decrease,
-                min_requests=low, max_requests=config.pages_connexions, start=low,
-            )
+        self.flow = RttController.from_config(config) if config.flow_control else None
+        if self.flow is not None:
             self.frontier.max_requests = self.flow.limit
         #: The engine's counts; links refused by reason are the frontier's (Frontier.offer).
         self.counts = Counters(rejected=self.frontier.rejected)
@@ -355,12 +349,8 @@ class Engine:
             self._timer.cancel()
             self._timer = None
         if self._tasks:
-            self._loop.call_later(STOP_GRACE, self._cancel_tasks)
+            self._loop.call_later(STOP_GRACE, lambda: [task.cancel() for task in list(self._tasks)])
         self._pump_soon()
-
-    def _cancel_tasks(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
 
     def _fail(self, message: str) -> None:
         if self.failed is None:

@@ -50,6 +50,15 @@ class RttController:
         "_window_end", "_rest_until", "samples", "increases", "decreases",
     )
 
+    @classmethod
+    def from_config(cls, c) -> "RttController":
+        """The controller of a crawl's configuration (flowControl's keys): it
+        starts at its floor, ``min(minConnexions, pagesConnexions)``."""
+        low = min(c.min_connexions, c.pages_connexions)
+        return cls(alpha=c.rtt_alpha, interval=c.rtt_interval, rtt_min=c.rtt_min, rtt_max=c.rtt_max,
+                   increase=c.conn_increase, decrease=c.conn_decrease, min_requests=low,
+                   max_requests=c.pages_connexions, start=low)
+
     def __init__(
         self,
         *,

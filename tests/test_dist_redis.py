@@ -461,3 +461,33 @@ def test_termination_never_with_work_queued_or_unbalanced_or_no_members():
         assert not term.observe(ws, {"a": (seq, True)}, _T(5, 4))
         assert not term.observe(frozenset(), {}, _T(0, 0))
     assert not term.observe(ws, {}, _T(0, 0))  # a member that never reported is not idle
+
+
+async def test_wait_new_wakes_on_an_enqueue_to_a_watched_partition(redis_server):
+    io, sender = await connect(redis_server), await connect(redis_server)
+    waiter = asyncio.ensure_future(io.wait_new({3: "$", 4: "$"}, timeout=10))
+    await asyncio.sleep(0)  # let the XREAD BLOCK be sent; the enqueue below wakes it whenever it lands
+
+    async def blocked():
+        clients = await raw(redis_server).client_list()
+        return any(c.get("cmd") == "xread" for c in clients)
+    await wait_until(blocked)
+    await sender.enqueue(5, [(1, b"elsewhere")])  # not watched
+    await sender.enqueue(4, [(2, b"here")])
+    assert await asyncio.wait_for(waiter, 5) == [4]
+    assert await io.wait_new({3: "$"}, timeout=0.05) == []  # nothing new: the timeout
+    await io.close(), await sender.close()
+
+
+async def test_a_redis_that_lost_the_library_gets_it_again(redis_server):
+    io = await connect(redis_server)
+    await raw(redis_server).execute_command("FUNCTION", "FLUSH")  # a Redis restarted without its data
+    t = io.tick()
+    t.report("w1", 1, True)
+    t.enqueue(0, [(1, b"u")])
+    t.get_robots(0)
+    before = io.round_trips
+    assert await t.execute() == [True, 1, {}]
+    assert io.round_trips - before == 3  # the tick, the library, the tick again
+    assert await io.enqueue(0, [(1, b"u"), (2, b"v")]) == 1
+    await io.close()

@@ -6,7 +6,6 @@ log: coverage, politeness, robots.txt obedience and conservation of URLs.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections import Counter
 

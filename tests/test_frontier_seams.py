@@ -14,7 +14,7 @@ from larbin_py.frontier import interfaces
 from larbin_py.frontier.fakes import MemoryQueue, MemorySeen, memory_stores
 from larbin_py.frontier.scheduler import PAGE, ROBOTS, Frontier, TopCounts
 from larbin_py.frontier.seen import SeenSet
-from larbin_py.frontier.store import UrlRecord, UrlStore
+from larbin_py.frontier.store import UrlStore
 from larbin_py.net.dns import Resolver
 from larbin_py.net.http import Fetcher
 from larbin_py.rules import UrlRules

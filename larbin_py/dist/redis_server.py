@@ -25,6 +25,18 @@ __all__ = ["RedisServer", "RedisServerError", "INSTALL_HINT"]
 INSTALL_HINT = "redis-server is not installed: apt-get install redis-server"
 
 
+def _die_with_parent() -> None:
+    """In the child: SIGTERM (a clean shutdown, the AOF written) when the parent
+    thread dies, so a killed launcher leaves no server behind (Linux)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
 class RedisServerError(Exception):
     """redis-server is missing or did not start (a sentence naming why)."""
 
@@ -62,8 +74,12 @@ class RedisServer:
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         if os.path.exists(self.socket_path):  # left by a killed server: ours to replace
             os.unlink(self.socket_path)
+        # Its own session: a Ctrl-C in the terminal (SIGINT to the foreground
+        # process group) must not stop Redis under the workers' last acks; it
+        # is stopped by stop() once they are done, or dies with its parent.
         self.process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                        start_new_session=True, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout
         while True:
             if self.process.poll() is not None:

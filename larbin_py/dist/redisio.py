@@ -219,7 +219,7 @@ class Tick:
     def __init__(self, io: "RedisIO") -> None:
         self.io = io
         self.keys = io.keys
-        self._pipe = io.client.pipeline(transaction=False)
+        self._cmds: list[tuple] = []  # kept to send the tick again (see execute)
         self._parsers: list[Callable[[Any], Any]] = []
 
     def __len__(self) -> int:
@@ -230,7 +230,7 @@ class Tick:
         return len(self._parsers) - 1
 
     def _fcall(self, name: str, keys: Sequence[str], args: Sequence[Any], parser: Callable[[Any], Any]) -> int:
-        self._pipe.execute_command("FCALL", name, len(keys), *keys, *args)
+        self._cmds.append(("FCALL", name, len(keys), *keys, *args))
         return self._add(parser)
 
     # --- the crawl ------------------------------------------------------
@@ -275,7 +275,7 @@ class Tick:
 
     def _add_const(self, value: Any) -> int:
         # an operation with nothing to send still has its slot in the results
-        self._pipe.execute_command("PING")
+        self._cmds.append(("PING",))
         return self._add(lambda _r: value)
 
     def read(self, p: int, worker: str, token: int, count: int) -> int:
@@ -389,18 +389,18 @@ class Tick:
 
     def get_robots(self, p: int) -> int:
         """The partition's robots.txt answers: ``{host: bytes}`` (read at takeover)."""
-        self._pipe.hgetall(self.keys.robots(p))
+        self._cmds.append(("HGETALL", self.keys.robots(p)))
         return self._add(lambda r: {_s(k): v for k, v in r.items()})
 
     def get_sitewait(self, p: int) -> int:
         """The partition's site waits: ``{host: bytes}`` (read at takeover)."""
-        self._pipe.hgetall(self.keys.sitewait(p))
+        self._cmds.append(("HGETALL", self.keys.sitewait(p)))
         return self._add(lambda r: {_s(k): v for k, v in r.items()})
 
     # --- stats, output position, termination ------------------------------
     def put_stats(self, worker: str, snapshot: dict | str | bytes, ttl: float = 3.0) -> int:
         blob = snapshot if isinstance(snapshot, (str, bytes)) else json.dumps(snapshot, separators=(",", ":"))
-        self._pipe.set(self.keys.stats(worker), blob, px=_ms(ttl))
+        self._cmds.append(("SET", self.keys.stats(worker), blob, "PX", _ms(ttl)))
         return self._add(lambda r: True)
 
     def get_stats(self, workers: Sequence[str]) -> int:
@@ -408,7 +408,7 @@ class Tick:
         names = list(workers)
         if not names:
             return self._add_const({})
-        self._pipe.mget([self.keys.stats(w) for w in names])
+        self._cmds.append(("MGET", *(self.keys.stats(w) for w in names)))
 
         def parse(r):
             out = {}
@@ -422,16 +422,16 @@ class Tick:
         return self._add(parse)
 
     def put_outpos(self, worker: str, position: str) -> int:
-        self._pipe.set(self.keys.outpos(worker), position)
+        self._cmds.append(("SET", self.keys.outpos(worker), position))
         return self._add(lambda r: True)
 
     def get_outpos(self, worker: str) -> int:
-        self._pipe.get(self.keys.outpos(worker))
+        self._cmds.append(("GET", self.keys.outpos(worker)))
         return self._add(lambda r: None if r is None else _s(r))
 
     def report(self, worker: str, seq: int, idle: bool) -> int:
         """This worker's idle report for the termination waves (sequence, idle)."""
-        self._pipe.hset(self.keys.idle, worker, f"{int(seq)}:{1 if idle else 0}")
+        self._cmds.append(("HSET", self.keys.idle, worker, f"{int(seq)}:{1 if idle else 0}"))
         return self._add(lambda r: True)
 
     def view(self, partitions: int | None = None, rows: bool = False) -> int:
@@ -463,20 +463,30 @@ class Tick:
         """Send the tick (one round trip) and answer each operation's result, in order."""
         if not self._parsers:
             return []
+        raw = await self._send()
+        if any(isinstance(r, Exception) and "Function not found" in str(r) for r in raw):
+            # A Redis restarted without its data (or flushed) lost the library:
+            # every FCALL of the tick failed and only plain, idempotent
+            # commands ran, so the tick is sent again once the library is back.
+            await self.io.load_library()
+            raw = await self._send()
+        out = []
+        for parser, r in zip(self._parsers, raw):
+            if isinstance(r, Exception):
+                raise r
+            out.append(parser(r))
+        return out
+
+    async def _send(self) -> list[Any]:
+        pipe = self.io.client.pipeline(transaction=False)
+        for cmd in self._cmds:
+            pipe.execute_command(*cmd)
         try:
-            raw = await self._pipe.execute(raise_on_error=False)
+            return await pipe.execute(raise_on_error=False)
         except _CONNECTION_ERRORS as exc:
             raise RedisUnavailable(f"Redis at {self.io.url_shown} unreachable: {exc}") from exc
         finally:
             self.io.round_trips += 1
-        out = []
-        for parser, r in zip(self._parsers, raw):
-            if isinstance(r, Exception):
-                if "NOSCRIPT" in str(r) or "Function not found" in str(r):
-                    raise DistError(f"the larbin function library is not loaded in Redis at {self.io.url_shown}: {r}")
-                raise r
-            out.append(parser(r))
-        return out
 
 
 def _ms(seconds: float) -> int:
@@ -494,7 +504,7 @@ except ImportError:  # pragma: no cover - redis is a dependency
 class RedisIO:
     """One worker's (or the launcher's) connection to the crawl's Redis."""
 
-    def __init__(self, url: str, crawl: str = "larbin", *, partitions: int = 256, seen_buckets: int = 256,
+    def __init__(self, url: str, crawl: str = "larbin", *, partitions: int = 256, seen_buckets: int = 128,
                  timeout: float = 5.0) -> None:
         self.url = url
         self.keys = Keys(crawl)
@@ -532,12 +542,16 @@ class RedisIO:
             if version < (7, 0):
                 raise RedisUnavailable(f"Redis at {self.url_shown} is version {info.get('redis_version')}: "
                                        "the distributed mode needs Redis 7.0 or later (Functions)")
-            await self.client.execute_command("FUNCTION", "LOAD", "REPLACE", library_code())
-            self.round_trips += 1
+            await self.load_library()
         except _CONNECTION_ERRORS as exc:
             await self.close()
             raise RedisUnavailable(f"cannot reach Redis at {self.url_shown}: {exc}") from exc
         return self
+
+    async def load_library(self) -> None:
+        """``FUNCTION LOAD REPLACE`` of larbin.lua (one round trip)."""
+        self.round_trips += 1
+        await self.client.execute_command("FUNCTION", "LOAD", "REPLACE", library_code())
 
     async def close(self) -> None:
         for c in (self.client, self._blocking):

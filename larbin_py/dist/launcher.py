@@ -1,0 +1,501 @@
+"""``--workers N``: N worker processes on this machine, one crawl, one summary.
+
+The launcher (DISTRIBUTED.md §10):
+
+1. resolves ``redisUrl``: ``auto`` (or no redisUrl with N > 1) starts a
+   private redis-server on a unix socket under ``stateDir/redis``
+   (:class:`~larbin_py.dist.redis_server.RedisServer`; a missing binary is
+   exit 2 with the apt-get hint); a Redis that cannot be reached is exit 2
+   naming the URL;
+2. checks the crawl in Redis: a fresh start that finds a crawl named
+   ``crawlName`` (its ``meta``) refuses without ``--reload`` (exit 2), as a
+   used stateDir does; the first worker to join creates it, and every
+   joiner is checked against it (``RedisIO.join_crawl``: a worker whose
+   settings differ exits 2 naming them, which stops the crawl);
+3. writes the workers' configuration, ``stateDir/launcher.conf`` (the
+   effective configuration with the resolved redisUrl, no servers), and
+   starts each worker as ``python -m larbin_py -c stateDir/launcher.conf
+   --worker --worker-id wK``, its output prefixed ``[wK]``;
+4. supervises them: a worker that dies (a crash, a kill) is started again
+   with the same workerId when ``respawn`` is on (at most
+   :data:`MAX_RESPAWNS` times in :data:`RESPAWN_WINDOW` seconds), else its
+   partitions are taken over by the others; a worker that exits 2 (a
+   usage or configuration error) stops the crawl with exit 2;
+5. serves the whole crawl's stats on ``httpPort``
+   (:class:`~larbin_py.dist.cluster_stats.ClusterSource`);
+6. forwards SIGINT/SIGTERM to the workers (which stop as one process does)
+   and, once every worker has ended, prints one summary for the crawl and
+   exits with the usual codes: 0 the crawl ended, 1 it failed, 2 usage,
+   130/143 interrupted/terminated.
+
+Workers run in their own process group (a Ctrl-C reaches them once, through
+the launcher) and die with the launcher (``PR_SET_PDEATHSIG``), so a killed
+launcher leaves no orphan crawling on.
+
+The worker side lives in ``larbin_py.dist.worker``: ``async def
+run_worker(config, *, reload) -> int``, called by ``--worker``
+(:func:`worker_main`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from .redis_server import RedisServer, RedisServerError
+from .redisio import CrawlExists, CrawlMeta, DistError, RedisIO, Totals
+
+__all__ = ["Launcher", "WorkerProc", "resolve_redis_url", "crawl_meta", "default_worker_id",
+           "ip_lease_hold", "worker_main", "launch_main", "demo_launch_main", "run_demo_workers", "SHARED_KEYS", "MAX_RESPAWNS", "RESPAWN_WINDOW"]
+
+#: A worker that dies this many times within RESPAWN_WINDOW seconds is left dead.
+MAX_RESPAWNS = 5
+RESPAWN_WINDOW = 60.0
+
+#: The keys every worker of a crawl must agree on (beyond partitions and
+#: seenBuckets): what is crawled and how politely.  A joiner that differs on
+#: one of them is refused with the keys named.
+SHARED_KEYS = (
+    "UserAgent", "waitDuration", "depthInSite", "depthBySite", "maxRedirects", "noExternalLinks",
+    "getCGI", "getImage", "anyType", "specificSearch", "specificSet", "limitToDomain",
+    "forbiddenExtensions", "punycode", "ignoreRobots", "maxUrlSize", "privateNetworks",
+    "pageNoDuplicate", "outputMode", "limitPage", "leaseTtl",
+)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+SIGNAL_EXITS = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+def default_worker_id() -> str:
+    """``<hostname>-<pid>``, made a valid name."""
+    host = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname()) or "host"
+    return f"{host.lstrip('._-') or 'host'}-{os.getpid()}"[:64]
+
+
+def ip_lease_hold(config) -> float:
+    """``ipLeaseHold``, 0 meaning max(10 s, 5 x waitDuration)."""
+    return config.ip_lease_hold or max(10.0, 5.0 * config.wait_duration)
+
+
+def auto_socket(config) -> str:
+    return os.path.join(os.path.abspath(config.state_dir), "redis", "redis.sock")
+
+
+def resolve_redis_url(config, workers: int = 1) -> str:
+    """The Redis URL a crawl uses: ``auto`` (or none with N > 1) is the private server's socket."""
+    if config.redis_url == "auto" or (not config.redis_url and workers > 1):
+        return "unix://" + auto_socket(config)
+    return config.redis_url
+
+
+def crawl_meta(config) -> CrawlMeta:
+    """What the crawl is created with: partitions, seenBuckets and :data:`SHARED_KEYS`."""
+    from ..config import KEYS
+
+    by_name = {k.name: k for k in KEYS}
+    rules = {}
+    for name in SHARED_KEYS:
+        key = by_name[name]
+        rules[name] = " | ".join(key.format(getattr(config, key.attr))) or "-"
+    return CrawlMeta(config.partitions, config.seen_buckets, rules)
+
+
+@dataclass
+class WorkerProc:
+    """One supervised worker."""
+
+    wid: str
+    proc: asyncio.subprocess.Process | None = None
+    starts: list[float] = field(default_factory=list)  # monotonic times of each start
+    exits: list[int] = field(default_factory=list)  # every exit code (negative: killed by that signal)
+    pumps: list[asyncio.Task] = field(default_factory=list)
+    state: str = "starting"
+
+    @property
+    def respawns(self) -> int:
+        return max(0, len(self.starts) - 1)
+
+
+def _set_pdeathsig() -> None:
+    """In the child: die with SIGTERM when the launcher dies (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit {code}"
+
+
+class Launcher:
+    """Spawn, supervise and sum up N workers of one crawl."""
+
+    def __init__(self, config, workers: int, *, reload: bool = False, out=None,
+                 command: Callable[[str, str, bool], Sequence[str]] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.config = config
+        self.n = workers
+        self.reload = reload
+        self.out = out if out is not None else sys.stderr
+        self.command = command or self.default_command
+        self.env = env
+        self.workers = [WorkerProc(f"w{k}") for k in range(1, workers + 1)]
+        self.redis: RedisServer | None = None
+        self.io: RedisIO | None = None
+        self.url = ""
+        self.conf_path = os.path.join(os.path.abspath(config.state_dir), "launcher.conf")
+        self.stopping: int | None = None  # the signal that asked to stop
+        self.usage_error: str | None = None
+        self.source = None
+        self.http = None
+        self.started = time.monotonic()
+        self.final: Totals | None = None
+        self.index_lines: int | None = None
+        self._changed = asyncio.Event()
+
+    # --- the worker command -------------------------------------------------
+    def default_command(self, wid: str, conf_path: str, reload: bool) -> list[str]:
+        argv = [sys.executable, "-m", "larbin_py", "-c", conf_path, "--worker", "--worker-id", wid]
+        return argv + (["--reload"] if reload else [])
+
+    def say(self, message: str) -> None:
+        print(f"larbin_py: {message}", file=self.out, flush=True)
+
+    # --- running ------------------------------------------------------------------
+    async def run(self) -> int:
+        try:
+            code = await self._prepare()
+            if code is not None:
+                return code
+            return await self._supervise()
+        finally:
+            await self._cleanup()
+
+    async def _prepare(self) -> int | None:
+        c = self.config
+        if c.url_input or c.input_port:
+            self.say("urlInput and inputPort are not available with --workers: give URLs to a worker "
+                     "started with --worker, or as startUrl")
+            return EXIT_USAGE
+        self.url = resolve_redis_url(c, self.n)
+        os.makedirs(c.state_dir, exist_ok=True)
+        if self.url == "unix://" + auto_socket(c):
+            try:
+                # started from this thread (it dies with the thread that forked
+                # it): nothing else runs yet, so the wait for PONG may block
+                self.redis = RedisServer(os.path.dirname(auto_socket(c))).start()
+            except RedisServerError as exc:
+                self.say(f"redisUrl auto: {exc}")
+                return EXIT_USAGE
+        try:
+            self.io = await RedisIO(self.url, c.crawl_name, partitions=c.partitions,
+                                    seen_buckets=c.seen_buckets).connect()
+            # The first worker to join creates the crawl (meta) with its
+            # settings and every other one is checked against it: the
+            # launcher only refuses a fresh start over an existing crawl.
+            if await self.io.read_crawl() is not None and not self.reload:
+                raise CrawlExists(f"a crawl named {c.crawl_name!r} already exists in Redis at "
+                                  f"{self.io.url_shown}: start with --reload to continue it, "
+                                  "or choose another crawlName")
+        except DistError as exc:
+            self.say(str(exc))
+            return EXIT_USAGE
+        from ..config import format_config
+
+        worker_config = c.replace(redis_url=self.url, http_port=0, input_port=0, print_stats=False,
+                                  url_input=False, worker_id="")
+        tmp = self.conf_path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(format_config(worker_config))
+        os.replace(tmp, self.conf_path)
+        if c.http_port:
+            from ..servers import listen_reason
+            from ..web.server import StatsServer
+            from .cluster_stats import ClusterSource
+
+            self.source = ClusterSource(self.io, workers=[w.wid for w in self.workers])
+            await self.source.refresh()
+            self.source.start()
+            try:
+                self.http = StatsServer(self.source, host=c.http_bind, port=c.http_port, token=c.http_token)
+                await self.http.start()
+            except (OSError, ValueError) as exc:
+                self.say(f"cannot listen on {c.http_bind}:{c.http_port} (httpPort, httpBind): {listen_reason(exc)}")
+                self.http = None
+                return EXIT_USAGE
+            self.say(f"live stats of the crawl at http://{c.http_bind}:{self.http.port}/")
+        return None
+
+    async def _supervise(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in SIGNAL_EXITS:
+            loop.add_signal_handler(sig, self.request_stop, sig)
+        try:
+            self.say(f"crawl {self.config.crawl_name!r}: {self.n} workers on Redis {self.io.url_shown}")
+            for w in self.workers:
+                await self._start(w)
+            if self.source is not None:
+                self.source.state = "running"
+            while any(w.proc is not None for w in self.workers):
+                self._changed.clear()
+                await self._changed.wait()
+        finally:
+            for sig in SIGNAL_EXITS:
+                loop.remove_signal_handler(sig)
+        return await self._finish()
+
+    async def _start(self, w: WorkerProc) -> None:
+        argv = list(self.command(w.wid, self.conf_path, self.reload or bool(w.starts)))
+        w.proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=_set_pdeathsig, env=self.env)
+        w.starts.append(time.monotonic())
+        w.state = "running"
+        self._state(w)
+        w.pumps = [asyncio.ensure_future(self._pump(w, w.proc.stdout)),
+                   asyncio.ensure_future(self._pump(w, w.proc.stderr))]
+        asyncio.ensure_future(self._watch(w, w.proc))
+
+    async def _pump(self, w: WorkerProc, stream) -> None:
+        """Copy a worker's output, each line prefixed.  Read in chunks, not by
+        readline (which drops a line longer than its buffer and raises): a pump
+        that stopped would fill the pipe and block the worker."""
+        pending = b""
+        while True:
+            chunk = await stream.read(1 << 16)
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            if len(pending) > 1 << 20:  # a line without end: copy it in pieces
+                lines.append(pending)
+                pending = b""
+            for line in lines:
+                self._line(w, line)
+        if pending:
+            self._line(w, pending)
+
+    def _line(self, w: WorkerProc, line: bytes) -> None:
+        self.out.write(f"[{w.wid}] {line.decode('utf-8', 'replace').rstrip()}\n")
+        self.out.flush()
+
+    async def _watch(self, w: WorkerProc, proc) -> None:
+        code = await proc.wait()
+        await asyncio.gather(*w.pumps, return_exceptions=True)
+        w.exits.append(code)
+        w.proc = None
+        if code == EXIT_USAGE and self.stopping is None:
+            self.usage_error = f"{w.wid} exited 2 (a usage or configuration error: see its lines above)"
+            w.state = "exit 2"
+            self.request_stop(signal.SIGTERM, quiet=True)
+        elif code in (EXIT_OK, *SIGNAL_EXITS.values()) or self.stopping is not None:
+            w.state = _exit_text(code)
+        elif self.config.respawn and self._may_respawn(w):
+            self.say(f"worker {w.wid} {_exit_text(code)}: starting it again")
+            w.state = "respawning"
+            self._state(w)
+            await self._start(w)
+        else:
+            w.state = _exit_text(code)
+            why = "respawn is off" if not self.config.respawn else f"it died {MAX_RESPAWNS + 1} times in {RESPAWN_WINDOW:g} s"
+            self.say(f"worker {w.wid} {_exit_text(code)} ({why}): the others take its partitions over")
+        self._state(w)
+        self._changed.set()
+
+    def _may_respawn(self, w: WorkerProc) -> bool:
+        recent = [t for t in w.starts if time.monotonic() - t < RESPAWN_WINDOW]
+        return len(recent) <= MAX_RESPAWNS
+
+    def _state(self, w: WorkerProc) -> None:
+        if self.source is not None:
+            self.source.worker_states[w.wid] = w.state
+
+    def request_stop(self, sig: int = signal.SIGTERM, quiet: bool = False) -> None:
+        """Stop every worker (SIGINT/SIGTERM forwarded; they stop as one process does)."""
+        if self.stopping is None:
+            self.stopping = sig
+            if not quiet:
+                self.say(f"stopping the {self.n} workers ({signal.Signals(sig).name})")
+        if self.source is not None:
+            self.source.state = "stopping"
+        for w in self.workers:
+            if w.proc is not None and w.proc.returncode is None:
+                try:
+                    w.proc.send_signal(sig)
+                except ProcessLookupError:
+                    pass
+
+    async def _finish(self) -> int:
+        try:
+            if self.io is not None:
+                self.final = (await self.io.view()).totals
+        except DistError as exc:
+            self.say(f"cannot read the final counters: {exc}")
+        if self.source is not None:
+            await self.source.refresh()
+            self.source.state = "finished"
+        self.merge_outputs()
+        code = self.exit_code()
+        print(self.summary(code), file=self.out, flush=True)
+        return code
+
+    def merge_outputs(self) -> None:
+        """A mirror's ``saveDir/index.tsv``: each page saved by any worker listed once
+        (larbin_py.dist.worker.merge_index over the workers' own indexes)."""
+        self.index_lines = None
+        if self.config.output_mode != "mirror" or not any(w.starts for w in self.workers):
+            return
+        try:
+            from .worker import merge_index
+        except ImportError:  # a build without the worker side has no worker outputs to merge
+            return
+        try:
+            self.index_lines = merge_index(self.config.save_dir)
+        except OSError as exc:
+            self.say(f"cannot write {os.path.join(self.config.save_dir, 'index.tsv')}: {exc}")
+
+    def exit_code(self) -> int:
+        if self.usage_error is not None:
+            return EXIT_USAGE
+        if self.stopping is not None:
+            return SIGNAL_EXITS.get(self.stopping, EXIT_FAILED)
+        last = [w.exits[-1] for w in self.workers if w.exits]
+        if any(code == EXIT_OK for code in last):
+            return EXIT_OK  # the crawl ended (a dead worker's partitions were taken over)
+        return EXIT_FAILED
+
+    def summary(self, code: int) -> str:
+        t = self.final or Totals()
+        elapsed = time.monotonic() - self.started
+        if self.usage_error:
+            reason = self.usage_error
+        elif self.stopping is not None:
+            reason = f"stopped by {signal.Signals(self.stopping).name}"
+        elif code == EXIT_OK:
+            reason = "end of work"
+        else:
+            reason = "every worker failed"
+        snaps = self.source.snapshots if self.source is not None else {}
+        lines = [
+            f"larbin_py: crawl {self.config.crawl_name!r} on {self.n} workers: {reason}",
+            f"  pages fetched   {t.fetched}  ({t.fetched / elapsed if elapsed > 0 else 0.0:.1f} pages/s)",
+            f"  elapsed         {elapsed:.1f} s",
+            f"  URLs accepted   {t.accepted} = fetched {t.fetched} + forgotten {sum(t.forgotten.values())} "
+            f"+ queued {t.queued}  ({'balanced' if t.balanced else 'NOT BALANCED'})",
+        ]
+        if t.forgotten:
+            lines.append("  forgotten       " + ", ".join(f"{k} {v}" for k, v in sorted(t.forgotten.items())))
+        if self.index_lines is not None:
+            lines.append(f"  mirror index    {os.path.join(self.config.save_dir, 'index.tsv')}: "
+                         f"{self.index_lines} pages")
+        for w in self.workers:
+            pages = ((snaps.get(w.wid) or {}).get("pages") or {}).get("fetched")
+            extra = f", respawned {w.respawns}x" if w.respawns else ""
+            exits = ", ".join(_exit_text(c) for c in w.exits) or "never started"
+            lines.append(f"  worker {w.wid:<8} {exits}{extra}" + (f"; {pages} pages" if pages is not None else ""))
+        return "\n".join(lines)
+
+    async def _cleanup(self) -> None:
+        for w in self.workers:  # an error path: nobody left behind
+            if w.proc is not None and w.proc.returncode is None:
+                w.proc.kill()
+                await w.proc.wait()
+        if self.source is not None:
+            await self.source.stop()
+        if self.http is not None:
+            await self.http.close()
+        if self.io is not None:
+            await self.io.close()
+        if self.redis is not None:
+            self.redis.stop()
+
+
+def launch_main(config, workers: int, *, reload: bool = False) -> int:
+    """``--workers N`` on uvloop: the process exit code."""
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(Launcher(config, workers, reload=reload).run())
+
+
+def worker_main(config, *, reload: bool = False) -> int:
+    """``--worker``: run this process as one worker of the crawl (larbin_py.dist.worker)."""
+    import uvloop
+
+    if not config.redis_url:
+        print("larbin_py: --worker needs redisUrl (the Redis of the crawl to join)", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        from .worker import run_worker
+    except ImportError as exc:
+        print(f"larbin_py: --worker: the worker side is missing from this build ({exc})", file=sys.stderr)
+        return EXIT_USAGE
+    config = config.replace(redis_url=resolve_redis_url(config),
+                            worker_id=config.worker_id or default_worker_id())
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(run_worker(config, reload=reload))
+
+
+async def run_demo_workers(config, workers: int, *, hosts: int = 30, seed: int = 7, out=None) -> int:
+    """``--demo --workers N``: the synthetic web served by the launcher, crawled by N workers.
+
+    As ``--demo`` (larbin_py.demo), with the sim on the launcher's loop (it
+    only serves pages; the workers crawl) and a private redis-server; the
+    ground truth is checked against every request the sim saw, whichever
+    worker sent it.
+    """
+    from ..demo import DEMO_MARKER, _clear_demo_state, _port_free, crawl_rules
+    from ..robots import product_token
+    from ..sim import Sim, SimConfig
+
+    out = out if out is not None else sys.stderr
+    if not _clear_demo_state(config.state_dir):
+        print(f"larbin_py: stateDir {config.state_dir!r} holds a crawl that is not a demo; "
+              "choose another stateDir for --demo", file=out)
+        return EXIT_USAGE
+    os.makedirs(config.state_dir, exist_ok=True)
+    open(os.path.join(config.state_dir, DEMO_MARKER), "w").close()
+    sim_config = SimConfig(seed=seed, hosts=hosts, dns=True, robots_agent=product_token(config.user_agent),
+                           crawl_delay=(0.5, 1.0))
+    async with Sim(sim_config) as sim:
+        http_port = config.http_port
+        if http_port and not _port_free(config.http_bind, http_port):
+            http_port = 0
+        demo = config.replace(
+            start_urls=tuple(sim.seeds), dns_servers=(("127.0.0.1", sim.dns_port),), private_networks="allow",
+            depth_by_site=True, depth_in_site=max(config.depth_in_site, sim.web.max_depth(True)),
+            timeout_page=min(config.timeout_page, 3.0), connect_timeout=min(config.connect_timeout, 3.0),
+            http_port=http_port, redis_url=config.redis_url or "auto")
+        print(f"larbin_py demo: a synthetic web of {len(sim.web.hosts)} hosts on {len(sim.ips)} loopback IPs "
+              f"(HTTP port {sim.port}, DNS port {sim.dns_port}); crawling {len(demo.start_urls)} start URLs "
+              f"with {workers} workers, waitDuration {demo.wait_duration:g} s", file=out)
+        code = await Launcher(demo, workers, out=out).run()
+        truth = sim.truth(crawl_rules(demo, sim.seeds))
+        requested = set(sim.log.urls())
+        hit = truth.must_request & requested
+        wrong = truth.must_not_request & requested
+        share = 100.0 * len(hit) / len(truth.must_request) if truth.must_request else 100.0
+        print(f"larbin_py demo: ground truth: {len(hit)} of {len(truth.must_request)} URLs a correct crawl "
+              f"requests were requested ({share:.1f} %), {len(wrong)} it must not request were", file=out)
+    return code
+
+
+def demo_launch_main(config, workers: int) -> int:
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(run_demo_workers(config, workers))
