@@ -49,18 +49,14 @@ from ..output.paths import SafeTree
 from ..output.writer import ThreadedOutput
 from .coordinator import Coordinator
 from .inbox import RedisInbox
-from .redisio import CrawlMeta, DistError, RedisIO
+from .redisio import DistError, RedisIO
 from .sink import RedisSink
 
 __all__ = ["DistState", "DistFrontier", "WorkerMirrorOutput", "merge_index", "worker_id_of", "run_worker",
-           "WORKERS_DIR", "RULE_KEYS"]
+           "WORKERS_DIR"]
 
 #: Where the workers' own indexes live under saveDir (mirror mode).
 WORKERS_DIR = ".workers"
-
-#: The settings every worker of a crawl must share (a joiner that differs is refused).
-RULE_KEYS = ("depth_in_site", "depth_by_site", "forbidden_extensions", "get_cgi", "limit_to_domain",
-             "lock_site", "no_external_links", "retries", "ignore_robots", "partitions", "seen_buckets")
 
 
 def worker_id_of(config) -> str:
@@ -298,6 +294,8 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
     from ..engine import Engine
     from ..runner import run_engine
 
+    from .launcher import crawl_meta
+
     err = err if err is not None else sys.stderr
     if config.redis_url == "auto":
         print("larbin_py: redisUrl auto starts a private redis-server with --workers N; "
@@ -308,8 +306,7 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
                  seen_buckets=config.seen_buckets)
     try:
         await io.connect()
-        rules = {k: str(getattr(config, k)) for k in RULE_KEYS if hasattr(config, k)}
-        await io.join_crawl(CrawlMeta(config.partitions, config.seen_buckets, rules))
+        await io.join_crawl(crawl_meta(config))
     except DistError as exc:
         print(f"larbin_py: {exc}", file=err)
         await io.close()
