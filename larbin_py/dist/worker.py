@@ -319,6 +319,13 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
         engine = Engine(config, crawl_state=state, err=err, **kw)
         state.coordinator.on_ip_release = \
             lambda ip: engine.fetcher.close_idle(ip) if engine.fetcher is not None else 0
+        coordinator = state.coordinator
+
+        def snapshot() -> dict:  # written to stats:<w> at each heartbeat (the launcher's dashboard)
+            snap = engine.snapshot()
+            snap["dist"] = coordinator.stats()
+            return snap
+        coordinator.snapshot = snapshot
         code = await run_engine(engine)
         await state.stop()
         return code
