@@ -232,3 +232,36 @@ def test_a_released_lease_is_asked_for_again_when_work_comes_back():
     f.push("http://a.test/2", 3, 0)
     sim.run()
     assert len(sim.asked) == 2 and sim.fetched[-1] == "http://a.test/2"
+
+
+def test_a_released_lease_carries_the_time_the_last_request_reached_the_wire():
+    f = make(ip_leases=True, wait_duration=0.2)
+    f.push("http://a.test/1", 3, 0)
+    f.load(0.0)
+    site = f.take_dns_requests()[0]
+    f.dns_resolved(site, ("10.0.0.1",), 300.0, 0.0)
+    f.ip_lease_granted("10.0.0.1", 0.0, None, 0.0)
+    f.obey_robots = False
+    req = f.next_request(0.0)
+    assert req is not None and req.started == 0.0
+    f.sent_late(req, 0.15)  # a slow connect: the server saw it at 0.15
+    f.fetched_ok(req, 0.2)
+    (ip, last_start, pace), = f.ip_leases_to_release(5.0)
+    assert ip == "10.0.0.1" and last_start == 0.15
+
+
+def test_no_request_starts_past_the_lease_deadline():
+    f = make(ip_leases=True, wait_duration=0.2, obey_robots=False)
+    for i in range(3):
+        f.push(f"http://a.test/{i}", 3, 0)
+    f.load(0.0)
+    f.dns_resolved(f.take_dns_requests()[0], ("10.0.0.1",), 300.0, 0.0)
+    f.ip_lease_granted("10.0.0.1", 0.0, None, 0.0)
+    f.ip_lease_deadline = 1.0
+    req = f.next_request(0.5)
+    assert req is not None
+    f.fetched_ok(req, 0.6)
+    assert f.next_request(1.1) is None  # renewal late: the lease may have lapsed
+    assert f.next_wakeup() is None  # no timer spinning until the renewal
+    f.ip_lease_deadline = 3.0  # renewed
+    assert f.next_request(1.2) is not None

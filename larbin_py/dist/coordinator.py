@@ -418,6 +418,9 @@ class Coordinator:
         lost = self.membership.absorb(hb, sent_at)
         if lost:
             self._lost(lost)
+        if not hb.duplicate:
+            # The frontier starts nothing past this (checked at every start, not only per tick).
+            self.fr.ip_lease_deadline = sent_at + self.lease_ttl - self.membership.margin
         now = self.clock()
         self.next_hb = sent_at + self.hb_interval
         members = self.membership.members()

@@ -323,6 +323,9 @@ class Frontier:
         self.on_ip_wanted = on_ip_wanted  # called when an IP starts wanting its lease
         self._ip_wanted: dict[str, IPSite] = {}  # lease WANTED
         self._ip_held: dict[str, IPSite] = {}  # lease HELD or EXPIRING
+        #: With leases on: no request starts after this time (loop time), until
+        #: the coordinator's next renewal moves it (the leases may have lapsed).
+        self.ip_lease_deadline = math.inf
         #: Records given up by drop() (handed over to another worker).
         self.handed_over = 0
         #: Links refused by :meth:`offer` / :meth:`offer_url`, by reason ("seen" included).
@@ -848,8 +851,8 @@ class Frontier:
         if self.dns_wanted or self._load_due():
             return self._last_now
         t = math.inf
-        if self._heap and self.requests < self.max_requests:
-            t = self._heap[0][0]
+        if self._heap and self.requests < self.max_requests and self._last_now <= self.ip_lease_deadline:
+            t = self._heap[0][0]  # (past the lease deadline, the renewal wakes the engine)
         if self._timers:
             t = min(t, self._timers[0][0])
         return None if t == math.inf else t
@@ -857,6 +860,8 @@ class Frontier:
     def next_request(self, now: float) -> Request | None:
         """The next request allowed to start at ``now``, or None."""
         self._last_now = now
+        if now > self.ip_lease_deadline:
+            return None  # the leases may have lapsed: nothing starts until they are renewed
         heap = self._heap
         while heap and self.requests < self.max_requests:
             t, _, ip = heap[0]
@@ -980,6 +985,8 @@ class Frontier:
             pace = ip.pace
             ip_delay = pace.delay(self.wait_duration)
             site_delay = pace.delay(max(self.wait_duration, site.crawl_delay))
+            if sent_at > ip.last_start:
+                ip.last_start = sent_at  # what a lease's next holder counts from (the server's view)
             if sent_at + ip_delay > ip.next_allowed:
                 ip.next_allowed = sent_at + ip_delay
         else:
