@@ -177,6 +177,12 @@ def test_only_held_ips_are_scheduled():
     assert set(out[0][2]) == {"penalty", "retry_until", "srtt", "floor"}
     assert ip.lease is LeaseState.NONE and f.ip_leases_held() == []
 
+    # a worker that stops gives back every lease with no request running, at once
+    f.push("http://a.test/9", 3, 0)
+    sim.run()
+    assert f.ip_leases_to_release(sim.now) == []
+    assert [o[0] for o in f.ip_leases_to_release(sim.now, every=True)] == ["10.0.0.1"]
+
 
 def test_suspended_leases_start_nothing_until_resumed():
     f = make(ip_leases=True, wait_duration=0.5)

@@ -365,7 +365,7 @@ class Coordinator:
                                               for p in self.claimed - self.maybe_full):
                 self._stage_reads(t, handlers, now)
         # 5. IP leases
-        for ip, last_start, pace in fr.ip_leases_to_release(now):
+        for ip, last_start, pace in fr.ip_leases_to_release(now, every=final):
             # Our kept-alive connections to it close first: one connection per IP across workers.
             self.on_ip_release(ip)
             wall_ms = int((self.wall() + (last_start - now)) * 1000) if last_start >= 0 else 0

@@ -1325,13 +1325,14 @@ class Frontier:
         """The IPs whose lease this worker holds (renewed by the heartbeat)."""
         return list(self._ip_held)
 
-    def ip_leases_to_release(self, now: float) -> list[tuple[str, float, dict]]:
+    def ip_leases_to_release(self, now: float, *, every: bool = False) -> list[tuple[str, float, dict]]:
         """Leases to give back now: ``(ip, last_start, pace)`` each, and NONE here.
 
         An IP is released when no request to it runs and either nothing has
         been ready on it for ``IP_IDLE_RELEASE`` waitDurations since its last
         start, or another worker waits for it and it was held at least
-        ``ip_lease_hold``.  ``last_start`` (loop time, -1 when none) and the
+        ``ip_lease_hold``; ``every``: each one with no request running (a
+        worker that stops).  ``last_start`` (loop time, -1 when none) and the
         pace go to ``iplast`` for the next holder.
         """
         out = []
@@ -1340,17 +1341,18 @@ class Frontier:
             if ip.busy:
                 continue
             since = max(ip.last_start, ip.lease_since)
-            if ip.ready and not (ip.contended and now - ip.lease_since >= self.ip_lease_hold):
-                continue
-            if not ip.ready and now - since < idle_after:
-                continue
+            if not every:
+                if ip.ready and not (ip.contended and now - ip.lease_since >= self.ip_lease_hold):
+                    continue
+                if not ip.ready and now - since < idle_after:
+                    continue
             del self._ip_held[key]
             ip.lease = LeaseState.NONE
             ip.contended = False
             p = ip.pace
             out.append((key, ip.last_start, {"penalty": p.penalty, "retry_until": p.retry_until,
                                              "srtt": p.srtt, "floor": p.floor}))
-            if ip.ready:  # still wanted: the waiting worker gets its turn first
+            if ip.ready and not every:  # still wanted: the waiting worker gets its turn first
                 ip.lease = LeaseState.WANTED
                 ip.lease_retry = now + IP_REASK_AFTER
                 self._ip_wanted[key] = ip
