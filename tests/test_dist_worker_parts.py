@@ -62,3 +62,12 @@ def test_merge_index_lists_each_url_once(tmp_path):
     urls = [line.split("\t")[0] for line in (save / "index.tsv").read_text().splitlines()]
     assert sorted(urls) == ["http://a/", "http://b/", "http://c/"]
     assert not os.path.exists(save / "index.tsv.tmp")
+
+
+def test_the_workers_shared_keys_are_the_launchers():
+    from larbin_py.config import parse_config_text
+    from larbin_py.dist import launcher, shared
+
+    config = parse_config_text("", require_start_urls=False)
+    assert shared.SHARED_KEYS == launcher.SHARED_KEYS
+    assert shared.crawl_meta(config) == launcher.crawl_meta(config)

@@ -50,6 +50,7 @@ from ..output.writer import ThreadedOutput
 from .coordinator import Coordinator
 from .inbox import RedisInbox
 from .redisio import DistError, RedisIO
+from .shared import crawl_meta
 from .sink import RedisSink
 
 __all__ = ["DistState", "DistFrontier", "WorkerMirrorOutput", "merge_index", "worker_id_of", "run_worker",
@@ -293,8 +294,6 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
     """Run one worker of the crawl in ``config.redis_url`` to its end: the exit code."""
     from ..engine import Engine
     from ..runner import run_engine
-
-    from .launcher import crawl_meta
 
     err = err if err is not None else sys.stderr
     if config.redis_url == "auto":
