@@ -62,7 +62,7 @@ from typing import Any, Awaitable, Callable
 from .. import robots as robots_mod
 from ..frontier.scheduler import site_key
 from ..frontier.store import UrlRecord
-from .inbox import RedisInbox, split_tag
+from .inbox import RedisInbox, make_tag, split_tag
 from .membership_redis import RedisMembership
 from .partition import assign, partition_of
 from .redisio import FENCED, DistError, RedisIO, RedisUnavailable
@@ -75,6 +75,8 @@ __all__ = ["Coordinator"]
 MIN_GAP = 0.02
 #: Most entries one fenced read asks of one partition.
 READ_MAX = 200
+#: Most refused acks kept for a partition that may come back (see Coordinator.orphan_acks).
+ORPHANS_MAX = 100_000
 #: How often an owned partition found empty is read again (seconds).
 EMPTY_POLL = 0.5
 
@@ -133,6 +135,12 @@ class Coordinator:
         #: robots.txt answers to store in ``robots:{p}`` (robots URL -> blob), by partition.
         self.robots_out: dict[int, dict[str, bytes]] = defaultdict(dict)
         self.robots_loaded = 0
+        #: Tags of the records this worker holds (read or claimed, not yet acked): a claim
+        #: after a failed tick skips them (no URL twice in the frontier).
+        self.live: set[str] = set()
+        #: Outcomes whose ack was refused (the lease was lost, e.g. while Redis was away),
+        #: tag -> outcome: if this worker takes the partition again, they are acked, not redone.
+        self.orphan_acks: dict[str, str] = {}
         self.acks_ready: list[tuple[int, str, str]] = []
         self.done_since_tick = 0
         self.last_ack_cycle = clock()
@@ -296,6 +304,7 @@ class Coordinator:
         self.done_since_tick = 0
         t = self.io.tick()
         handlers: list[tuple[int, Callable[[Any], None]]] = []
+        read_parts: list[int] = []
 
         # 1. enqueues
         links = self.sink.take()
@@ -311,7 +320,8 @@ class Coordinator:
             if token is None:
                 self.fenced += len(pairs)  # the lease went: the new owner redoes them
                 continue
-            handlers.append((t.ack(p, self.worker, token, pairs), lambda r, p=p: self._acked(p, r)))
+            handlers.append((t.ack(p, self.worker, token, pairs),
+                             lambda r, p=p, pairs=pairs: self._acked(p, r, pairs)))
         # robots.txt answers of owned partitions (fenced)
         robots, self.robots_out = self.robots_out, defaultdict(dict)
         for p, answers in robots.items():
@@ -363,7 +373,7 @@ class Coordinator:
                                      lambda r, p=p: self._acquired(p, r)))
             if self._reads_wanted(now) or any(now - self.polled.get(p, 0.0) >= EMPTY_POLL
                                               for p in self.claimed - self.maybe_full):
-                self._stage_reads(t, handlers, now)
+                read_parts = self._stage_reads(t, handlers, now)
         # 5. IP leases
         for ip, last_start, pace in fr.ip_leases_to_release(now, every=final):
             # Our kept-alive connections to it close first: one connection per IP across workers.
@@ -373,8 +383,10 @@ class Coordinator:
             if pace.get("retry_until"):
                 pace["retry_until"] = self.wall() + (pace["retry_until"] - now)
             handlers.append((t.ip_release(ip, self.holder, wall_ms, json.dumps(pace)), lambda r: None))
+        asked_ips: list[str] = []
         if not final and not self.suspended:
-            for ip in fr.ip_leases_wanted(now):
+            asked_ips = fr.ip_leases_wanted(now)
+            for ip in asked_ips:
                 handlers.append((t.ip_acquire(ip, self.holder, self._ip_ttl()),
                                  lambda r, ip=ip: self._ip_answer(ip, r)))
         # 6. releases of drained partitions
@@ -391,8 +403,7 @@ class Coordinator:
         try:
             results = await t.execute()
         except RedisUnavailable:
-            self.sink.put_back(links)
-            self.acks_ready[:0] = acks
+            self._tick_failed(links, acks, asked_ips, read_parts)
             raise
         for i, handler in handlers:
             handler(results[i])
@@ -408,11 +419,13 @@ class Coordinator:
         if new and p in self.claimed:
             self.maybe_full.add(p)
 
-    def _acked(self, p: int, r) -> None:
+    def _acked(self, p: int, r, pairs) -> None:
         if r is FENCED:
             self._lost([p])
         else:
             self.acked += int(r)
+            for entry, _ in pairs:
+                self.live.discard(make_tag(p, entry))
 
     def _heartbeat(self, hb, sent_at: float) -> None:
         lost = self.membership.absorb(hb, sent_at)
@@ -488,31 +501,65 @@ class Coordinator:
             self._lost([p])
             return
         fr = self.fr
+        orphans = self.orphan_acks
         for e in r.entries:
+            outcome = orphans.pop(make_tag(p, e.id), None) if orphans else None
+            if outcome is not None:  # done here before the lease was lost: acked, not redone
+                self.acks_pending.append((p, e.id, outcome))
+                continue
             rec = RedisInbox.record(p, e.id, e.record)
             if rec is None:
                 self.acks_ready.append((p, e.id, "badUrl"))
                 continue
+            if rec.tag in self.live:
+                continue  # held here already (a claim after a failed tick)
+            self.live.add(rec.tag)
             fr.push_record(rec, priority=True)
         for e in r.poison:
-            self.acks_ready.append((p, e.id, "workerCrash"))
+            outcome = orphans.pop(make_tag(p, e.id), None) if orphans else None
+            if outcome is not None:
+                self.acks_pending.append((p, e.id, outcome))
+            elif make_tag(p, e.id) not in self.live:  # (one held here was only re-claimed)
+                self.acks_ready.append((p, e.id, "workerCrash"))
+        if orphans:  # what the claim did not bring back was acked or taken elsewhere
+            prefix = f"{p}/"
+            for tag in [t for t in orphans if t.startswith(prefix)]:
+                del orphans[tag]
         self.claimed_entries += len(r.entries)
         self.claimed.add(p)
         self.maybe_full.add(p)
 
-    def _stage_reads(self, t, handlers, now: float) -> None:
+    def _tick_failed(self, links, acks, asked_ips: list[str], read_parts: list[int]) -> None:
+        """A tick whose answers were lost (Redis unreachable): undo what waits on them.
+
+        Links and acks go again (both idempotent); the IPs asked are asked
+        again; a read may have been delivered without its answer reaching us,
+        which would leave its entries pending for ever: those partitions are
+        claimed again (skipping the records held here).
+        """
+        self.sink.put_back(links)
+        self.acks_ready[:0] = acks
+        retry = self.clock() + self.hb_interval
+        for ip in asked_ips:
+            self.fr.ip_lease_denied(ip, retry)
+        for p in read_parts:
+            if p in self.held:
+                self.to_claim.add(p)
+
+    def _stage_reads(self, t, handlers, now: float) -> list[int]:
         budget = self.inbox.room
         if budget <= 0 or not self.fr.is_get:
-            return
+            return []
         parts = [p for p in self.claimed if p not in self.draining
                  and (p in self.maybe_full or now - self.polled.get(p, 0.0) >= EMPTY_POLL)]
         if not parts:
-            return
+            return []
         each = max(1, min(READ_MAX, budget // len(parts)))
         for p in parts:
             self.polled[p] = now
             handlers.append((t.read(p, self.worker, self.held[p], each),
                              lambda r, p=p, each=each: self._read(p, r, each)))
+        return parts
 
     def _read(self, p: int, r, asked: int) -> None:
         if r is FENCED:
@@ -527,6 +574,7 @@ class Coordinator:
                 self.inbox.malformed += 1
                 self.acks_ready.append((p, e.id, "badUrl"))
                 continue
+            self.live.add(rec.tag)
             fr.push_record(rec)
         if len(r) < asked:
             self.maybe_full.discard(p)
@@ -593,6 +641,11 @@ class Coordinator:
             self.draining[p] = now
             self.maybe_full.discard(p)
         self.fr.drop(lambda host: self.partition(host) in gone)
+        self._forget_live(gone)
+
+    def _forget_live(self, gone: set[int]) -> None:
+        """Records of partitions handed over or lost are no longer held here."""
+        self.live = {tag for tag in self.live if split_tag(tag)[0] not in gone}
 
     def _drained(self, final: bool) -> list[int]:
         """Draining partitions with no request of theirs running and no ack left to send."""
@@ -619,9 +672,14 @@ class Coordinator:
             self.draining.pop(p, None)
             self.to_claim.discard(p)
             self.maybe_full.discard(p)
+        if len(self.orphan_acks) < ORPHANS_MAX:
+            for p, entry, outcome in self.acks_pending + self.acks_ready:
+                if p in gone:
+                    self.orphan_acks[make_tag(p, entry)] = outcome
         self.acks_pending = [a for a in self.acks_pending if a[0] not in gone]
         self.acks_ready = [a for a in self.acks_ready if a[0] not in gone]
         self.fr.drop(lambda host: self.partition(host) in gone)
+        self._forget_live(gone)
 
     def stats(self) -> dict:
         return {

@@ -49,6 +49,7 @@ from ..output.paths import SafeTree
 from ..output.writer import ThreadedOutput
 from .coordinator import Coordinator
 from .inbox import RedisInbox
+from .membership import MembershipError
 from .redisio import DistError, RedisIO
 from .shared import crawl_meta
 from .sink import RedisSink
@@ -168,6 +169,7 @@ class DistState:
         self._task: asyncio.Task | None = None
         self._wake_engine = None
         self.started = False
+        self.joined = False
         self.stopped = False
 
     # -- building ---------------------------------------------------------
@@ -260,7 +262,8 @@ class DistState:
         coordinator; the last (at the end) stops it cleanly.  No file is written."""
         if not self.started:
             self.started = True
-            await self.coordinator.start()
+            if not self.joined:
+                await self.coordinator.start()
             self._task = asyncio.get_running_loop().create_task(self.coordinator.run())
             return False
         await self.stop()
@@ -325,6 +328,12 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
             snap["dist"] = coordinator.stats()
             return snap
         coordinator.snapshot = snapshot
+        try:  # join before the crawl starts: a Redis lost meanwhile is a clear exit 2
+            await coordinator.start()
+        except MembershipError as exc:
+            print(f"larbin_py: {exc}", file=err)
+            return 2
+        state.joined = True
         code = await run_engine(engine)
         await state.stop()
         return code
