@@ -25,6 +25,7 @@ from larbin_py.dist.redisio import RedisIO
 from larbin_py.dist.worker import WORKERS_DIR, merge_index
 from larbin_py.output.base import INDEX_NAME
 from larbin_py.sim import Sim, SimConfig
+from larbin_py.sim.web import DEFAULT_ROBOTS_MIX
 
 from test_e2e import ROBOTS_PATHS, SLACK, make_config, page_requests
 
@@ -34,16 +35,22 @@ CRAWL = "t"
 LEASE_TTL = 2.0
 
 
+#: The sim's robots.txt profiles but those that fail (their retries wait
+#: seconds; the single process's tests cover them, nothing here is specific).
+ROBOTS_MIX = {k: v for k, v in DEFAULT_ROBOTS_MIX.items() if k not in ("error", "timeout")}
+
+
 def sim_config(**kw) -> SimConfig:
-    base = dict(seed=7, hosts=40, pages_per_host=(2, 6), hosts_per_ip=4, dns=True, robots_agent="larbin_py",
-                trap=False, p_dup=0.0)
+    base = dict(seed=7, hosts=32, pages_per_host=(2, 5), hosts_per_ip=4, dns=True, robots_agent="larbin_py",
+                trap=False, p_dup=0.0, robots_mix=ROBOTS_MIX)
     base.update(kw)
     return SimConfig(**base)
 
 
 def worker_config(tmp_path, sim, redis_url: str, worker: str, **changes):
     values = dict(redis_url=redis_url, crawl_name=CRAWL, worker_id=worker, lease_ttl=LEASE_TTL,
-                  output_mode="mirror", connexions_per_ip=1, partitions=64, wait_duration=0.2)
+                  output_mode="mirror", connexions_per_ip=1, partitions=64, wait_duration=0.1,
+                  timeout_page=1.0, connect_timeout=1.0, retries=0)  # (a name that never resolves is not retried for seconds)
     values.update(changes)
     return make_config(tmp_path, sim, **values)
 
@@ -162,19 +169,18 @@ async def test_one_worker_crawls_exactly(tmp_path, redis_server):
 
 
 @pytest.mark.async_timeout(150)
-async def test_two_workers_share_the_crawl_politely(tmp_path, redis_server):
-    sim, view, elapsed = await crawl_with(tmp_path, redis_server, 2)
-    owners = Counter(row.owner for row in view.rows if row.fetched)
-    assert owners.keys() <= {"", "w0", "w1"}
-    # both workers crawled: their indexes both hold pages
+@pytest.mark.parametrize("n", [2, 4])
+async def test_workers_share_the_crawl_politely(tmp_path, redis_server, n):
+    sim, view, elapsed = await crawl_with(tmp_path, redis_server, n)
+    # every worker crawled: each index holds pages
     save = os.path.join(str(tmp_path / "save"), WORKERS_DIR)
-    sizes = {w: os.path.getsize(os.path.join(save, w, INDEX_NAME)) for w in ("w0", "w1")}
+    sizes = {f"w{i}": os.path.getsize(os.path.join(save, f"w{i}", INDEX_NAME)) for i in range(n)}
     assert all(sizes.values()), sizes
 
 
 @pytest.mark.async_timeout(150)
 async def test_kill_9_of_a_worker_loses_nothing_and_its_partitions_are_taken_over(tmp_path, redis_server):
-    async with Sim(sim_config(seed=9, hosts=48, pages_per_host=(4, 9))) as sim:
+    async with Sim(sim_config(seed=9, hosts=40, pages_per_host=(4, 8))) as sim:
         workers = Workers(tmp_path, sim, redis_server.url, 3)
         await workers.start_all()
         io = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
@@ -190,10 +196,15 @@ async def test_kill_9_of_a_worker_loses_nothing_and_its_partitions_are_taken_ove
                 await asyncio.sleep(0.05)
             else:
                 raise AssertionError("w1 never had pending entries")
-            pending_at_kill = sum(r.pending for r in victim_rows)
             owned = {r.partition for r in victim_rows}
             workers.procs["w1"].send_signal(signal.SIGKILL)
             killed = time.monotonic()
+            await workers.procs["w1"].wait()
+            # what w1 had read and not acked, frozen by its death (its leases outlive it by leaseTtl)
+            view = await io.view(rows=True)
+            assert all(view.rows[p].owner == "w1" for p in owned)
+            pending_at_kill = sum(view.rows[p].pending for p in owned)
+            assert pending_at_kill >= 1
             # takeover: every partition of w1 gets a new owner
             took = None
             while time.monotonic() < killed + 30:
@@ -230,3 +241,34 @@ async def test_kill_9_of_a_worker_loses_nothing_and_its_partitions_are_taken_ove
         assert merge_index(config.save_dir) == len(truth.saved)
         assert sorted(index_urls(config.save_dir)) == sorted(truth.saved)
         print(f"takeover {took:.2f} s; fetched twice {len(twice)} of {pending_at_kill} pending at the kill")
+
+
+@pytest.mark.async_timeout(150)
+async def test_kill_9_of_redis_and_a_restart_from_its_aof_loses_nothing(tmp_path, redis_server):
+    async with Sim(sim_config(seed=9, hosts=24, pages_per_host=(3, 7))) as sim:
+        workers = Workers(tmp_path, sim, redis_server.url, 2)
+        await workers.start_all()
+        io = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
+        try:
+            deadline = time.monotonic() + 60
+            while (await io.view()).totals.fetched < 20:  # the crawl is under way
+                assert time.monotonic() < deadline, "the crawl did not start"
+                await asyncio.sleep(0.05)
+        finally:
+            await io.close()
+        redis_server.kill()
+        await asyncio.sleep(1.0)  # the workers find Redis gone, pause, retry
+        redis_server.start()  # from its AOF
+        codes = await workers.wait(90)
+        assert codes == {"w0": 0, "w1": 0}, {w: workers.log(w)[-2000:] for w in codes}
+        assert all("Redis is back" in workers.log(w) for w in ("w0", "w1"))
+        config = workers.configs["w0"]
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        requested = [r.url for r in page_requests(sim)]
+        assert set(requested) == truth.must_request, sorted(truth.must_request - set(requested))[:10]
+        view = await totals(redis_server.url)
+        t = view.totals
+        assert t.queued == 0 and t.accepted == t.fetched + sum(t.forgotten.values())
+        assert t.fetched == len(truth.saved)
+        assert merge_index(config.save_dir) == len(truth.saved)
+        check_politeness(sim, config.wait_duration)
