@@ -52,8 +52,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
-import os
 import sys
 import time
 from collections import defaultdict
@@ -339,14 +337,6 @@ class Coordinator:
                 handlers.append((t.ip_acquire(ip, self.holder, self._ip_ttl()),
                                  lambda r, ip=ip: self._ip_renewed(ip, r)))
             idle = self.idle()
-            if os.environ.get("LARBIN_DIST_DEBUG") and self.hb_seq % 10 == 0:
-                ips = {k: (ip.lease.value, round(ip.lease_retry - now, 2), len(ip.ready), ip.busy)
-                       for k, ip in fr.ips.items() if ip.lease.value != "none" or ip.ready}
-                print(f"DEBUG {self.worker} t={now:.2f} idle={idle} local={self.is_idle()} q={fr.queued} "
-                      f"sites={fr.in_sites} fl={fr.in_flight} req={fr.requests} dns={fr.dns_pending} "
-                      f"inbox={len(self.inbox)} acks={len(self.acks_pending)}/{len(self.acks_ready)} "
-                      f"sink={self.sink.pending} claim={len(self.to_claim)} drain={len(self.draining)} "
-                      f"susp={self.suspended} ips={ips} timers={len(fr._timers)}", file=self.err, flush=True)
             handlers.append((t.report(self.worker, self.hb_seq, idle), lambda r: None))
             if idle and not final:
                 handlers.append((t.view(), self._view))
