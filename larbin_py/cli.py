@@ -183,9 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = worker_main(config, reload=args.reload)
         elif args.workers is not None and (args.workers > 1 or config.redis_url):
             if args.demo:
-                from .dist.launcher import demo_launch_main
+                from .demo import demo_workers_main
 
-                code = demo_launch_main(config, args.workers)
+                code = demo_workers_main(config, args.workers)
             else:
                 from .dist.launcher import launch_main
 

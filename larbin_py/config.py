@@ -68,6 +68,7 @@ from typing import Any, Iterable
 from . import __version__
 from .frontier.addresses import POLICIES as PRIVATE_NETWORKS
 from .frontier.addresses import is_loopback
+from .net.dynamic import parse_rule as _parse_dynamic_rule
 from .net.http import PARSERS as HTTP_PARSERS
 
 __all__ = [
@@ -235,6 +236,10 @@ class Config:
     sync_commits: bool = False
     lock_site: bool = False
     private_networks: str = "seeds"
+    membership: str = "redis"
+    zk_hosts: str = "127.0.0.1:2181"
+    zk_path: str = "/larbin_py"
+    zk_session_timeout: float = 6.0
     pages_connexions: int = 100
     dns_connexions: int = 10
     depth_in_site: int = 5
@@ -286,6 +291,10 @@ class Config:
     server_rtt_factor: float = 3.0
     url_input: bool = False
     http_token: str | None = None
+    dynamic_pages: tuple[tuple[str, str], ...] = ()
+    dynamic_connexions: int = 2
+    dynamic_timeout: float = 10.0
+    dynamic_other_hosts: bool = False
     redis_url: str = ""
     crawl_name: str = "larbin"
     worker_id: str = ""
@@ -515,6 +524,47 @@ class _Choice(_Key):
         return [f"{self.name} {value}"]
 
 
+class _ZkHosts(_Text):
+    """``host:port[,host:port...]``: the ZooKeeper ensemble (membership zookeeper)."""
+
+    def coerce(self, value: Any) -> str:
+        try:
+            return check_zk_hosts(super().coerce(value))
+        except ValueError as exc:
+            raise _Bad(str(exc)) from None
+
+
+class _ZkPath(_Text):
+    """An absolute znode path: the prefix of the crawl's nodes in ZooKeeper."""
+
+    def coerce(self, value: Any) -> str:
+        try:
+            return check_zk_path(super().coerce(value))
+        except ValueError as exc:
+            raise _Bad(str(exc)) from None
+
+
+def check_zk_hosts(text: str) -> str:
+    """``host:port[,host:port...]`` checked; raises ValueError with a sentence."""
+    if not isinstance(text, str) or not text or any(c.isspace() for c in text):
+        raise ValueError(f"expected host:port[,host:port...], got {text!r}")
+    for part in text.split(","):
+        host, sep, port = part.rpartition(":")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        if not sep or not host or "/" in part or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ValueError(f"expected host:port[,host:port...] (port 1..65535), got {part!r} in {text!r}")
+    return text
+
+
+def check_zk_path(path: str) -> str:
+    """An absolute znode path without a trailing slash; raises ValueError."""
+    if (not isinstance(path, str) or not path.startswith("/")
+            or any(c.isspace() or ord(c) < 32 for c in path)):
+        raise ValueError(f"expected an absolute znode path such as /larbin_py, got {path!r}")
+    if path != "/" and any(part in ("", ".", "..", "zookeeper") for part in path.split("/")[1:]):
+        raise ValueError(f"expected /a/b (no empty, '.', '..' or 'zookeeper' part, no trailing /), got {path!r}")
+    return path
 class _RedisUrl(_Text):
     """``redisUrl``: empty (one process, no Redis), ``auto`` (a private
     redis-server under stateDir), ``redis://host:port/db`` (``rediss://``
@@ -647,6 +697,39 @@ class _DnsServers(_List):
         return [f"{self.name} {' '.join(map(_format_server, value))}"]
 
 
+class _DynamicPages(_List):
+    """``dynamicPages``: one rule a line, ``PATTERN [TRIGGER]`` (larbin_py.net.dynamic.parse_rule)."""
+
+    lines = True  # the reader hands item_line() each line's words
+
+    def __init__(self, name: str, attr: str):
+        super().__init__(name, attr, block=True)
+
+    def item_line(self, words: list[str]) -> tuple[str, str]:
+        try:
+            return _parse_dynamic_rule(words)
+        except ValueError as exc:
+            raise _Bad(str(exc)) from None
+
+    def parse(self, words: list[str]) -> tuple:
+        """``--set dynamicPages=...``: the words in order, a trigger after its pattern."""
+        rules, i = [], 0
+        while i < len(words):
+            n = 2 if i + 1 < len(words) and (words[i + 1] in ("none", "scroll")
+                                              or words[i + 1].startswith("call:")) else 1
+            rules.append(self.item_line(words[i:i + n]))
+            i += n
+        return tuple(rules)
+
+    def coerce_item(self, item: Any) -> tuple[str, str]:
+        if not isinstance(item, (tuple, list)) or len(item) != 2 or not all(isinstance(w, str) for w in item):
+            raise _Bad(f"expected (pattern, trigger), got {item!r}")
+        return self.item_line(list(item))
+
+    def format(self, value: tuple) -> list[str]:
+        return [self.name, *(f"    {p} {t}" for p, t in value), "end"] if value else []
+
+
 #: Every key, in larbin.conf order.
 KEYS: tuple[_Key, ...] = (
     _Text("From", "from_addr", empty=True, email=True),
@@ -702,6 +785,10 @@ KEYS: tuple[_Key, ...] = (
     _Switch("noExternalLinks", "no_external_links"),
     _Switch("lockSite", "lock_site"),
     _Choice("privateNetworks", "private_networks", PRIVATE_NETWORKS),
+    _Choice("membership", "membership", ("redis", "zookeeper")),
+    _ZkHosts("zkHosts", "zk_hosts", one_word=True),
+    _ZkPath("zkPath", "zk_path", one_word=True),
+    _Seconds("zkSessionTimeout", "zk_session_timeout", 0, 600, above=True),
     _Switch("useCookies", "use_cookies"),
     _Switch("getCGI", "get_cgi"),
     _Switch("punycode", "punycode"),
@@ -713,6 +800,10 @@ KEYS: tuple[_Key, ...] = (
     _List("specificSet", "specific_set", block=True),
     _List("limitToDomain", "limit_to_domain", block=True),
     _List("forbiddenExtensions", "forbidden_extensions", block=True),
+    _DynamicPages("dynamicPages", "dynamic_pages"),
+    _Int("dynamicConnexions", "dynamic_connexions", 1, 64),
+    _Seconds("dynamicTimeout", "dynamic_timeout", 0, 600, above=True),
+    _Switch("dynamicOtherHosts", "dynamic_other_hosts"),
     _StartUrls("startUrl", "start_urls"),
     _RedisUrl("redisUrl", "redis_url"),
     _Name("crawlName", "crawl_name"),
@@ -850,11 +941,21 @@ def _read_lines(text: str, filename: str, values: dict[str, Any], where: dict[st
                 raise ConfigError(filename, at, key.name,
                                   f"unexpected text after 'end': {' '.join(rest[end + 1:])!r}")
             value = []
-            for word, n in items:
-                try:
-                    value.append(key.item(word))
-                except _Bad as exc:
-                    raise ConfigError(filename, n, key.name, str(exc)) from None
+            if getattr(key, "lines", False):  # one item a line (dynamicPages)
+                by_line: dict[int, list[str]] = {}
+                for word, n in items:
+                    by_line.setdefault(n, []).append(word)
+                for n, line_words in by_line.items():
+                    try:
+                        value.append(key.item_line(line_words))
+                    except _Bad as exc:
+                        raise ConfigError(filename, n, key.name, str(exc)) from None
+            else:
+                for word, n in items:
+                    try:
+                        value.append(key.item(word))
+                    except _Bad as exc:
+                        raise ConfigError(filename, n, key.name, str(exc)) from None
             value = tuple(value)
         elif key.repeatable and len(words) == 1:
             raise ConfigError(filename, lineno, key.name, "expected at least one value, got nothing")

@@ -30,6 +30,8 @@ from .crawl_state import LocalState, StateDirInUse
 from .engine_stats import Counters, EngineStats, Summary
 from .frontier.scheduler import PAGE, site_key
 from .net.dns import Resolver
+from .net.browser import Browser, BrowserUnavailable
+from .net.dynamic import build_dynamic
 from .net.http import Fetcher
 from .output import OutputError, make_output
 from .output.writer import ThreadedOutput, WriterThread
@@ -96,6 +98,9 @@ class Engine:
         self.pages.attach(self.frontier, self.counts, self.flow)
         #: The edge: injected, or built from the configuration once the loop runs.
         self.resolver, self.fetcher, self.output = resolver, fetcher, output
+        #: dynamicPages: Chromium and the fetcher that renders with it (larbin_py.net.dynamic); None when off.
+        self.browser: Browser | None = None
+        self.dynamic = None
         #: The writer thread (page files, fsyncs, group commits), when anything goes to disk.
         self._writer: WriterThread | None = None
         self.state = "starting"
@@ -155,7 +160,23 @@ class Engine:
                 self.output = ThreadedOutput(self.output, self._writer, self._loop)
         st.open(self._loop, self._writer, self.output, frontier=self.frontier, on_durable=self._pump_soon,
                 on_error=self._on_io_error)
-        self.pages.start(self.fetcher, self.output)
+        if self.browser is not None:
+            self.dynamic = build_dynamic(c, self.fetcher, self.frontier, self.browser, now=self._now,
+                                         clock=self._loop.time, on_sub_request=self.pages.sub_request,
+                                         jar=self.crawl_state.cookies)
+        self.pages.start(self.fetcher, self.output, self.dynamic)
+
+    async def _start_browser(self) -> None:
+        """dynamicPages: Chromium starts before the crawl (missing or broken: StartError, exit 2)."""
+        if not self.config.dynamic_pages:
+            return
+        self.browser = Browser(self.config.state_dir)
+        try:
+            await self.browser.start()
+        except BrowserUnavailable as exc:
+            await self.browser.close()
+            self.browser = None
+            raise StartError(str(exc)) from None
 
     def _on_writer_error(self, exc: BaseException) -> None:
         """(Loop.) A page could not be stored by the writer thread: the crawl fails."""
@@ -384,6 +405,7 @@ class Engine:
         # start before the output or a checkpoint is written (StartError).
         try:
             await self._servers.start()
+            await self._start_browser()
         except StartError:
             await self._abandon_start()
             raise
@@ -483,6 +505,10 @@ class Engine:
         for exc in self.crawl_state.close(self.frontier, broken=self._state_broken):
             self._write_failed(exc)
         self.state = "failed" if self.failed else "finished"
+        if self.dynamic is not None:
+            await self.dynamic.close()
+        elif self.browser is not None:
+            await self.browser.close()
         await self.fetcher.close()
         self.resolver.close()
         await self._servers.stop()

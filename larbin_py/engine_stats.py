@@ -72,6 +72,7 @@ class Summary:
     reuses: int = 0
     h11_handovers: int = 0
     cookies: dict | None = None  # the jar's counts (useCookies), see larbin_py.net.cookies
+    dynamic: dict | None = None  # dynamicPages: renders by reason, sub-requests, browser (net.dynamic)
 
     @property
     def pages_per_second(self) -> float:
@@ -103,6 +104,13 @@ class Summary:
             lines.append(f"  cookies         {c['cookies']} kept; {c['accepted']} accepted, "
                          f"{sum(c['refused'].values())} refused{f' ({why})' if why else ''}, "
                          f"{c['evicted']} evicted, {c['expired']} expired, {c['not_sent']} not sent")
+        if self.dynamic is not None:
+            d = self.dynamic
+            refused = ", ".join(f"{k} {v}" for k, v in sorted(d["sub_refused"].items()))
+            lines.append("  dynamic pages   " + ", ".join(f"{k} {v}" for k, v in d["pages"].items())
+                         + f"; {d['sub_requests']} sub-requests, {sum(d['sub_refused'].values())} refused"
+                         + (f" ({refused})" if refused else "")
+                         + f"; browser crashes {d['crashes']}, starts {d['browser_starts']}")
         if self.failed:
             lines.append(f"  FAILED: {self.failed}")
         return "\n".join(lines)
@@ -143,6 +151,7 @@ class EngineStats:
             reuses=_stat(http, "reuses"),
             h11_handovers=_stat(http, "h11_handovers"),
             cookies=e.crawl_state.cookies.stats if e.crawl_state.cookies is not None else None,
+            dynamic=e.dynamic.stats if getattr(e, "dynamic", None) is not None else None,
         )
 
     def _flow_snapshot(self) -> dict:
@@ -215,6 +224,7 @@ class EngineStats:
             "hosts": st["hosts"],
             "last": list(e.counts.last),
             "limit_time": e.config.limit_time or None,
+            "dynamic": e.dynamic.stats if getattr(e, "dynamic", None) is not None else None,
         }
 
 

@@ -50,6 +50,8 @@ class PageHandler:
         self.out = out
         self.fetcher = None
         self.output = None
+        #: dynamicPages: the fetcher that renders in Chromium (larbin_py.net.dynamic), or None.
+        self.dynamic = None
         #: pageNoDuplicate: the first URL of each page content, bounded, kept across --reload.
         self.digests = PageDigests()
         self._from_request = False  # an outcome being recorded comes from a request of ours
@@ -60,20 +62,24 @@ class PageHandler:
         self.counts = counts
         self.flow = flow
 
-    def start(self, fetcher, output) -> None:
+    def start(self, fetcher, output, dynamic=None) -> None:
         self.fetcher = fetcher
         self.output = output
+        self.dynamic = dynamic
 
     # -- the request ------------------------------------------------------
     async def run(self, req: Request) -> None:
         """Fetch ``req`` and apply the outcome rules to the answer."""
         jar = self.crawl_state.cookies
+        fetcher, extra = self.fetcher, {}
+        if self.dynamic is not None and (trigger := self.dynamic.trigger(req.url)) is not None:
+            fetcher, extra = self.dynamic, {"request": req, "trigger": trigger}  # rendered in Chromium
         if jar is None:
-            res = await self.fetcher.fetch(req.url, req.ip, req.port)
+            res = await fetcher.fetch(req.url, req.ip, req.port, **extra)
         else:  # useCookies: the jar's Cookie header out, the answer's Set-Cookie in
             cookie = jar.header_for(req.url, time.time())
-            res = await self.fetcher.fetch(req.url, req.ip, req.port, cookie=cookie)
-            if res.status is not None:
+            res = await fetcher.fetch(req.url, req.ip, req.port, cookie=cookie, **extra)
+            if res.status is not None and fetcher is self.fetcher:  # the rendering one keeps its own
                 jar.receive(req.url, [v for n, v in res.headers if n == b"set-cookie"], time.time())
         self.counts.bytes += res.bytes_read
         self._from_request = True
@@ -84,6 +90,11 @@ class PageHandler:
             self.fail(f"output failed: {exc}")
         finally:
             self._from_request = False
+
+    def sub_request(self, req: Request, res) -> None:
+        """A request a dynamic page's scripts made (paced by the frontier): counted like any."""
+        self.counts.requests += 1
+        self.counts.bytes += res.bytes_read
 
     def robots_answered(self, req: Request, res, hop: int) -> None:
         """Count a robots.txt answer; the first of a request feeds the flow controllers.
@@ -197,6 +208,7 @@ class PageHandler:
             raw_request=getattr(res, "raw_request", None) or None,
             raw_response_head=getattr(res, "raw_response_head", None) or None,
             raw_body=getattr(res, "raw_body", None),
+            rendered=getattr(res, "rendered", False),
         )
 
     def log(self, req: Request, res, reason: str) -> None:

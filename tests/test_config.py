@@ -71,6 +71,22 @@ def test_shipped_conf_documents_every_key():
     assert missing == []
 
 
+def test_dynamic_pages_block_one_rule_a_line():
+    config = parse_config_text(SEED + "dynamicPages\n  http://a.example/list scroll\n"
+                               "  re:https?://b\\.example/ call:app.more  # lazy list\n  http://c.example/\nend\n",
+                               "t.conf")
+    assert config.dynamic_pages == (("http://a.example/list", "scroll"),
+                                    ("re:https?://b\\.example/", "call:app.more"), ("http://c.example/", "none"))
+    for rule, message in (("http://a/ scrol", "trigger must be none, scroll or call:FUNCTION, got 'scrol'"),
+                          ("re:( none", "bad regular expression '('"),
+                          ("ftp://a/ none", "a pattern is an http(s) URL prefix or re:REGEX, got 'ftp://a/'"),
+                          ("http://a/ call:1x", "call: needs a JavaScript function name, got '1x'"),
+                          ("http://a/ none extra", "expected 'PATTERN [TRIGGER]'")):
+        with pytest.raises(ConfigError) as exc:
+            parse_config_text(SEED + f"dynamicPages\n  http://ok.example/\n  {rule}\nend\n", "t.conf")
+        assert str(exc.value).startswith("t.conf:4: dynamicPages: " + message), str(exc.value)
+
+
 def test_demo_config_needs_no_start_url():
     config = demo_config()
     assert config.start_urls == () and config.output_mode == "stats"
@@ -146,6 +162,15 @@ NON_DEFAULTS = {
     "server_rtt_factor": 0.0,
     "url_input": True,
     "http_token": "s3cret-token",
+    "dynamic_pages": (("http://a.example/list", "scroll"), ("re:https?://b\\.example/#/", "call:app.more"),
+                      ("http://c.example/", "none")),
+    "dynamic_connexions": 4,
+    "dynamic_timeout": 3.5,
+    "dynamic_other_hosts": True,
+    "membership": "zookeeper",
+    "zk_hosts": "zk1.example:2181,[::1]:2182",
+    "zk_path": "/crawls/larbin",
+    "zk_session_timeout": 2.5,
     "redis_url": "unix:///run/redis/redis.sock",
     "crawl_name": "news-2026",
     "worker_id": "w7",
@@ -488,6 +513,8 @@ BAD_NUMBERS = [
     ("ramUrls", "100000001"), ("bondWidth", "1000000000001"), ("limitPage", "1000000000001"),
     ("depthInSite", "10001"), ("depthInSite", "1" * 5000),
     ("maxRedirects", "-1"), ("maxRedirects", "101"),
+    ("dynamicConnexions", "0"), ("dynamicConnexions", "65"), ("dynamicTimeout", "0"), ("dynamicTimeout", "601"),
+    ("zkSessionTimeout", "0"), ("zkSessionTimeout", "601"),
     ("partitions", "0"), ("partitions", "65537"), ("seenBuckets", "0"), ("leaseTtl", "0.1"),
     ("leaseTtl", "inf"), ("ipLeaseHold", "3601"), ("redisFlushInterval", "0"), ("redisBatch", "0"),
 ]
@@ -594,3 +621,36 @@ def test_nesting_is_judged_on_real_paths(tmp_path):
         f"t.conf:3: stateDir: must differ from saveDir ({str(tmp_path / 'link')!r})"
     # siblings sharing a prefix are apart
     assert parse(SEED + f"saveDir {tmp_path / 'save'}\nstateDir {tmp_path / 'save2'}\n")
+
+
+# ---------------------------------------------------------------- membership (issue 21)
+
+
+@pytest.mark.parametrize("line,message", [
+    ("membership etcd", "membership: expected one of redis, zookeeper, got 'etcd'"),
+    ("zkHosts zk1", "zkHosts: expected host:port[,host:port...] (port 1..65535), got 'zk1' in 'zk1'"),
+    ("zkHosts zk1:2181,zk2:0", "zkHosts: expected host:port[,host:port...] (port 1..65535), "
+                               "got 'zk2:0' in 'zk1:2181,zk2:0'"),
+    ("zkHosts zk1:2181/chroot", "zkHosts: expected host:port[,host:port...] (port 1..65535), "
+                                "got 'zk1:2181/chroot' in 'zk1:2181/chroot'"),
+    ("zkHosts zk1:2181, zk2:2181", "zkHosts: expected one value, got 2 words: 'zk1:2181, zk2:2181'"),
+    ("zkPath larbin", "zkPath: expected an absolute znode path such as /larbin_py, got 'larbin'"),
+    ("zkPath /larbin/", "zkPath: expected /a/b (no empty, '.', '..' or 'zookeeper' part, no trailing /), "
+                        "got '/larbin/'"),
+    ("zkPath /zookeeper", "zkPath: expected /a/b (no empty, '.', '..' or 'zookeeper' part, "
+                          "no trailing /), got '/zookeeper'"),
+])
+def test_a_bad_membership_key_names_file_line_and_key(line, message):
+    assert error(SEED + f"# comment\n{line}\n") == f"t.conf:3: {message}"
+
+
+def test_the_membership_keys_read_and_print():
+    config = parse(SEED + "membership ZooKeeper\nzkHosts a:1,b:2\nzkPath /x/y\nzkSessionTimeout 3\n")
+    assert (config.membership, config.zk_hosts, config.zk_path, config.zk_session_timeout) == \
+        ("zookeeper", "a:1,b:2", "/x/y", 3.0)
+    lines = format_config(config).splitlines()
+    for line in ("membership zookeeper", "zkHosts a:1,b:2", "zkPath /x/y", "zkSessionTimeout 3"):
+        assert line in lines
+    default = parse(SEED)
+    assert (default.membership, default.zk_hosts, default.zk_path, default.zk_session_timeout) == \
+        ("redis", "127.0.0.1:2181", "/larbin_py", 6.0)

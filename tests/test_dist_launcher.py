@@ -22,7 +22,7 @@ import pytest
 from larbin_py import cli
 from larbin_py.config import Config, load_config
 from larbin_py.dist import launcher as launcher_mod
-from larbin_py.dist.cluster_stats import ClusterSource, merge_snapshots
+from larbin_py.dist.cluster_stats import merge_snapshots
 from larbin_py.dist.launcher import Launcher, crawl_meta, resolve_redis_url
 from larbin_py.dist.redis_server import RedisServer
 from larbin_py.dist.redisio import CrawlMeta, RedisIO

@@ -52,7 +52,7 @@ from .redis_server import RedisServer, RedisServerError
 from .redisio import CrawlExists, CrawlMeta, DistError, RedisIO, Totals
 
 __all__ = ["Launcher", "WorkerProc", "resolve_redis_url", "crawl_meta", "default_worker_id",
-           "ip_lease_hold", "worker_main", "launch_main", "demo_launch_main", "run_demo_workers", "SHARED_KEYS", "MAX_RESPAWNS", "RESPAWN_WINDOW"]
+           "ip_lease_hold", "worker_main", "launch_main", "SHARED_KEYS", "MAX_RESPAWNS", "RESPAWN_WINDOW"]
 
 #: A worker that dies this many times within RESPAWN_WINDOW seconds is left dead.
 MAX_RESPAWNS = 5
@@ -448,54 +448,3 @@ def worker_main(config, *, reload: bool = False) -> int:
                             worker_id=config.worker_id or default_worker_id())
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(run_worker(config, reload=reload))
-
-
-async def run_demo_workers(config, workers: int, *, hosts: int = 30, seed: int = 7, out=None) -> int:
-    """``--demo --workers N``: the synthetic web served by the launcher, crawled by N workers.
-
-    As ``--demo`` (larbin_py.demo), with the sim on the launcher's loop (it
-    only serves pages; the workers crawl) and a private redis-server; the
-    ground truth is checked against every request the sim saw, whichever
-    worker sent it.
-    """
-    from ..demo import DEMO_MARKER, _clear_demo_state, _port_free, crawl_rules
-    from ..robots import product_token
-    from ..sim import Sim, SimConfig
-
-    out = out if out is not None else sys.stderr
-    if not _clear_demo_state(config.state_dir):
-        print(f"larbin_py: stateDir {config.state_dir!r} holds a crawl that is not a demo; "
-              "choose another stateDir for --demo", file=out)
-        return EXIT_USAGE
-    os.makedirs(config.state_dir, exist_ok=True)
-    open(os.path.join(config.state_dir, DEMO_MARKER), "w").close()
-    sim_config = SimConfig(seed=seed, hosts=hosts, dns=True, robots_agent=product_token(config.user_agent),
-                           crawl_delay=(0.5, 1.0))
-    async with Sim(sim_config) as sim:
-        http_port = config.http_port
-        if http_port and not _port_free(config.http_bind, http_port):
-            http_port = 0
-        demo = config.replace(
-            start_urls=tuple(sim.seeds), dns_servers=(("127.0.0.1", sim.dns_port),), private_networks="allow",
-            depth_by_site=True, depth_in_site=max(config.depth_in_site, sim.web.max_depth(True)),
-            timeout_page=min(config.timeout_page, 3.0), connect_timeout=min(config.connect_timeout, 3.0),
-            http_port=http_port, redis_url=config.redis_url or "auto")
-        print(f"larbin_py demo: a synthetic web of {len(sim.web.hosts)} hosts on {len(sim.ips)} loopback IPs "
-              f"(HTTP port {sim.port}, DNS port {sim.dns_port}); crawling {len(demo.start_urls)} start URLs "
-              f"with {workers} workers, waitDuration {demo.wait_duration:g} s", file=out)
-        code = await Launcher(demo, workers, out=out).run()
-        truth = sim.truth(crawl_rules(demo, sim.seeds))
-        requested = set(sim.log.urls())
-        hit = truth.must_request & requested
-        wrong = truth.must_not_request & requested
-        share = 100.0 * len(hit) / len(truth.must_request) if truth.must_request else 100.0
-        print(f"larbin_py demo: ground truth: {len(hit)} of {len(truth.must_request)} URLs a correct crawl "
-              f"requests were requested ({share:.1f} %), {len(wrong)} it must not request were", file=out)
-    return code
-
-
-def demo_launch_main(config, workers: int) -> int:
-    import uvloop
-
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(run_demo_workers(config, workers))

@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import secrets
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
-from .keys import GROUP, Keys, bucket_of, signed64
+from .keys import Keys, bucket_of, signed64
 
 __all__ = [
     "RedisIO", "Tick", "FENCED", "DELIVERY_LIMIT", "DistError", "RedisUnavailable", "CrawlExists",

@@ -78,6 +78,9 @@ class Document:
     raw_request: bytes | None = None
     raw_response_head: bytes | None = None
     raw_body: bytes | None = None
+    #: ``body`` is the DOM rendered by the browser (dynamicPages), not the body fetched;
+    #: the WARC then keeps the fetched answer as the response and adds a ``conversion`` record.
+    rendered: bool = False
 
 
 class OutputError(Exception):

@@ -16,7 +16,12 @@ otherwise not describe the stored bytes.  ``WARC-IP-Address`` is set when
 the IP is known, ``WARC-Date`` is the fetch time; warcio adds the
 ``WARC-Block-Digest`` and ``WARC-Payload-Digest`` (sha1).  Records are
 gzipped one member each at ``gzip_level`` (6 by default: about twice as fast
-as warcio's own level 9 for ~1% larger files).  A page with ``duplicate_of``
+as warcio's own level 9 for ~1% larger files).  A page rendered by
+the browser (``Document.rendered``, dynamicPages) adds a third record, a
+``conversion`` (WARC 1.1: "an alternative version of another record's
+content that was created as the result of an archival process") holding the
+rendered DOM as ``text/html; charset=utf-8``, its ``WARC-Refers-To`` naming
+the response record, whose body stays the one fetched.  A page with ``duplicate_of``
 set is archived in full like any other (no revisit record: the original's
 payload digest is not kept).
 
@@ -277,7 +282,8 @@ class WarcOutput:
     # -- Output ------------------------------------------------------------
 
     def _records(self, doc: Document) -> tuple:
-        """The (response, request) records of ``doc``, linked by WARC-Concurrent-To."""
+        """The (response, request[, conversion]) records of ``doc``, linked by WARC-Concurrent-To
+        (and WARC-Refers-To for the rendered DOM of a dynamic page)."""
         writer = self._writer
         body_is_raw = doc.raw_body is not None
         body = doc.raw_body if body_is_raw else doc.body
@@ -299,7 +305,18 @@ class WarcOutput:
                 "WARC-Concurrent-To": response.rec_headers.get_header("WARC-Record-ID"),
             },
         )
-        return response, request
+        if not doc.rendered:
+            return response, request
+        conversion = writer.create_warc_record(
+            doc.url, "conversion",
+            payload=io.BytesIO(doc.body), length=len(doc.body),
+            warc_content_type="text/html; charset=utf-8",
+            warc_headers_dict={
+                "WARC-Date": headers["WARC-Date"],
+                "WARC-Refers-To": response.rec_headers.get_header("WARC-Record-ID"),
+            },
+        )
+        return response, request, conversion
 
     def write(self, doc: Document) -> str:
         if self._closed:

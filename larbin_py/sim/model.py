@@ -40,8 +40,14 @@ class Resource:
     links: tuple[Link, ...] = ()
     location: str | None = None
     layer: int = 0
-    kind: str = "html"  # html image pdf redirect missing robots
+    kind: str = "html"  # html image pdf redirect missing robots script data
     extra_headers: tuple[tuple[str, str], ...] = ()
+    #: Links that only JavaScript writes (sim.dynamic): found by a crawl that renders the page
+    #: with the trigger ``js_needs`` (``none``, ``scroll``, ``call:NAME``).
+    js_links: tuple[Link, ...] = ()
+    js_needs: str = "none"
+    #: Same-host paths the page's scripts request when it is rendered.
+    js_fetches: tuple[str, ...] = ()
 
     @property
     def is_html(self) -> bool:

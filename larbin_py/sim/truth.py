@@ -76,6 +76,9 @@ class CrawlRules:
     page_no_duplicate: bool = False
     follow_kinds: frozenset[str] = DEFAULT_FOLLOW  # tags whose links are followed ("img" via get_images)
     robots_max_redirects: int = 5
+    #: The crawl's ``dynamicPages`` rules, ``(pattern, trigger)``: a page they render with the
+    #: trigger it needs has its JavaScript links (sim.dynamic) followed too.
+    dynamic_pages: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -91,6 +94,11 @@ class Truth:
     crawl_delay: dict[str, float] = field(default_factory=dict)
     depth: dict[str, int] = field(default_factory=dict)
     duplicate_groups: list[frozenset[str]] = field(default_factory=list)
+    #: Same-host URLs the rendering of dynamic pages may request (robots.txt allowing);
+    #: kept out of must_not_request.
+    sub_requests: set[str] = field(default_factory=set)
+    #: Dynamic pages (URL -> whether their JavaScript links are found).
+    rendered: dict[str, bool] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------
@@ -263,7 +271,18 @@ def compute_truth(web: SimWeb, rules: CrawlRules, faults: FaultPlan | None = Non
             continue
         if not res.is_html:
             continue
-        for lk in res.links:
+        links = res.links
+        trigger = _dynamic_trigger(rules.dynamic_pages, url)
+        if trigger is not None:
+            found = res.js_needs == "none" or res.js_needs == trigger
+            if res.js_links or res.js_fetches:
+                truth.rendered[url] = found
+            if found:
+                links = links + res.js_links
+            for path in res.js_fetches:
+                if not rules.obey_robots or host_rules(host).allowed(rules.user_agent, path):
+                    truth.sub_requests.add(web.url(hostname, path))
+        for lk in links:
             if lk.target is None or lk.nofollow or lk.kind not in follow:
                 continue
             thost = split_url(lk.target)[0]
@@ -343,8 +362,19 @@ def compute_truth(web: SimWeb, rules: CrawlRules, faults: FaultPlan | None = Non
     for host in web.hosts.values():
         if host.trap:
             known |= set(_trap_urls(web, host, D + 2))
-    truth.must_not_request = known - truth.must_request
+    truth.must_not_request = known - truth.must_request - truth.sub_requests
     return truth
+
+
+def _dynamic_trigger(rules: tuple[tuple[str, str], ...], url: str) -> str | None:
+    """The trigger of the first ``dynamicPages`` rule matching ``url`` (prefix or ``re:``), or None."""
+    for pattern, trigger in rules:
+        if pattern.startswith("re:"):
+            if re.match(pattern[3:], url):
+                return trigger
+        elif url.startswith(pattern):
+            return trigger
+    return None
 
 
 def _trap_urls(web: SimWeb, host: Host, max_layer: int) -> list[str]:

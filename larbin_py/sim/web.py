@@ -100,6 +100,7 @@ class SimConfig:
     faults: list = field(default_factory=list)
     load: dict[str, tuple[float, ...]] = field(default_factory=dict)
     seeds: int | None = None  # number of h{i} roots in sim.seeds (None = all)
+    dynamic: bool = False  # js.sim.test: links written by JavaScript (sim.dynamic), its root a seed
 
 
 DEFAULT_ROBOTS_MIX = {
@@ -281,14 +282,19 @@ class _Generator:
             extras.append(Host("trap.sim.test", _ip(c.ip_base, extra_ip + 1), trap=True))
         if c.hostile:
             extras.append(Host("evil.sim.test", _ip(c.ip_base, extra_ip + 2)))
+        if c.dynamic:
+            from .dynamic import js_host
+            extras.append(js_host(self.port, _ip(c.ip_base, extra_ip + 3)))
         all_hosts = hosts + extras
         seeds_n = n if c.seeds is None else min(n, c.seeds)
-        web = SimWeb(all_hosts, self.port, seeds=[h.root(self.port) for h in hosts[:seeds_n]],
-                     dead_hosts=dead, config=c)
+        seeds = [h.root(self.port) for h in hosts[:seeds_n]]
+        if c.dynamic:
+            seeds.append(extras[-1].root(self.port))
+        web = SimWeb(all_hosts, self.port, seeds=seeds, dead_hosts=dead, config=c)
         if c.extras:
             web.dns_only_cnames = {"edge.sim.test": hosts[min(1, n - 1)].name}
         self.web = web
-        targets = [h for h in all_hosts if not h.trap]
+        targets = [h for h in all_hosts if not h.trap and h.name != "js.sim.test"]
         mix = c.robots_mix or DEFAULT_ROBOTS_MIX
         kinds, weights = zip(*mix.items())
         for idx, h in enumerate(all_hosts):
@@ -299,13 +305,15 @@ class _Generator:
                 h.resources["/"] = trap_root(h, self.port)
                 h.robots = RobotsProfile()
                 continue
+            if h.name == "js.sim.test":
+                continue  # built whole by sim.dynamic
             if h.name == "evil.sim.test":
                 self._hostile_pages(h, rng)
                 h.robots = RobotsProfile()
                 continue
             specials = []
             if idx == 0:
-                specials = extras + hosts[1:4]
+                specials = [h for h in extras if h.name != "js.sim.test"] + hosts[1:4]
             self._host_pages(h, rng, targets, specials)
             kind = rng.choices(kinds, weights)[0]
             if idx == 0 and kind in ("error", "timeout", "agent"):

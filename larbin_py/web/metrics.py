@@ -187,5 +187,25 @@ def render_metrics(snapshot: dict) -> str:
         [({"host": str(h.get("host"))}, h.get("errors"))
          for h in hosts.get("failing") or () if isinstance(h, dict)],
     )
+    dyn = snapshot.get("dynamic") if isinstance(snapshot, dict) else None
+    if isinstance(dyn, dict):  # dynamicPages on (docs/dynamic.md)
+        w.family(
+            "larbin_dynamic_pages_total",
+            "counter",
+            "Pages rendered in Chromium (dynamicPages), by how the render ended.",
+            [({"reason": str(r)}, n) for r, n in sorted((dyn.get("pages") or {}).items())],
+        )
+        w.one("larbin_dynamic_sub_requests_total", "counter",
+              "Requests made for the scripts of dynamic pages (also in the crawl's requests).",
+              dyn.get("sub_requests"))
+        refused = dyn.get("sub_refused")
+        w.family(
+            "larbin_dynamic_sub_refused_total",
+            "counter",
+            "Requests of dynamic pages' scripts refused, by reason.",
+            [({"reason": str(r)}, n) for r, n in sorted(refused.items())] if isinstance(refused, dict) else [],
+        )
+        w.one("larbin_dynamic_browser_crashes_total", "counter", "Chromium crashes (each restarted).",
+              dyn.get("crashes"))
     w.lines.append("")
     return "\n".join(w.lines)

@@ -1,0 +1,203 @@
+"""Dynamic pages, end to end: the crawler with dynamicPages against the sim's JavaScript host.
+
+The sim (``SimConfig(dynamic=True)``, larbin_py.sim.dynamic) knows which
+links only JavaScript writes and which trigger each page needs; its truth
+(``CrawlRules.dynamic_pages``) says what a correct crawl fetches.  Every
+request, the scripts' sub-requests included, is in the sim's log: politeness
+is checked there.  Real Chromium (``require_service``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+from collections import Counter
+
+import pytest
+
+from larbin_py.demo import crawl_rules
+from larbin_py.engine import Engine
+from larbin_py.sim import Sim, SimConfig
+from larbin_py.sim.dynamic import DYN_LINKS, JS_HOST, REFRESH_TARGET, SECRET_LINKS
+
+from conftest import require_service
+from test_e2e import ROBOTS_PATHS, SLACK, check_conservation, make_config
+
+pytestmark = pytest.mark.slow
+
+WAIT = 0.05
+SIM = dict(seed=5, hosts=2, pages_per_host=(2, 3), extras=False, trap=False, dynamic=True,
+           robots_mix={"absent": 1.0}, dns=True)
+
+
+def rules(port: int, endless: bool = True) -> tuple[tuple[str, str], ...]:
+    base = f"http://{JS_HOST}:{port}"
+    pages = "onload|xhr|refresh" + ("|endless" if endless else "")
+    return ((base + "/scroll", "scroll"), ("re:.*/call\\.html$", "call:loadMore"),
+            (f"re:https?://js\\.sim\\.test:\\d+/({pages})\\.html$", "none"))
+
+
+def pages_requested(sim, truth) -> list[str]:
+    """URLs the crawler asked for as pages (not robots.txt, not the scripts' sub-requests)."""
+    return [r.url for r in sim.log.requests
+            if r.path not in ROBOTS_PATHS and r.url not in truth.sub_requests and "/api/tick" not in r.url]
+
+
+def check_politeness_with_sub_requests(sim, wait: float) -> None:
+    log = sim.log
+    for host, starts in log.starts_by_host().items():
+        assert log.min_gap(starts) >= wait - SLACK, f"host {host} asked too often"
+    for ip, starts in log.starts_by_ip().items():
+        assert log.min_gap(starts) >= wait - SLACK, f"IP {ip} asked too often"
+
+
+@pytest.mark.async_timeout(120)
+async def test_dynamic_pages_find_every_javascript_link_politely(tmp_path):
+    require_service("chromium", "apt-get install chromium")
+    async with Sim(SimConfig(**SIM)) as sim:
+        config = make_config(tmp_path, sim, wait_duration=WAIT, dynamic_pages=rules(sim.port),
+                             dynamic_timeout=3.0, output_mode="warc")
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        engine = Engine(config)
+        summary = await engine.run()
+        base = f"http://{JS_HOST}:{sim.port}"
+        dyn_links = {base + p for links in DYN_LINKS.values() for p in links}
+        assert dyn_links <= truth.must_request and all(truth.rendered.values())
+        requested = pages_requested(sim, truth)
+        assert set(requested) == truth.must_request, (sorted(set(requested) ^ truth.must_request), summary.dynamic)
+        assert not [u for u, n in Counter(requested).items() if n > 1]
+        assert not (truth.must_not_request & {r.url for r in sim.log.requests})
+        # robots.txt disallows /private/: the JSON is never fetched, its link never found
+        assert not any(r.path.startswith("/private/") or r.path in SECRET_LINKS for r in sim.log.requests)
+        assert not any(r.path.startswith("/img/") for r in sim.log.requests)  # images blocked
+        assert not any(r.host == "other.sim.test" for r in sim.log.requests)  # other hosts refused
+        check_politeness_with_sub_requests(sim, WAIT)
+        check_conservation(engine, summary)
+        d = summary.dynamic
+        assert d["pages"] == {"ok": 5, "dynamicTimeout": 1, "noFunction": 0, "renderFailed": 0}
+        assert d["sub_refused"]["forbiddenRobots"] == 1 and d["sub_refused"]["otherHost"] == 1
+        # every sub-request is a request of the crawl: counted in the summary
+        subs = sum(1 for r in sim.log.requests if r.host == JS_HOST and r.url in truth.sub_requests
+                   or "/api/tick" in r.path)
+        assert d["sub_requests"] == subs and summary.requests == len(sim.log.requests)
+        assert "dynamic pages   ok" in summary.format()
+        # the WARC keeps each rendered page's fetched answer and its rendering, marked as such
+        from warcio.archiveiterator import ArchiveIterator
+        conversions = {}
+        for path in glob.glob(str(tmp_path / "save" / "*.warc.gz")):
+            with open(path, "rb") as f:
+                for rec in ArchiveIterator(f):
+                    if rec.rec_type == "conversion":
+                        conversions[rec.rec_headers.get_header("WARC-Target-URI")] = rec.content_stream().read()
+        assert set(conversions) == {base + p for p in DYN_LINKS}
+        assert b'href="/dyn/scroll-1.html"' in conversions[base + "/scroll.html"]
+
+
+@pytest.mark.async_timeout(60)
+async def test_without_dynamic_pages_no_javascript_link_is_found(tmp_path):
+    async with Sim(SimConfig(**SIM)) as sim:
+        config = make_config(tmp_path, sim, wait_duration=0.0)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        engine = Engine(config)
+        summary = await engine.run()
+        requested = pages_requested(sim, truth)
+        assert set(requested) == truth.must_request
+        static_links = {"/dyn/static-1.html", REFRESH_TARGET}  # plain links in the pages' HTML
+        assert not any(r.path.startswith("/dyn/") and r.path not in static_links for r in sim.log.requests)
+        assert not any(r.path in ("/app.js", "/api/links.json") for r in sim.log.requests)
+        assert summary.dynamic is None and not (tmp_path / "state" / "browser").exists()
+
+
+@pytest.mark.async_timeout(120)
+async def test_killing_the_browser_mid_crawl_loses_nothing(tmp_path):
+    require_service("chromium", "apt-get install chromium")
+    async with Sim(SimConfig(**SIM)) as sim:
+        # generous timeout (a loaded machine must not turn a render into a timeout); no endless page
+        config = make_config(tmp_path, sim, wait_duration=0.0, dynamic_pages=rules(sim.port, endless=False),
+                             dynamic_timeout=10.0)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        engine = Engine(config)
+        run = asyncio.ensure_future(engine.run())
+        # kill it while a page renders: its scripts have started asking for sub-requests
+        await sim.log.wait_for(lambda log: any(r.path == "/app.js" for r in log.requests), 30)
+        engine.browser.kill()
+        summary = await run
+        requested = set(pages_requested(sim, truth))
+        assert requested == truth.must_request, sorted(requested ^ truth.must_request)
+        check_conservation(engine, summary)
+        assert summary.pages == len(truth.saved) and not summary.forgotten
+        assert summary.dynamic["crashes"] >= 1 and summary.dynamic["browser_starts"] >= 2
+
+
+@pytest.mark.async_timeout(30)
+async def test_no_browser_means_exit_2_with_the_apt_get_hint_and_nothing_written(tmp_path, monkeypatch, capsys):
+    from larbin_py.runner import run_engine
+
+    empty = tmp_path / "empty-path"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # no chromium to be found
+    async with Sim(SimConfig(**SIM)) as sim:
+        config = make_config(tmp_path, sim, dynamic_pages=rules(sim.port), output_mode="mirror")
+        code = await run_engine(Engine(config))
+        assert code == 2
+        err = capsys.readouterr().err
+        assert "dynamicPages needs Chromium" in err and "apt-get install chromium" in err
+        assert "Traceback" not in err
+        assert not sim.log.requests  # nothing fetched
+        assert not (tmp_path / "state").exists() or not list((tmp_path / "state").iterdir())
+
+
+class CookieSite:
+    """A one-page site on 127.0.0.1 whose script's XHR yields links only with the page's cookie."""
+
+    PAGE = (b"<!DOCTYPE html><html><head><title>c</title></head><body><div id=out></div><script>"
+            b"fetch('/data.json').then(function (r) { return r.json(); }).then(function (paths) {"
+            b" paths.forEach(function (p) { var a = document.createElement('a'); a.href = p;"
+            b" document.getElementById('out').appendChild(a); }); });</script></body></html>")
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str]] = []  # (path, Cookie header)
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def handle(self, reader, writer) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        path = head[0].split(" ")[1]
+        cookie = next((h.split(":", 1)[1].strip() for h in head[1:] if h.lower().startswith("cookie:")), "")
+        self.requests.append((path, cookie))
+        extra, ctype, status = "", "text/html", "200 OK"
+        if path == "/":
+            body, extra = self.PAGE, "Set-Cookie: session=s3cret; Path=/\r\n"
+        elif path == "/data.json":
+            body, ctype = (b'["/members.html"]' if "session=s3cret" in cookie else b"[]"), "application/json"
+        elif path == "/members.html":
+            body = b"<html><body>members</body></html>"
+        else:
+            body, status = b"not found", "404 Not Found"
+        writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n{extra}"
+                     "Connection: close\r\n\r\n".encode() + body)
+        await writer.drain()
+        writer.close()
+
+
+@pytest.mark.async_timeout(60)
+async def test_with_use_cookies_a_scripts_request_carries_the_crawls_cookies(tmp_path):
+    require_service("chromium", "apt-get install chromium")
+    from larbin_py.config import parse_config_text
+
+    site = CookieSite()
+    port = await site.start()
+    try:
+        config = parse_config_text("", require_start_urls=False).replace(
+            start_urls=(f"http://127.0.0.1:{port}/",), private_networks="allow", http_port=0,
+            output_mode="stats", wait_duration=0.0, save_dir=str(tmp_path / "save"),
+            state_dir=str(tmp_path / "state"), use_cookies=True, dynamic_pages=((f"http://127.0.0.1:{port}/", "none"),),
+            dynamic_timeout=10.0)
+        summary = await Engine(config).run()
+    finally:
+        site.server.close()
+    assert ("/data.json", "session=s3cret") in site.requests
+    assert any(path == "/members.html" for path, _ in site.requests)  # the link the XHR gave
+    assert summary.pages == 2
