@@ -130,6 +130,10 @@ def crawl_main(config: Config, *, reload: bool = False, demo: bool = False) -> i
         if reload and not config.can_reload:
             print("larbin_py: --reload needs canReload (it is off in the configuration)", file=sys.stderr)
             return EXIT_USAGE
+        if config.redis_url:  # one worker of a distributed crawl (larbin_py.dist.worker)
+            from .dist.worker import run_worker
+
+            return await run_worker(config, reload=reload)
         from .engine import Engine, StateDirInUse, StateError
         from .runner import run_engine
 

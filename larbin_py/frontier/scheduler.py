@@ -71,6 +71,16 @@ The data path (Larbin's, with its one failure mode removed)::
   on it, nothing running, its next allowed time passed and no 429/503
   penalty left is dropped the same way (its smoothed round-trip time goes:
   a new one starts as any new server).
+* **Distributed mode** (DISTRIBUTED.md §10, the seams; all off by default,
+  and then the frontier is exactly the single process's): ``main`` is an
+  injected main lane (a worker's inbox, fed from Redis), ``sink`` takes the
+  links :meth:`offer` admits instead of the seen test and the main lane (the
+  owner of their host queues them), ``on_done(record, outcome)`` hears every
+  record's terminal outcome (``fetched`` or the forget reason: the ack),
+  :meth:`drop` gives up the sites of partitions handed to another worker,
+  and ``ip_leases`` schedules only the IPs whose lease this worker holds
+  (:class:`~larbin_py.frontier.sites.LeaseState`; :meth:`ip_leases_wanted`,
+  :meth:`ip_lease_granted`, :meth:`ip_lease_denied`, :meth:`ip_leases_to_release`).
 * **Stats** (:meth:`Frontier.stats`) cost O(1) per call: the ready sites
   are counted as they change, the busiest and failing sites kept in two
   top-10 tables updated per outcome (see :class:`TopCounts`).
@@ -93,7 +103,7 @@ from ..url import authority_of, fingerprint, fingerprints
 from .addresses import POLICIES as PRIVATE_POLICIES, is_private_address
 from .interfaces import SeenStore, StoreFactory, UrlQueue
 from .seen import SeenSet, SeenUrls
-from .sites import DnsState, IPSite, NamedSite, RobotsState
+from .sites import DnsState, IPSite, LeaseState, NamedSite, RobotsState
 from .store import UrlRecord, UrlStore
 
 __all__ = ["Frontier", "Request", "TopCounts", "disk_stores", "site_key", "PAGE", "ROBOTS"]
@@ -115,6 +125,13 @@ PRUNE_AFTER = 120.0
 KEEP_SITES = 100_000
 #: Most idle entries looked at per :meth:`Frontier.tick` (a bound on one pump's work).
 PRUNE_BATCH = 1000
+#: An IP lease held with nothing ready on it is released after this many
+#: waitDurations (and at least IP_IDLE_RELEASE_MIN seconds) since its last start.
+IP_IDLE_RELEASE = 2.0
+IP_IDLE_RELEASE_MIN = 0.2
+#: A released IP that still has ready sites asks for its lease again after
+#: this many seconds: a worker waiting for it gets its turn first.
+IP_REASK_AFTER = 0.5
 
 
 def disk_stores(state_dir: str, *, positions: dict | None = None,
@@ -225,6 +242,13 @@ class Frontier:
     rules :meth:`offer` applies; ``retries`` the retries a queued URL gets.
     ``positions`` not None also says the stores were reopened after a
     restart (their parked records are replayed).
+
+    The distributed mode's seams (see the module docstring): ``main``
+    replaces the factory's main lane; ``sink`` (with ``add_many(links,
+    depths, hops)``) receives what :meth:`offer` admits; ``on_done(record,
+    outcome)`` hears each record's end; ``ip_leases`` turns the IP leases
+    on, ``ip_lease_hold`` being how long a lease another worker wants is
+    kept at least.
     """
 
     def __init__(
@@ -253,6 +277,12 @@ class Frontier:
         retries: int = 0,
         prune_after: float | None = PRUNE_AFTER,
         keep_sites: int = KEEP_SITES,
+        main: UrlQueue | None = None,
+        sink=None,
+        on_done: Callable[[UrlRecord, str], None] | None = None,
+        ip_leases: bool = False,
+        ip_lease_hold: float = 10.0,
+        on_ip_wanted: Callable[[], None] | None = None,
     ) -> None:
         self.ram_urls = ram_urls
         self.max_urls_by_site = max_urls_by_site
@@ -278,7 +308,7 @@ class Frontier:
             if state_dir is None:
                 raise ValueError("Frontier needs a state_dir or a stores factory")
             stores = disk_stores(state_dir, positions=positions, segment_bytes=segment_bytes)
-        self.main: UrlQueue = stores("main", max(1, ram_urls - 2 * lane))
+        self.main: UrlQueue = main if main is not None else stores("main", max(1, ram_urls - 2 * lane))
         self.prio: UrlQueue = stores("priority", lane)
         self.wait: UrlQueue = stores("wait", lane)
         #: The seen test, the rules and the cache of links met lately (see offer).
@@ -286,6 +316,18 @@ class Frontier:
         self.rules = rules if rules is not None else UrlRules()
         self.seen_urls = SeenUrls()
         self.retries = retries
+        self.sink = sink
+        self.on_done = on_done
+        self.ip_leases = ip_leases
+        self.ip_lease_hold = ip_lease_hold
+        self.on_ip_wanted = on_ip_wanted  # called when an IP starts wanting its lease
+        self._ip_wanted: dict[str, IPSite] = {}  # lease WANTED
+        self._ip_held: dict[str, IPSite] = {}  # lease HELD or EXPIRING
+        #: With leases on: no request starts after this time (loop time), until
+        #: the coordinator's next renewal moves it (the leases may have lapsed).
+        self.ip_lease_deadline = math.inf
+        #: Records given up by drop() (handed over to another worker).
+        self.handed_over = 0
         #: Links refused by :meth:`offer` / :meth:`offer_url`, by reason ("seen" included).
         self.rejected: Counter[str] = Counter()
         # After a reload, the parked URLs' sites have no overflow count yet:
@@ -340,6 +382,11 @@ class Frontier:
         (self.prio if priority else self.main).push(rec)
         self.taken += 1
 
+    def push_record(self, rec: UrlRecord, *, priority: bool = False) -> None:
+        """Queue a record as it is (the distributed mode: its ``tag`` names its stream entry)."""
+        (self.prio if priority else self.main).push(rec)
+        self.taken += 1
+
     def offer(self, page_url: str, depth: int, links, *, redirect: bool = False, hops: int = 0) -> int:
         """Queue those of a page's ``links`` that pass the rules and the seen test.
 
@@ -359,6 +406,12 @@ class Frontier:
             rejected[reason] += count
         if not ok_links:
             return 0
+        if self.sink is not None:
+            # The owner of each link's host tests and queues it (exactly, in
+            # Redis); remembered here once buffered (see SeenUrls).
+            self.seen_urls.remember(ok_links)
+            self.sink.add_many(ok_links, depths, hops)
+            return len(ok_links)
         new = self.seen.add_many(fingerprints(ok_links))
         self.seen_urls.remember(ok_links)
         push = self.main.push
@@ -384,6 +437,9 @@ class Frontier:
         verdict = self.rules.admit(url, None, 0)
         if isinstance(verdict, str):
             return "rejected", verdict
+        if self.sink is not None:  # accepted for its owner (a duplicate is dropped there)
+            self.sink.add_many((url,), (verdict,), 0)
+            return "accepted", None
         if not self.seen.add_many((fingerprint(url),))[0]:
             return "duplicate", None
         self.push(url, verdict, self.retries, priority=priority)
@@ -488,6 +544,7 @@ class Frontier:
         if site is None:
             self._forget(rec, "badUrl")
             return True
+        site.dropped = False
         if site.room(self.max_urls_by_site):
             site.fifo.append(rec)
             self.in_sites += 1
@@ -646,6 +703,14 @@ class Frontier:
     def _schedule_ip(self, ip: IPSite, at: float) -> None:
         if ip.busy >= self.conn_per_ip or not ip.ready:
             return
+        if self.ip_leases and ip.lease is not LeaseState.HELD:
+            if ip.lease is LeaseState.NONE:
+                ip.lease = LeaseState.WANTED
+                ip.lease_retry = 0.0  # ask at once
+                self._ip_wanted[ip.ip] = ip
+                if self.on_ip_wanted is not None:
+                    self.on_ip_wanted()
+            return
         t = max(at, ip.next_allowed)
         if ip.heap_time is not None and ip.heap_time <= t:
             return
@@ -760,7 +825,7 @@ class Frontier:
         if self.ips.get(ip.ip) is not ip or ip.sites > 0:
             return None  # listed again when its last site leaves
         pace = ip.pace
-        if ip.busy or ip.ready or ip.heap_time is not None or pace.penalty > 1.0:
+        if ip.busy or ip.ready or ip.heap_time is not None or pace.penalty > 1.0 or ip.lease is not LeaseState.NONE:
             due = now + self.prune_after  # a request still runs, or the penalty decays first
         elif ip.next_allowed > now or pace.retry_until > now:
             due = max(ip.next_allowed, pace.retry_until)
@@ -786,8 +851,8 @@ class Frontier:
         if self.dns_wanted or self._load_due():
             return self._last_now
         t = math.inf
-        if self._heap and self.requests < self.max_requests:
-            t = self._heap[0][0]
+        if self._heap and self.requests < self.max_requests and self._last_now <= self.ip_lease_deadline:
+            t = self._heap[0][0]  # (past the lease deadline, the renewal wakes the engine)
         if self._timers:
             t = min(t, self._timers[0][0])
         return None if t == math.inf else t
@@ -795,6 +860,8 @@ class Frontier:
     def next_request(self, now: float) -> Request | None:
         """The next request allowed to start at ``now``, or None."""
         self._last_now = now
+        if now > self.ip_lease_deadline:
+            return None  # the leases may have lapsed: nothing starts until they are renewed
         heap = self._heap
         while heap and self.requests < self.max_requests:
             t, _, ip = heap[0]
@@ -806,6 +873,8 @@ class Frontier:
             ip.heap_time = None
             if ip.busy >= self.conn_per_ip:
                 continue  # rescheduled when a request to it ends
+            if self.ip_leases and ip.lease is not LeaseState.HELD:
+                continue  # rescheduled when the lease is granted again
             if ip.next_allowed > now:
                 self._schedule_ip(ip, ip.next_allowed)
                 continue
@@ -865,6 +934,7 @@ class Frontier:
     def _start(self, site: NamedSite, ip: IPSite, rec: UrlRecord | None, url: str, kind: str, now: float) -> Request:
         site.active += 1
         ip.busy += 1
+        ip.last_start = now
         self.requests += 1
         jitter = 1.0 + self.jitter * self.rng.random()
         pace = ip.pace
@@ -915,6 +985,8 @@ class Frontier:
             pace = ip.pace
             ip_delay = pace.delay(self.wait_duration)
             site_delay = pace.delay(max(self.wait_duration, site.crawl_delay))
+            if sent_at > ip.last_start:
+                ip.last_start = sent_at  # what a lease's next holder counts from (the server's view)
             if sent_at + ip_delay > ip.next_allowed:
                 ip.next_allowed = sent_at + ip_delay
         else:
@@ -941,6 +1013,7 @@ class Frontier:
         jitter = 1.0 + self.jitter * self.rng.random()
         if ip is not None:
             pace = ip.pace
+            ip.last_start = now
             ip.next_allowed = max(ip.next_allowed, now + pace.delay(self.wait_duration) * jitter)
             site.next_allowed = max(site.next_allowed,
                                     now + pace.delay(max(self.wait_duration, site.crawl_delay)) * jitter)
@@ -983,6 +1056,8 @@ class Frontier:
         site = req.site
         site.pages += 1
         self.busiest.update(site.key, site.pages)
+        if self.on_done is not None and req.record is not None:
+            self.on_done(req.record, "fetched")
         self._release(req, now)
 
     def forget(self, req: Request, reason: str, now: float) -> None:
@@ -1015,6 +1090,16 @@ class Frontier:
             self._forget(rec, reason)
             self._release(req, now)
             return False
+        if site.dropped:
+            # The site was handed over: its new owner claims the URL again.
+            self.retried[reason] += 1
+            self.taken -= 1
+            self.handed_over += 1
+            req.record = None
+            site.in_flight -= 1
+            self.in_flight -= 1
+            self._release(req, now)
+            return True
         rec.retries -= 1
         self.retried[reason] += 1
         site.fifo.append(rec)
@@ -1059,6 +1144,219 @@ class Frontier:
         self.forgotten[reason] += 1
         if self.on_forget is not None:
             self.on_forget(rec, reason)
+        if self.on_done is not None:
+            self.on_done(rec, reason)
+
+    # ------------------------------------------------------------------
+    # The distributed mode: handing sites over, IP leases
+    # ------------------------------------------------------------------
+    def drop(self, pred: Callable[[str], bool]) -> int:
+        """Give up every site whose host ``pred`` names (their partition went to another worker).
+
+        Their URLs waiting here (site FIFOs, the priority and wait lanes,
+        and the main lane when it has a ``drop`` of its own) leave this
+        frontier's accounts uncounted as outcomes: they stay pending in
+        Redis, where the new owner claims them.  Requests running to those
+        sites end as usual (their outcome is still this worker's, acked
+        before the partition is released), except that a retry is handed
+        over too.  The lanes are filtered at once rather than as they are
+        popped: no predicate lingers to be retired, so a partition that
+        comes back later is taken as new.  Returns how many records left.
+        """
+        n = 0
+        for site in self.sites.values():
+            if not pred(site.host):
+                continue
+            site.dropped = True
+            if site.fifo:
+                n += len(site.fifo)
+                self.in_sites -= len(site.fifo)
+                site.fifo.clear()
+            if site.overflow > 0:
+                site.overflow = 0
+                self._parked_sites -= 1
+                self._wanting.discard(site)
+            if site.queued and site.ip_site is not None:
+                try:
+                    site.ip_site.ready.remove(site)
+                except ValueError:
+                    pass
+                else:
+                    self.ready_sites -= 1
+                site.queued = False
+            self._note_idle(site, self._last_now)
+
+        def gone(rec: UrlRecord | None) -> bool:
+            parts = site_key(rec.url) if rec is not None else None
+            return parts is not None and pred(parts[2])
+
+        for lane in (self.prio, self.wait, self.main):
+            own = getattr(lane, "drop", None)
+            if own is not None:
+                n += own(gone)
+                continue
+            kept = []
+            for _ in range(len(lane)):
+                rec = lane.pop()
+                if rec is None:
+                    continue
+                if gone(rec):
+                    n += 1
+                else:
+                    kept.append(rec)
+            for rec in kept:
+                lane.push(rec)
+        self._wait_misses = 0
+        if self._rotating and not self._wanting:
+            self._rotating = False
+        self.taken -= n
+        self.handed_over += n
+        return n
+
+    def running_requests(self):
+        """The requests running now (a drain waits for those of its partitions)."""
+        return self._running.values()
+
+    def site_waits(self, pred: Callable[[str], bool], now: float, wall: float) -> dict[str, float]:
+        """``{site key: wall time}`` of the next allowed request of the sites whose host ``pred`` names
+        (still ahead of ``now``): what a handover passes on (``sitewait``)."""
+        return {site.key: wall + (site.next_allowed - now) for site in self.sites.values()
+                if site.next_allowed > now and pred(site.host)}
+
+    def restore_waits(self, waits: dict[str, float], now: float, wall: float) -> None:
+        """Hold the sites of ``waits`` (site key -> wall time) back until then (a takeover)."""
+        for key, until in waits.items():
+            parsed = key.split("://", 1)
+            if len(parsed) != 2 or until <= wall:
+                continue
+            site = self._site_for(f"{key}/", now)
+            if site is not None:
+                site.next_allowed = max(site.next_allowed, now + (until - wall))
+
+    def ip_lease_next_ask(self) -> float | None:
+        """When :meth:`ip_leases_wanted` next has an IP to ask for (None: none wanted)."""
+        times = [ip.lease_retry for ip in self._ip_wanted.values()
+                 if ip.lease is LeaseState.WANTED and ip.lease_retry != math.inf]
+        return min(times) if times else None
+
+    def ip_leases_wanted(self, now: float) -> list[str]:
+        """The IPs whose lease the coordinator should ask for now (each once until answered).
+
+        An IP no longer wanted (its ready sites left) goes back to NONE.
+        """
+        out = []
+        for key, ip in list(self._ip_wanted.items()):
+            if ip.lease is not LeaseState.WANTED or not ip.ready:
+                if ip.lease is LeaseState.WANTED:
+                    ip.lease = LeaseState.NONE
+                del self._ip_wanted[key]
+                continue
+            if ip.lease_retry <= now:
+                ip.lease_retry = math.inf  # asked: wait for the answer
+                out.append(key)
+        return out
+
+    def ip_lease_granted(self, addr: str, not_before: float, pace: dict | None, now: float) -> None:
+        """The lease of ``addr`` was granted: requests to it may start from ``not_before``.
+
+        ``not_before`` (loop time) is the previous holder's last start plus
+        the delay (or a full delay after a lapsed lease); ``pace`` is the
+        previous holder's :class:`~larbin_py.throttle.ServerPace` state, the
+        server's frequency control moving with the IP.  A renewal of an
+        EXPIRING lease is a grant too.
+        """
+        ip = self.ips.get(addr)
+        if ip is None:
+            return  # pruned meanwhile: the coordinator releases what it does not hold
+        self._ip_wanted.pop(addr, None)
+        if ip.lease is not LeaseState.HELD and ip.lease is not LeaseState.EXPIRING:
+            ip.lease_since = now
+            ip.contended = False
+        ip.lease = LeaseState.HELD
+        self._ip_held[addr] = ip
+        if not_before > ip.next_allowed:
+            ip.next_allowed = not_before
+        if pace:
+            p = ip.pace
+            p.penalty = max(p.penalty, float(pace.get("penalty", 1.0)))
+            p.retry_until = max(p.retry_until, float(pace.get("retry_until", 0.0)))
+            if p.srtt is None and pace.get("srtt") is not None:
+                p.srtt = float(pace["srtt"])
+            if p.floor is None and pace.get("floor") is not None:
+                p.floor = float(pace["floor"])
+        self._schedule_ip(ip, now)
+
+    def ip_lease_denied(self, addr: str, retry_at: float) -> None:
+        """Another worker holds ``addr``: ask again at ``retry_at``."""
+        ip = self.ips.get(addr)
+        if ip is None or ip.lease is not LeaseState.WANTED:
+            return
+        ip.lease_retry = retry_at
+        self._ip_wanted[addr] = ip
+
+    def ip_lease_lost(self, addr: str, now: float) -> None:
+        """The lease of ``addr`` is no longer this worker's (a renewal found it gone)."""
+        ip = self._ip_held.pop(addr, None)
+        if ip is None:
+            return
+        ip.lease = LeaseState.NONE
+        ip.lease_retry = now
+        self._schedule_ip(ip, now)  # wanted again if sites are ready
+
+    def ip_lease_contended(self, addr: str) -> None:
+        """Another worker waits for ``addr``: release it once held ``ip_lease_hold`` and idle."""
+        ip = self._ip_held.get(addr)
+        if ip is not None:
+            ip.contended = True
+
+    def ip_leases_suspend(self) -> None:
+        """The leases may have lapsed (the heartbeat is late): start no request on any."""
+        for ip in self._ip_held.values():
+            ip.lease = LeaseState.EXPIRING
+
+    def ip_leases_resume(self, now: float) -> None:
+        """The leases were renewed: EXPIRING ones are HELD again."""
+        for ip in self._ip_held.values():
+            if ip.lease is LeaseState.EXPIRING:
+                ip.lease = LeaseState.HELD
+                self._schedule_ip(ip, now)
+
+    def ip_leases_held(self) -> list[str]:
+        """The IPs whose lease this worker holds (renewed by the heartbeat)."""
+        return list(self._ip_held)
+
+    def ip_leases_to_release(self, now: float, *, every: bool = False) -> list[tuple[str, float, dict]]:
+        """Leases to give back now: ``(ip, last_start, pace)`` each, and NONE here.
+
+        An IP is released when no request to it runs and either nothing has
+        been ready on it for ``IP_IDLE_RELEASE`` waitDurations since its last
+        start, or another worker waits for it and it was held at least
+        ``ip_lease_hold``; ``every``: each one with no request running (a
+        worker that stops).  ``last_start`` (loop time, -1 when none) and the
+        pace go to ``iplast`` for the next holder.
+        """
+        out = []
+        idle_after = max(IP_IDLE_RELEASE * self.wait_duration, IP_IDLE_RELEASE_MIN)
+        for key, ip in list(self._ip_held.items()):
+            if ip.busy:
+                continue
+            since = max(ip.last_start, ip.lease_since)
+            if not every:
+                if ip.ready and not (ip.contended and now - ip.lease_since >= self.ip_lease_hold):
+                    continue
+                if not ip.ready and now - since < idle_after:
+                    continue
+            del self._ip_held[key]
+            ip.lease = LeaseState.NONE
+            ip.contended = False
+            p = ip.pace
+            out.append((key, ip.last_start, {"penalty": p.penalty, "retry_until": p.retry_until,
+                                             "srtt": p.srtt, "floor": p.floor}))
+            if ip.ready and not every:  # still wanted: the waiting worker gets its turn first
+                ip.lease = LeaseState.WANTED
+                ip.lease_retry = now + IP_REASK_AFTER
+                self._ip_wanted[key] = ip
+        return out
 
     # ------------------------------------------------------------------
     # Accounting

@@ -23,7 +23,7 @@ from ..throttle import ServerPace
 from ..transitions import step
 from .store import UrlRecord
 
-__all__ = ["DnsState", "RobotsState", "DNS_TRANSITIONS", "ROBOTS_TRANSITIONS", "NamedSite", "IPSite"]
+__all__ = ["DnsState", "RobotsState", "LeaseState", "DNS_TRANSITIONS", "ROBOTS_TRANSITIONS", "NamedSite", "IPSite"]
 
 
 class DnsState(Enum):
@@ -39,6 +39,19 @@ class RobotsState(Enum):
     FETCHING = "fetching"
     OK = "ok"  # rules known until robots_expiry
     ERROR = "error"  # unreachable or 5xx: everything disallowed until retry_at
+
+
+class LeaseState(Enum):
+    """An IP's lease, in the distributed mode (one worker at a time may send to an IP).
+
+    With leases off (one process) every IP is simply schedulable and this
+    stays NONE.  With leases on, only a HELD IP is scheduled.
+    """
+
+    NONE = "none"  # not held, not wanted
+    WANTED = "wanted"  # a site on it is ready: the coordinator asks Redis for it
+    HELD = "held"  # granted and renewed: requests may start
+    EXPIRING = "expiring"  # held, but its renewal is late (it may have lapsed): no new request
 
 
 #: A site's DNS state machine: (state, event) -> new state.
@@ -72,7 +85,7 @@ class NamedSite:
         "key", "scheme", "host", "port", "fifo", "in_flight", "active", "overflow",
         "dns", "ips", "dns_expiry", "dns_failures", "ip_site",
         "robots_state", "robots", "robots_expiry", "robots_failures", "crawl_delay",
-        "retry_at", "next_allowed", "queued", "pages", "errors", "idle_at",
+        "retry_at", "next_allowed", "queued", "pages", "errors", "idle_at", "dropped",
     )
 
     def __init__(self, key: str, scheme: str, host: str, port: int) -> None:
@@ -101,6 +114,9 @@ class NamedSite:
         self.errors = 0
         #: When last seen idle, while listed for pruning; -1.0 when not listed.
         self.idle_at = -1.0
+        #: Handed over to another worker (Frontier.drop): a retry of a request
+        #: still running is handed over too; cleared when a URL of it is placed.
+        self.dropped = False
 
     @property
     def idle(self) -> bool:
@@ -132,7 +148,8 @@ class NamedSite:
 class IPSite:
     """One server IP: the ready named sites on it and its politeness clock."""
 
-    __slots__ = ("ip", "ready", "next_allowed", "busy", "heap_time", "pace", "sites", "listed")
+    __slots__ = ("ip", "ready", "next_allowed", "busy", "heap_time", "pace", "sites", "listed",
+                 "lease", "lease_since", "lease_retry", "last_start", "contended")
 
     def __init__(self, ip: str, pace: ServerPace | None = None) -> None:
         self.ip = ip
@@ -144,3 +161,9 @@ class IPSite:
         self.pace = pace if pace is not None else ServerPace()
         self.sites = 0  # named sites whose address this is (ip_site)
         self.listed = False  # listed for pruning
+        # The distributed mode's IP lease (see LeaseState and Frontier.ip_leases_wanted).
+        self.lease = LeaseState.NONE
+        self.lease_since = 0.0  # when granted
+        self.lease_retry = 0.0  # WANTED: ask again from then (inf: an answer is awaited)
+        self.last_start = -1.0  # the last request start to this IP (-1: none yet)
+        self.contended = False  # another worker waits for it

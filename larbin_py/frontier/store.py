@@ -18,10 +18,13 @@ Record format, one per line, ASCII::
 
     <crc32 of the rest, 8 hex digits> <depth> <retries> <url>\\n
     <crc32 of the rest, 8 hex digits> <depth> <retries> <hops> <url>\\n
+    <crc32 of the rest, 8 hex digits> <depth> <retries> <hops> <url> <tag>\\n
 
 The second form is a redirect target (``hops`` redirects from the URL first
 queued, see the engine's ``maxRedirects``); any other record is written in
 the first form, so segments written before hops were counted read as ever.
+The third carries a ``tag``: the distributed mode's stream entry id, which
+the ack of the URL names (written only in a worker's scratch stores).
 
 Normalized URLs contain no whitespace, so the line is unambiguous.  A line
 whose checksum does not match (the torn tail of a segment after a crash) ends
@@ -46,16 +49,23 @@ __all__ = ["UrlRecord", "UrlStore", "encode_record", "decode_record"]
 @dataclass(slots=True)
 class UrlRecord:
     """One queued URL: where it points, how deep it may still go, retries left,
-    and how many redirects led to it (0 for a URL met as a link or a seed)."""
+    and how many redirects led to it (0 for a URL met as a link or a seed).
+
+    ``tag`` is empty except in the distributed mode, where it is the URL's
+    stream entry (``"<partition>/<entry id>"``, no space): its ack finds it.
+    """
 
     url: str
     depth: int
     retries: int
     hops: int = 0
+    tag: str = ""
 
 
 def encode_record(rec: UrlRecord) -> bytes:
-    if rec.hops:
+    if rec.tag:
+        body = f"{rec.depth} {rec.retries} {rec.hops} {rec.url} {rec.tag}".encode("utf-8", "surrogateescape")
+    elif rec.hops:
         body = f"{rec.depth} {rec.retries} {rec.hops} {rec.url}".encode("utf-8", "surrogateescape")
     else:
         body = f"{rec.depth} {rec.retries} {rec.url}".encode("utf-8", "surrogateescape")
@@ -68,7 +78,11 @@ def decode_record(line: bytes) -> UrlRecord | None:
     if body is None or not body:
         return None
     try:
-        fields = body.split(b" ", 3)  # a URL holds no space: 3 fields, or 4 with hops
+        fields = body.split(b" ", 4)  # a URL holds no space: 3 fields, 4 with hops, 5 with a tag
+        if len(fields) == 5:
+            depth, retries, hops, url, tag = fields
+            return UrlRecord(url.decode("utf-8", "surrogateescape"), int(depth), int(retries), int(hops),
+                             tag.decode("ascii"))
         if len(fields) == 4:
             depth, retries, hops, url = fields
             return UrlRecord(url.decode("utf-8", "surrogateescape"), int(depth), int(retries), int(hops))

@@ -1,0 +1,341 @@
+"""A worker of a distributed crawl: today's Engine with four parts swapped.
+
+``run_worker(config)`` builds the :class:`~larbin_py.engine.Engine` with a
+:class:`DistState` as its crawl state (the checkpointer strategy of
+:mod:`larbin_py.crawl_state`), which gives the engine a frontier whose
+
+* main lane is a :class:`~larbin_py.dist.inbox.RedisInbox` (fed by fenced
+  reads of the owned partitions' streams),
+* admitted links go to a :class:`~larbin_py.dist.sink.RedisSink`,
+* records' ends go to the coordinator's ``on_done`` (the acks), and
+* IPs are scheduled only while their lease is held;
+
+and runs the :class:`~larbin_py.dist.coordinator.Coordinator` beside it.
+Nothing of the engine is forked.
+
+**State.**  Redis holds the crawl: every queued URL is pending in its
+partition's stream until acked, after the output that covers it is durable.
+The worker's local stores (priority and wait lanes) are scratch in
+``stateDir/<workerId>/``, emptied at start; there is no journal and no
+checkpoint file (``--reload`` continues from Redis).
+
+**The end.**  A worker idle on its own does not stop (another may be about
+to send it links): the frontier's ``idle()`` answers True only once the
+coordinator saw the crawl end (two quiet waves, larbin_py.dist.termination).
+
+**Outputs.**  ``mirror``: one tree shared by the workers of a machine (one
+host has one owner at a time, so no file is written by two), each worker
+indexing its pages in ``saveDir/.workers/<workerId>/index.tsv``;
+:func:`merge_index` writes ``saveDir/index.tsv`` from them with each URL
+once (a page fetched again after a takeover keeps its last line).  ``warc``
+and ``save``: one series per worker in ``saveDir/<workerId>/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import sys
+import time
+
+from ..frontier.scheduler import Frontier, disk_stores
+from ..frontier.seen import SeenSet
+from ..output import make_output, open_output
+from ..output.base import INDEX_NAME, IndexWriter, OutputStats
+from ..output.mirror import MirrorOutput
+from ..output.paths import SafeTree
+from ..output.writer import ThreadedOutput
+from .coordinator import Coordinator
+from .inbox import RedisInbox
+from .membership import MembershipError
+from .redisio import DistError, RedisIO
+from .shared import crawl_meta
+from .sink import RedisSink
+
+__all__ = ["DistState", "DistFrontier", "WorkerMirrorOutput", "merge_index", "worker_id_of", "run_worker",
+           "WORKERS_DIR"]
+
+#: Where the workers' own indexes live under saveDir (mirror mode).
+WORKERS_DIR = ".workers"
+
+
+def worker_id_of(config) -> str:
+    """``workerId``, or ``<hostname>-<pid>`` when unset."""
+    return config.worker_id or f"{socket.gethostname().split('.')[0]}-{os.getpid()}"
+
+
+class DistFrontier(Frontier):
+    """The frontier of a worker: idle only once the whole crawl has ended."""
+
+    crawl_ended = False
+
+    def idle(self) -> bool:
+        return self.crawl_ended and super().idle()
+
+    def locally_idle(self) -> bool:
+        return super().idle()
+
+
+class WorkerMirrorOutput(MirrorOutput):
+    """The mirror output of one worker: pages in the shared tree, its index of its own."""
+
+    def __init__(self, save_dir: str, worker: str) -> None:
+        self.save_dir = save_dir
+        self.stats = OutputStats()
+        self._tree = SafeTree(save_dir)
+        self._closed = False
+        index_dir = os.path.join(self._tree.root, WORKERS_DIR, worker)
+        os.makedirs(index_dir, exist_ok=True)
+        try:
+            self._index = IndexWriter(index_dir, None)
+        except BaseException:
+            self._tree.close()
+            raise
+
+
+def merge_index(save_dir: str) -> int:
+    """Write ``saveDir/index.tsv`` from the workers' indexes: each URL once (its last line).
+
+    Run once the workers have ended (the launcher, or a test); written to a
+    temporary file and renamed, so a reader never sees half of it.  Returns
+    the lines written.
+    """
+    root = os.path.join(save_dir, WORKERS_DIR)
+    lines: dict[bytes, bytes] = {}
+    if os.path.isdir(root):
+        for worker in sorted(os.listdir(root)):
+            path = os.path.join(root, worker, INDEX_NAME)
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            for line in data.splitlines(keepends=True):
+                if not line.endswith(b"\n"):
+                    continue  # a worker killed mid-line
+                url = line.split(b"\t", 1)[0]
+                lines.pop(url, None)
+                lines[url] = line
+    tmp = os.path.join(save_dir, INDEX_NAME + ".tmp")
+    with open(tmp, "wb") as f:
+        f.writelines(lines.values())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(save_dir, INDEX_NAME))
+    return len(lines)
+
+
+def make_worker_output(config, worker: str):
+    mode = getattr(config, "output_mode", "none")
+    if mode == "mirror":
+        return WorkerMirrorOutput(config.save_dir, worker)
+    if mode in ("warc", "save"):
+        return open_output(mode, os.path.join(config.save_dir, worker), files_per_dir=config.files_per_dir,
+                           warc_max_size=getattr(config, "warc_max_size", 1 << 30))
+    return make_output(config)
+
+
+class DistState:
+    """The crawl state of a worker (the :class:`~larbin_py.crawl_state.CrawlState` seam).
+
+    Builds the swapped parts (inbox, sink, coordinator) and hands the engine
+    a frontier wired to them; acks replace the journal and checkpoints.
+    """
+
+    def __init__(self, config, io: RedisIO, worker: str, *, err=None) -> None:
+        self.config = config
+        self.io = io
+        self.worker = worker
+        self.err = err if err is not None else sys.stderr
+        self.seen = SeenSet()  # never asked: the owner's Redis set decides
+        self.cookies = None
+        self.checkpoints = 0
+        self.damaged: dict[str, int] = {}
+        self.scratch = os.path.join(config.state_dir, worker)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        os.makedirs(self.scratch, exist_ok=True)
+        self.inbox = RedisInbox(max(1, config.ram_urls // 10))
+        self.sink = RedisSink(io.partitions, retries=config.retries, batch=config.redis_batch)
+        try:
+            self.sink.clock = asyncio.get_running_loop().time
+        except RuntimeError:
+            pass
+        self.coordinator: Coordinator | None = None
+        self.frontier: DistFrontier | None = None
+        self._writer = None
+        self._output = None
+        self._task: asyncio.Task | None = None
+        self._wake_engine = None
+        self.started = False
+        self.joined = False
+        self.stopped = False
+
+    # -- building ---------------------------------------------------------
+    def frontier_class(self):
+        state = self
+
+        def build(_state_dir, **kw):
+            kw["stores"] = disk_stores(os.path.join(state.scratch, "frontier"))
+            kw.pop("positions", None)
+            return DistFrontier(None, main=state.inbox, sink=state.sink, on_done=state._on_done, ip_leases=True,
+                                ip_lease_hold=state._ip_lease_hold(), **kw)
+        return build
+
+    @property
+    def robots_log(self):
+        """Where robots.txt answers go (RobotsFetch's ``log``): to ``robots:{p}`` in Redis."""
+        return self
+
+    def append(self, robots_url: str, when: float, body: bytes | None) -> None:
+        if self.coordinator is not None:
+            self.coordinator.robots_answer(robots_url, when, body)
+
+    def _ip_lease_hold(self) -> float:
+        c = self.config
+        return c.ip_lease_hold if c.ip_lease_hold > 0 else max(10.0, 5 * c.wait_duration)
+
+    def _on_done(self, rec, outcome: str) -> None:
+        if self.coordinator is not None:
+            self.coordinator.on_done(rec, outcome)
+
+    def frontier_positions(self) -> dict | None:
+        return None
+
+    def attach(self, frontier) -> None:
+        self.frontier = frontier
+        c = self.config
+        try:  # the frontier's clock: the engine's loop time
+            clock = asyncio.get_running_loop().time
+        except RuntimeError:
+            clock = time.monotonic
+        self.coordinator = Coordinator(
+            self.io, frontier, self.sink, self.inbox, worker=self.worker, lease_ttl=c.lease_ttl, clock=clock,
+            flush_interval=c.redis_flush_interval, wait_duration=c.wait_duration,
+            ack_interval=min(1.0, c.checkpoint_interval), is_idle=frontier.locally_idle,
+            on_end=self._ended, durable=self._durable, err=self.err,
+            wake_engine=lambda: self._wake_engine() if self._wake_engine is not None else None)
+        self.sink.wake = self.coordinator.wake
+
+    def output_position(self) -> dict | None:
+        return None
+
+    def open(self, loop, writer, output, *, frontier, on_durable, on_error) -> None:
+        self._writer = writer
+        self._output = output
+        self._wake_engine = on_durable
+
+    # -- while crawling ---------------------------------------------------
+    def done(self, url: str, outcome: str, from_request: bool) -> None:
+        pass  # the frontier's on_done carries the ack
+
+    def holds(self, running: int, cap: int) -> bool:
+        return False
+
+    async def _durable(self) -> None:
+        """Make the output written so far durable (the acks follow it)."""
+        out = self._output
+        if out is None:
+            return
+        if isinstance(out, ThreadedOutput):
+            out.submit_pending()
+            await self._writer.call(out.sync_position)
+        elif getattr(out, "mode", None) in ("mirror", "save", "warc"):
+            out.flush(sync=True)
+
+    def _ended(self, reason: str) -> None:
+        if self.frontier is not None:
+            self.frontier.crawl_ended = True
+        if self._wake_engine is not None:
+            self._wake_engine()
+
+    def restore(self, frontier, now: float, wall: float, err) -> dict:
+        print(f"larbin_py: worker {self.worker}: continuing crawl {self.io.crawl!r} from Redis", file=err)
+        return {}
+
+    def report_damage(self, err) -> None:
+        pass
+
+    async def checkpoint(self, frontier, now: float, section: dict) -> bool:
+        """The first call (before the crawl runs) joins the crawl and starts the
+        coordinator; the last (at the end) stops it cleanly.  No file is written."""
+        if not self.started:
+            self.started = True
+            if not self.joined:
+                await self.coordinator.start()
+            self._task = asyncio.get_running_loop().create_task(self.coordinator.run())
+            return False
+        await self.stop()
+        return False
+
+    async def stop(self) -> None:
+        if self.stopped or self.coordinator is None:
+            return
+        self.stopped = True
+        if self._task is not None:
+            await self.coordinator.stop()
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def close_commits(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()  # a failed crawl: its entries stay pending for another worker
+
+    def close(self, frontier, *, broken: bool) -> list[OSError]:
+        try:
+            frontier.close()
+        except OSError as exc:
+            return [exc]
+        return []
+
+    def abandon(self, frontier) -> None:
+        frontier.close()
+
+
+async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict | None = None) -> int:
+    """Run one worker of the crawl in ``config.redis_url`` to its end: the exit code."""
+    from ..engine import Engine
+    from ..runner import run_engine
+
+    err = err if err is not None else sys.stderr
+    if config.redis_url == "auto":
+        print("larbin_py: redisUrl auto starts a private redis-server with --workers N; "
+              "a lone worker needs redis://host:port/db or unix:///path", file=err)
+        return 2
+    worker = worker_id_of(config)
+    io = RedisIO(config.redis_url, config.crawl_name, partitions=config.partitions,
+                 seen_buckets=config.seen_buckets)
+    try:
+        await io.connect()
+        await io.join_crawl(crawl_meta(config))
+    except DistError as exc:
+        print(f"larbin_py: {exc}", file=err)
+        await io.close()
+        return 2
+    try:
+        state = DistState(config, io, worker, err=err)
+        output = None if (engine_kw or {}).get("output") else make_worker_output(config, worker)
+        kw = dict(engine_kw or {})
+        kw.setdefault("output", output)
+        engine = Engine(config, crawl_state=state, err=err, **kw)
+        state.coordinator.on_ip_release = \
+            lambda ip: engine.fetcher.close_idle(ip) if engine.fetcher is not None else 0
+        coordinator = state.coordinator
+
+        def snapshot() -> dict:  # written to stats:<w> at each heartbeat (the launcher's dashboard)
+            snap = engine.snapshot()
+            snap["dist"] = coordinator.stats()
+            return snap
+        coordinator.snapshot = snapshot
+        try:  # join before the crawl starts: a Redis lost meanwhile is a clear exit 2
+            await coordinator.start()
+        except MembershipError as exc:
+            print(f"larbin_py: {exc}", file=err)
+            return 2
+        state.joined = True
+        code = await run_engine(engine)
+        await state.stop()
+        return code
+    finally:
+        await io.close()

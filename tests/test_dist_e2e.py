@@ -1,0 +1,274 @@
+"""End to end: N worker processes (``python -m larbin_py`` with ``redisUrl``)
+crawl the synthetic web through a private redis-server.
+
+The sim runs in the test's own process, so its request log sees every
+worker's requests on one clock: coverage against the sim's ground truth,
+no page requested twice, robots.txt once per host, politeness per host and
+per IP across workers, conservation from Redis's counters, one index line
+per saved page; and a worker killed with SIGKILL loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from larbin_py.config import format_config
+from larbin_py.demo import crawl_rules
+from larbin_py.dist.redisio import RedisIO
+from larbin_py.dist.worker import WORKERS_DIR, merge_index
+from larbin_py.output.base import INDEX_NAME
+from larbin_py.sim import Sim, SimConfig
+from larbin_py.sim.web import DEFAULT_ROBOTS_MIX
+
+from test_e2e import ROBOTS_PATHS, SLACK, make_config, page_requests
+
+pytestmark = pytest.mark.slow
+
+CRAWL = "t"
+LEASE_TTL = 2.0
+
+
+#: The sim's robots.txt profiles but those that fail (their retries wait
+#: seconds; the single process's tests cover them, nothing here is specific).
+ROBOTS_MIX = {k: v for k, v in DEFAULT_ROBOTS_MIX.items() if k not in ("error", "timeout")}
+
+
+def sim_config(**kw) -> SimConfig:
+    base = dict(seed=7, hosts=32, pages_per_host=(2, 5), hosts_per_ip=4, dns=True, robots_agent="larbin_py",
+                trap=False, p_dup=0.0, robots_mix=ROBOTS_MIX)
+    base.update(kw)
+    return SimConfig(**base)
+
+
+def worker_config(tmp_path, sim, redis_url: str, worker: str, **changes):
+    values = dict(redis_url=redis_url, crawl_name=CRAWL, worker_id=worker, lease_ttl=LEASE_TTL,
+                  output_mode="mirror", connexions_per_ip=1, partitions=64, wait_duration=0.1,
+                  timeout_page=1.0, connect_timeout=1.0, retries=0)  # (a name that never resolves is not retried for seconds)
+    values.update(changes)
+    return make_config(tmp_path, sim, **values)
+
+
+class Workers:
+    """Worker processes of one crawl, each with its config file and stderr log."""
+
+    def __init__(self, tmp_path, sim, redis_url: str, n: int, **changes) -> None:
+        self.tmp = tmp_path
+        self.procs: dict[str, asyncio.subprocess.Process] = {}
+        self.configs = {}
+        self.sim = sim
+        self.redis_url = redis_url
+        self.changes = changes
+        self.names = [f"w{i}" for i in range(n)]
+
+    async def start(self, name: str) -> None:
+        config = worker_config(self.tmp, self.sim, self.redis_url, name, **self.changes)
+        self.configs[name] = config
+        path = self.tmp / f"{name}.conf"
+        path.write_text(format_config(config))
+        err = open(self.tmp / f"{name}.err", "ab")
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        self.procs[name] = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "larbin_py", "-c", str(path), stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL, stderr=err, env=env)
+        err.close()
+
+    async def start_all(self) -> None:
+        for name in self.names:
+            await self.start(name)
+
+    async def wait(self, timeout: float) -> dict[str, int]:
+        codes = {}
+        for name, proc in self.procs.items():
+            try:
+                codes[name] = await asyncio.wait_for(proc.wait(), timeout)
+            except asyncio.TimeoutError:
+                proc.kill()
+                await proc.wait()
+                raise AssertionError(f"{name} did not end: {self.log(name)[-3000:]}")
+        return codes
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.err").read_text(errors="replace")
+
+
+async def totals(redis_url: str):
+    io = await RedisIO(redis_url, CRAWL, partitions=64).connect()
+    try:
+        return await io.view(rows=True)
+    finally:
+        await io.close()
+
+
+def check_politeness(sim, wait: float) -> None:
+    """Per host and per IP across workers: >= 0.95 x wait; one connection per IP."""
+    log = sim.log
+    for host, starts in log.starts_by_host().items():
+        assert log.min_gap(starts) >= 0.95 * wait - SLACK, f"host {host} asked too often"
+    for ip, starts in log.starts_by_ip().items():
+        assert log.min_gap(starts) >= 0.95 * wait - SLACK, f"IP {ip} asked too often"
+    for ip, spans in log.spans_by_ip().items():
+        for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
+            assert b0 >= a1 - SLACK, f"two connections open to {ip} at once"
+
+
+def robots_repeated(sim) -> list:
+    """Hosts whose robots.txt was fetched more than once (those that fail are asked again: left out)."""
+    failing = {name for name, h in sim.web.hosts.items() if h.robots.kind in ("error", "timeout")}
+    robots = Counter(r.host for r in sim.log.requests if r.path == "/robots.txt" and r.host not in failing)
+    assert robots
+    return [(h, n) for h, n in robots.items() if n > 1]
+
+
+def index_urls(save_dir: str) -> list[str]:
+    with open(os.path.join(save_dir, INDEX_NAME), "rb") as f:
+        return [line.split(b"\t", 1)[0].decode() for line in f.read().splitlines()]
+
+
+async def crawl_with(tmp_path, redis_server, n: int):
+    async with Sim(sim_config()) as sim:
+        workers = Workers(tmp_path, sim, redis_server.url, n)
+        t0 = time.monotonic()
+        await workers.start_all()
+        codes = await workers.wait(90)
+        elapsed = time.monotonic() - t0
+        assert all(c == 0 for c in codes.values()), {w: workers.log(w)[-2000:] for w in codes}
+        config = workers.configs["w0"]
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        requested = [r.url for r in page_requests(sim)]
+        # exact coverage, nothing requested twice
+        assert set(requested) == truth.must_request, (
+            sorted(truth.must_request - set(requested))[:10], sorted(set(requested) - truth.must_request)[:10])
+        twice = [u for u, c in Counter(requested).items() if c > 1]
+        assert not twice, twice[:10]
+        robots = robots_repeated(sim)
+        assert not robots, robots
+        check_politeness(sim, config.wait_duration)
+        # conservation, global, from Redis alone
+        view = await totals(redis_server.url)
+        t = view.totals
+        assert t.queued == 0 and t.pending == 0
+        assert t.accepted == t.fetched + sum(t.forgotten.values())
+        assert t.fetched == len(truth.saved)
+        # one index line per saved page
+        assert merge_index(config.save_dir) == len(truth.saved)
+        lines = index_urls(config.save_dir)
+        assert sorted(lines) == sorted(truth.saved)
+        return sim, view, elapsed
+
+
+@pytest.mark.async_timeout(150)
+async def test_one_worker_crawls_exactly(tmp_path, redis_server):
+    sim, view, elapsed = await crawl_with(tmp_path, redis_server, 1)
+
+
+@pytest.mark.async_timeout(150)
+@pytest.mark.parametrize("n", [2, 4])
+async def test_workers_share_the_crawl_politely(tmp_path, redis_server, n):
+    sim, view, elapsed = await crawl_with(tmp_path, redis_server, n)
+    # every worker crawled: each index holds pages
+    save = os.path.join(str(tmp_path / "save"), WORKERS_DIR)
+    sizes = {f"w{i}": os.path.getsize(os.path.join(save, f"w{i}", INDEX_NAME)) for i in range(n)}
+    assert all(sizes.values()), sizes
+
+
+@pytest.mark.async_timeout(150)
+async def test_kill_9_of_a_worker_loses_nothing_and_its_partitions_are_taken_over(tmp_path, redis_server):
+    async with Sim(sim_config(seed=9, hosts=40, pages_per_host=(4, 8))) as sim:
+        workers = Workers(tmp_path, sim, redis_server.url, 3)
+        await workers.start_all()
+        io = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
+        try:
+            # kill w1 once it owns partitions with entries read and not acked, and has fetched some
+            victim_rows = []
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                view = await io.view(rows=True)
+                victim_rows = [r for r in view.rows if r.owner == "w1"]
+                if sum(r.pending for r in victim_rows) >= 3 and sum(r.fetched for r in victim_rows) >= 5:
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("w1 never had pending entries")
+            owned = {r.partition for r in victim_rows}
+            workers.procs["w1"].send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            await workers.procs["w1"].wait()
+            # what w1 had read and not acked, frozen by its death (its leases outlive it by leaseTtl)
+            view = await io.view(rows=True)
+            assert all(view.rows[p].owner == "w1" for p in owned)
+            pending_at_kill = sum(view.rows[p].pending for p in owned)
+            assert pending_at_kill >= 1
+            # takeover: every partition of w1 gets a new owner
+            took = None
+            while time.monotonic() < killed + 30:
+                view = await io.view(rows=True)
+                if all(view.rows[p].owner not in ("", "w1") for p in owned):
+                    took = time.monotonic() - killed
+                    break
+                await asyncio.sleep(0.02)
+            assert took is not None, "w1's partitions were not taken over"
+            heartbeat = LEASE_TTL / 5
+            assert took <= LEASE_TTL + 2 * heartbeat, took
+        finally:
+            await io.close()
+        codes = await workers.wait(90)
+        assert codes["w1"] == -signal.SIGKILL
+        assert codes["w0"] == 0 and codes["w2"] == 0, {w: workers.log(w)[-2000:] for w in ("w0", "w2")}
+        config = workers.configs["w0"]
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        requested = [r.url for r in page_requests(sim)]
+        # nothing lost
+        assert set(requested) == truth.must_request, sorted(truth.must_request - set(requested))[:10]
+        # fetched twice: only what w1 had read and not acked (in flight, done since its last ack, queued)
+        twice = [u for u, c in Counter(requested).items() if c > 1]
+        assert len(twice) <= pending_at_kill, (len(twice), pending_at_kill)
+        check_politeness(sim, config.wait_duration)
+        # robots.txt answers are shared in Redis: the new owners do not fetch them again
+        # (one fetched in the victim's last flush interval may be)
+        robots = robots_repeated(sim)
+        print("robots fetched again:", robots)
+        view = await totals(redis_server.url)
+        t = view.totals
+        assert t.queued == 0 and t.accepted == t.fetched + sum(t.forgotten.values())
+        assert t.fetched == len(truth.saved)
+        assert merge_index(config.save_dir) == len(truth.saved)
+        assert sorted(index_urls(config.save_dir)) == sorted(truth.saved)
+        print(f"takeover {took:.2f} s; fetched twice {len(twice)} of {pending_at_kill} pending at the kill")
+
+
+@pytest.mark.async_timeout(150)
+async def test_kill_9_of_redis_and_a_restart_from_its_aof_loses_nothing(tmp_path, redis_server):
+    async with Sim(sim_config(seed=9, hosts=24, pages_per_host=(3, 7))) as sim:
+        workers = Workers(tmp_path, sim, redis_server.url, 2)
+        await workers.start_all()
+        io = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
+        try:
+            deadline = time.monotonic() + 60
+            while (await io.view()).totals.fetched < 20:  # the crawl is under way
+                assert time.monotonic() < deadline, "the crawl did not start"
+                await asyncio.sleep(0.05)
+        finally:
+            await io.close()
+        redis_server.kill()
+        await asyncio.sleep(1.0)  # the workers find Redis gone, pause, retry
+        redis_server.start()  # from its AOF
+        codes = await workers.wait(90)
+        assert codes == {"w0": 0, "w1": 0}, {w: workers.log(w)[-2000:] for w in codes}
+        assert all("Redis is back" in workers.log(w) for w in ("w0", "w1"))
+        config = workers.configs["w0"]
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        requested = [r.url for r in page_requests(sim)]
+        assert set(requested) == truth.must_request, sorted(truth.must_request - set(requested))[:10]
+        view = await totals(redis_server.url)
+        t = view.totals
+        assert t.queued == 0 and t.accepted == t.fetched + sum(t.forgotten.values())
+        assert t.fetched == len(truth.saved)
+        assert merge_index(config.save_dir) == len(truth.saved)
+        check_politeness(sim, config.wait_duration)

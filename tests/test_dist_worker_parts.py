@@ -1,0 +1,73 @@
+"""The worker's parts without Redis: the sink's per-partition buffers, the
+inbox's records and tags, and merge_index."""
+
+from __future__ import annotations
+
+import os
+
+from larbin_py.dist.inbox import RedisInbox, make_tag, split_tag
+from larbin_py.dist.partition import partition_of
+from larbin_py.dist.sink import RedisSink, decode_entry, encode_entry
+from larbin_py.dist.worker import WORKERS_DIR, merge_index
+from larbin_py.url import fingerprint
+
+
+def test_entry_record_round_trip():
+    data = encode_entry("http://a.test/x?y=1", 4, 2, 1)
+    assert decode_entry(data) == ("http://a.test/x?y=1", 4, 2, 1)
+    assert decode_entry(b"garbage") is None
+
+
+def test_sink_buffers_per_partition_of_the_host_and_wakes_at_the_batch():
+    woke = []
+    t = [10.0]
+    sink = RedisSink(64, retries=3, batch=3, wake=lambda: woke.append(1), clock=lambda: t[0])
+    sink.add_many(["http://a.test/1", "http://a.test:8080/2"], [5, 5])
+    assert sink.pending == 2 and sink.oldest == 10.0 and not woke
+    sink.add_many(["http://b.test/1"], [1], 2)
+    assert woke == [1]
+    taken = sink.take()
+    pa, pb = partition_of("a.test", 64), partition_of("b.test", 64)
+    # a host's URLs, whatever the port, go to its one partition
+    assert [decode_entry(r)[0] for _, r in taken[pa]] == ["http://a.test/1", "http://a.test:8080/2"]
+    assert taken[pb] == [(fingerprint("http://b.test/1"), encode_entry("http://b.test/1", 1, 3, 2))]
+    assert sink.pending == 0 and sink.oldest is None and sink.sent == 3
+    t[0] = 11.0
+    sink.put_back(taken)  # a tick that failed: the links wait for the next one
+    assert sink.pending == 3 and sink.sent == 0 and sink.oldest == 11.0
+    assert sink.take() == taken
+
+
+def test_inbox_tags_records_and_drops_a_partitions_records():
+    inbox = RedisInbox(10)
+    rec = inbox.record(7, "1700-0", encode_entry("http://a.test/", 3, 1))
+    assert rec.tag == make_tag(7, "1700-0") and split_tag(rec.tag) == (7, "1700-0")
+    assert split_tag("") is None
+    inbox.push(rec)
+    inbox.push(inbox.record(8, "1700-1", encode_entry("http://b.test/", 3, 1)))
+    assert inbox.room == 8 and len(inbox) == 2
+    assert inbox.drop(lambda r: split_tag(r.tag)[0] == 7) == 1
+    assert [r.url for r in inbox.ram_records()] == ["http://b.test/"]
+    assert inbox.record(1, "x", b"bad") is None
+
+
+def test_merge_index_lists_each_url_once(tmp_path):
+    save = tmp_path / "save"
+    for w, lines in {"w0": ["http://a/\ta/index.html\t200\ttext/html\t5\n", "http://b/\tb\t200\t\t3\n"],
+                     "w1": ["http://b/\tb\t200\t\t3\n", "http://c/\tc\t200\t\t1\n", "http://d/\td\t200"]}.items():
+        d = save / WORKERS_DIR / w
+        d.mkdir(parents=True)
+        (d / "index.tsv").write_text("".join(lines))
+    assert merge_index(str(save)) == 3  # b once; d's line was cut by a kill: left out
+    urls = [line.split("\t")[0] for line in (save / "index.tsv").read_text().splitlines()]
+    assert sorted(urls) == ["http://a/", "http://b/", "http://c/"]
+    assert not os.path.exists(save / "index.tsv.tmp")
+
+
+def test_the_workers_shared_keys_are_the_launchers():
+    from larbin_py.config import parse_config_text
+    from larbin_py.dist import launcher, shared
+
+    config = parse_config_text("", require_start_urls=False)
+    assert shared.SHARED_KEYS == launcher.SHARED_KEYS
+    assert shared.crawl_meta(config) == launcher.crawl_meta(config)
