@@ -286,6 +286,14 @@ class Config:
     server_rtt_factor: float = 3.0
     url_input: bool = False
     http_token: str | None = None
+    analysis_workers: int = field(default_factory=lambda: max(1, (os.cpu_count() or 2) - 1))
+    analyzers: tuple[tuple[str, ...], ...] = ()
+    analysis_retries: int = 3
+    analysis_timeout: float = 60.0
+    analysis_backoff: float = 1.0
+    analysis_queue_max: int = 1000
+    alert_command: tuple[str, ...] = ()
+    analysis_dir: str = "analysis"
     #: The file this configuration was read from (not a setting: ignored by ==).
     source: str | None = field(default=None, compare=False)
 
@@ -600,6 +608,38 @@ class _DnsServers(_List):
         return [f"{self.name} {' '.join(map(_format_server, value))}"]
 
 
+class _Analyzer(_List):
+    """``analyzer NAME [urls=RE] [types=T,...] KIND ARGS...``: one analyzer a line (larbin_py.analysis)."""
+
+    def parse(self, words: list[str]) -> tuple:
+        return (self.coerce_item(tuple(words)),)
+
+    def coerce_item(self, item: Any) -> tuple[str, ...]:
+        from .analysis.analyzers import parse_analyzer
+
+        if not isinstance(item, (tuple, list)) or not all(isinstance(w, str) for w in item):
+            raise _Bad(f"expected the words of an analyzer line, got {item!r}")
+        try:
+            parse_analyzer(item)
+        except ValueError as exc:
+            raise _Bad(str(exc)) from None
+        return tuple(item)
+
+    def format(self, value: tuple) -> list[str]:
+        return [f"{self.name} {' '.join(words)}" for words in value]
+
+
+class _Command(_List):
+    """A command and its arguments on one line (alertCommand)."""
+
+    repeatable = False
+
+    def item(self, word: str) -> str:
+        if _CONTROL_RE.search(word) or not word or word.startswith("#"):
+            raise _Bad(f"expected a word, got {word!r}")
+        return word
+
+
 #: Every key, in larbin.conf order.
 KEYS: tuple[_Key, ...] = (
     _Text("From", "from_addr", empty=True, email=True),
@@ -666,6 +706,14 @@ KEYS: tuple[_Key, ...] = (
     _List("specificSet", "specific_set", block=True),
     _List("limitToDomain", "limit_to_domain", block=True),
     _List("forbiddenExtensions", "forbidden_extensions", block=True),
+    _Int("analysisWorkers", "analysis_workers", 0, 1024),
+    _Analyzer("analyzer", "analyzers"),
+    _Int("analysisRetries", "analysis_retries", 0, 100),
+    _Seconds("analysisTimeout", "analysis_timeout", 0, 86_400, above=True),
+    _Seconds("analysisBackoff", "analysis_backoff", 0, 3600),
+    _Int("analysisQueueMax", "analysis_queue_max", 1, 10_000_000),
+    _Command("alertCommand", "alert_command"),
+    _Text("analysisDir", "analysis_dir"),
     _StartUrls("startUrl", "start_urls"),
 )
 
@@ -700,6 +748,9 @@ def _cross_problems(config: Config) -> list[tuple[str, str]]:
             problems.append(("httpBind", f"{config.http_bind} is not a loopback address, so the stats "
                                          f"server (httpPort {config.http_port}) needs an httpToken "
                                          "(or httpPort 0)"))
+    if config.analyzers and config.analysis_workers == 0:
+        problems.append(("analyzer", "analyzers run in analysis processes: analysisWorkers is 0 "
+                                     "(set it to 1 or more)"))
     problems.extend(_nesting_problems(config))
     return problems
 
