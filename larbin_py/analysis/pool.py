@@ -137,8 +137,8 @@ class WorkerPool:
                 self._replace()
                 raise TaskFailed("timeout", f"no answer after {self.timeout:g} s: the analysis process "
                                             "was killed and replaced") from None
-            except (BrokenPipeError, ConnectionResetError):
-                line = b""
+            except (BrokenPipeError, ConnectionResetError, RuntimeError):
+                line = b""  # the process is gone (its pipe closed, or the transport already shut)
             except BaseException:  # cancelled (the crawl stops): the process is mid-task
                 self._kill(proc)
                 raise
