@@ -289,3 +289,7 @@ class TaskQueue:
             for gen in list(self._live) + _generations(self.directory):
                 self._remove(gen)
             self._live = {}
+            try:
+                os.rmdir(self.directory)
+            except OSError:  # something else is in it
+                pass

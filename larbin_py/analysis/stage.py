@@ -61,18 +61,21 @@ class AnalysisStage:
     """
 
     def __init__(self, config, *, reload: bool = False, err=None, durable: bool = True,
-                 pool: WorkerPool | None = None) -> None:
+                 pool: WorkerPool | None = None, specs: list[AnalyzerSpec] | None = None,
+                 queue_dir: str = ANALYSIS_DIR) -> None:
         self.config = config
         self.err = err
         self.durable = durable
-        self.specs = specs_from_config(config)
+        self.specs = specs if specs is not None else specs_from_config(config)
         self.user = [s for s in self.specs if s.kind != "links"]
+        #: The crawl's link extractor runs on every page (the ``analyze`` command runs without it).
+        self.with_links = any(s.kind == "links" for s in self.specs)
         self.backoff = Backoff(config.analysis_retries, config.analysis_backoff)
-        self.queue = TaskQueue(os.path.join(config.state_dir, ANALYSIS_DIR), reload=reload)
+        self.queue = TaskQueue(os.path.join(config.state_dir, queue_dir), reload=reload)
         self.alerts = Alerts(config.state_dir, config.alert_command, err=err)
         self.queue_max = config.analysis_queue_max
         self.pool = pool if pool is not None else WorkerPool(
-            config.analysis_workers, worker_setup(config, self.specs), timeout=config.analysis_timeout, err=err)
+            max(1, config.analysis_workers), worker_setup(config, self.specs), timeout=config.analysis_timeout, err=err)
         self.frontier = None
         self.counts = None
         self._spawn = None
@@ -112,7 +115,7 @@ class AnalysisStage:
 
     def submit(self, url: str, depth: int, body: bytes, *, status=None, content_type=None, charset=None) -> None:
         """A page to analyse: its tasks queued (durably), then run."""
-        names = ["links"] + [s.name for s in self.user if s.wants(url, content_type)]
+        names = (["links"] if self.with_links else []) + [s.name for s in self.user if s.wants(url, content_type)]
         for task in self.queue.add(url, depth, names, body, status=status, content_type=content_type,
                                    charset=charset):
             self._run(task)
