@@ -201,3 +201,14 @@ async def test_a_task_is_retried_with_backoff_then_alerted_once_and_marked_faile
     assert "boom http://bad/" in alerts[0]["error"]
     await stage.close()
     assert not os.path.exists(tmp_path / "state" / "analysis")  # nothing live is left
+
+
+def test_metrics_count_alerts_and_failed_tries():
+    from larbin_py.web.metrics import render_metrics
+
+    snap = {"analysis": {"pending": 4, "finished": 10, "failed": 1, "failed_tries": {"crash": 2, "error": 3},
+                         "alerts": {"count": 1, "recent": []}}}
+    text = render_metrics(snap)
+    assert "larbin_alerts_total 1" in text and "larbin_analysis_pending 4" in text
+    assert 'larbin_analysis_tries_failed_total{reason="crash"} 2' in text
+    assert "larbin_alerts_total" not in render_metrics({})  # inline analysis: no such series
