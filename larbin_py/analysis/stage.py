@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+import resource
 import time
 
 from .alerts import Alerts
@@ -89,6 +90,7 @@ class AnalysisStage:
         self.resumed = 0
         self.links = 0
         self.failed_tries: collections.Counter[str] = collections.Counter()
+        self.cpu_seconds = 0.0  # the analysis processes', once they ended (close)
         self.busy_seconds = 0.0  # wall time of the tries (the processes' work, as seen from the loop)
 
     def attach(self, frontier, counts, spawn) -> None:
@@ -214,6 +216,13 @@ class AnalysisStage:
         if not self.durable:
             self._confirm(self.queue.mark())
         self.queue.close()
+        # The processes are reaped: their CPU (and their children's) is the children's usage.
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.cpu_seconds = usage.ru_utime + usage.ru_stime
+        if self.err is not None and (self.finished or self.failed or self.pending):
+            print(f"larbin_py: analysis: {self.finished} tasks done, {self.failed} failed ({self.alerts.count} "
+                  f"alerts), {self.pending} left for --reload, {sum(self.failed_tries.values())} tries failed; "
+                  f"{self.pool.size} processes, {self.cpu_seconds:.2f} CPU s", file=self.err)
 
     def stats(self) -> dict:
         return {"workers": self.pool.size, "pending": self.pending, "peak_pending": self.peak_pending,
