@@ -448,8 +448,9 @@ class Engine:
         analysed = self.analysis.mark() if self.analysis is not None else 0
         try:
             written = await self.crawl_state.checkpoint(self.frontier, self._now(), section)
-            if written and self.analysis is not None:
-                self.analysis.confirm(analysed)  # their links are in the checkpoint
+            if self.analysis is not None:
+                # Their links are in the checkpoint (or nothing is kept at all: no --reload to redo them for).
+                self.analysis.confirm(analysed)
         except OutputError as exc:
             self._fail(f"output failed: {exc}")
             return False

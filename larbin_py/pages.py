@@ -161,12 +161,15 @@ class PageHandler:
         if policy.save:
             self.output.write(self.document(req, res, duplicate_of))
         fr.fetched_ok(req, now)
+        if policy.is_html and duplicate_of is None:
+            # Before the outcome is recorded: a page is never done in the journal
+            # without its links offered or its analysis tasks queued (a failed
+            # write to the queue stops the crawl with the page still to do).
+            self.analyze(req, res)
         self.crawl_state.done(req.url, FETCHED, True)
         self.counts.last.append({"url": req.url, "status": res.status, "reason": "ok", "bytes": len(res.body),
                                  "time": time.time()})
         self.log(req, res, "duplicate" if duplicate_of else "ok")
-        if policy.is_html and duplicate_of is None:
-            self.analyze(req, res)
 
     def analyze(self, req: Request, res) -> None:
         """The page's links to the frontier (the analysis seam: see the module)."""

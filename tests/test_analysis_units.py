@@ -80,12 +80,18 @@ def test_generations_rotate_and_go_once_their_tasks_are_done(tmp_path):
     assert not os.path.exists(tmp_path)  # nothing live: the queue's files and folder are gone
 
 
-def test_a_plain_start_clears_an_earlier_queue(tmp_path):
-    q = TaskQueue(str(tmp_path))
+def test_a_plain_start_clears_an_earlier_queue_once_it_writes_and_not_before(tmp_path):
+    q = TaskQueue(str(tmp_path / "q"))
     q.add("http://a/", 0, ["links"], b"A")
     q.close(remove_if_empty=False)
-    assert TaskQueue(str(tmp_path)).resumed == []
-    assert TaskQueue(str(tmp_path), reload=True).resumed == []
+    before = sorted(os.listdir(tmp_path / "q"))
+    fresh = TaskQueue(str(tmp_path / "q"))
+    assert fresh.resumed == [] and sorted(os.listdir(tmp_path / "q")) == before  # a failed start changes nothing
+    fresh.add("http://b/", 0, ["links"], b"B")
+    fresh.close(remove_if_empty=False)
+    assert [t.url for t in TaskQueue(str(tmp_path / "q"), reload=True).resumed] == ["http://b/"]
+    assert not os.path.exists(tmp_path / "nothing") and TaskQueue(str(tmp_path / "nothing")).live == 0
+    assert not os.path.exists(tmp_path / "nothing")  # nothing written until a task comes
 
 
 # -- backoff and alerts ---------------------------------------------------------

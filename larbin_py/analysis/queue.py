@@ -101,7 +101,6 @@ class TaskQueue:
     def __init__(self, directory: str, *, reload: bool = False, segment_bytes: int = SEGMENT_BYTES) -> None:
         self.directory = directory
         self.segment_bytes = segment_bytes
-        os.makedirs(directory, exist_ok=True)
         #: Tasks given back by --reload, in the order they were queued.
         self.resumed: list[Task] = []
         #: Damaged lines dropped by --reload (a crash cut them).
@@ -111,24 +110,29 @@ class TaskQueue:
         #: Finished tasks not yet marked done (a checkpoint must cover them first).
         self._finished: list[Task] = []
         self._next_id = 1
-        gens = _generations(directory)
+        self._read_fds: dict[int, int] = {}
+        gens = _generations(directory) if os.path.isdir(directory) else []
+        #: Generations to remove once the queue is first written (nothing is
+        #: changed in stateDir before the crawl has started: a failed start leaves it as it was).
+        self._stale: list[int] = []
         if reload:
             self._read(gens)
         else:
-            for gen in gens:
-                self._remove(gen)
-            gens = []
+            self._stale = gens
         self.gen = (gens[-1] + 1) if gens else 1
         self._qfd = self._sfd = -1
         self._spool_size = 0
-        self._open_gen()
-        self._read_fds: dict[int, int] = {}
 
     # -- files --------------------------------------------------------------
     def _path(self, name: str) -> str:
         return os.path.join(self.directory, name)
 
     def _open_gen(self) -> None:
+        if self._stale:
+            for gen in self._stale:
+                self._remove(gen)
+            self._stale = []
+        os.makedirs(self.directory, exist_ok=True)
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
         self._qfd = os.open(self._path(queue_name(self.gen)), flags, 0o644)
         self._sfd = os.open(self._path(spool_name(self.gen)), flags, 0o644)
@@ -146,10 +150,12 @@ class TaskQueue:
             raise
 
     def _line(self, record: dict) -> None:
+        if self._qfd < 0:
+            self._open_gen()
         self._write(self._qfd, frame(json.dumps(record, separators=(",", ":")).encode()), queue_name(self.gen))
 
     def _remove(self, gen: int) -> None:
-        fd = self._read_fds.pop(gen, None) if hasattr(self, "_read_fds") else None
+        fd = self._read_fds.pop(gen, None)
         if fd is not None:
             os.close(fd)
         for name in (queue_name(gen), spool_name(gen)):
@@ -190,14 +196,14 @@ class TaskQueue:
         self.resumed = sorted(tasks.values(), key=lambda t: t.id)
         for task in self.resumed:
             self._live[task.gen] = self._live.get(task.gen, 0) + 1
-        for gen in gens:
-            if not self._live.get(gen):
-                self._remove(gen)
+        self._stale = [gen for gen in gens if not self._live.get(gen)]
 
     # -- the loop's side ----------------------------------------------------
     def add(self, url: str, depth: int, analyzers: list[str], body: bytes, *, status=None,
             content_type=None, charset=None) -> list[Task]:
         """Queue ``analyzers`` on a page: its body to the spool, one line per task."""
+        if self._qfd < 0:
+            self._open_gen()
         if self._spool_size >= self.segment_bytes and not self._live.get(self.gen):
             pass  # an empty generation is reused as is
         elif self._spool_size >= self.segment_bytes:
@@ -244,6 +250,8 @@ class TaskQueue:
         """
         done, self._finished = self._finished[:mark], self._finished[mark:]
         if done:
+            if self._qfd < 0:
+                self._open_gen()
             data = b"".join(frame(json.dumps({"x": t.id}, separators=(",", ":")).encode()) for t in done)
             self._write(self._qfd, data, queue_name(self.gen))
         for task in done:
@@ -285,7 +293,7 @@ class TaskQueue:
                 os.close(fd)
         self._qfd = self._sfd = -1
         self._read_fds = {}
-        if remove_if_empty and self.live == 0:
+        if remove_if_empty and self.live == 0 and os.path.isdir(self.directory):
             for gen in list(self._live) + _generations(self.directory):
                 self._remove(gen)
             self._live = {}
