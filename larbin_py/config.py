@@ -706,7 +706,7 @@ KEYS: tuple[_Key, ...] = (
     _List("specificSet", "specific_set", block=True),
     _List("limitToDomain", "limit_to_domain", block=True),
     _List("forbiddenExtensions", "forbidden_extensions", block=True),
-    _Int("analysisWorkers", "analysis_workers", 0, 1024),
+    _Int("analysisWorkers", "analysis_workers", 0, 256),
     _Analyzer("analyzer", "analyzers"),
     _Int("analysisRetries", "analysis_retries", 0, 100),
     _Seconds("analysisTimeout", "analysis_timeout", 0, 86_400, above=True),

@@ -146,6 +146,14 @@ NON_DEFAULTS = {
     "server_rtt_factor": 0.0,
     "url_input": True,
     "http_token": "s3cret-token",
+    "analysis_workers": 13,
+    "analyzers": (("pageinfo", "meta"), ("words", "urls=/doc/", "exec", "wc", "-w", "{input}")),
+    "analysis_retries": 5,
+    "analysis_timeout": 30.0,
+    "analysis_backoff": 0.5,
+    "analysis_queue_max": 50,
+    "alert_command": ("logger", "-t", "larbin", "{url}"),
+    "analysis_dir": "results",
 }
 
 
@@ -478,6 +486,8 @@ BAD_NUMBERS = [
     ("ramUrls", "100000001"), ("bondWidth", "1000000000001"), ("limitPage", "1000000000001"),
     ("depthInSite", "10001"), ("depthInSite", "1" * 5000),
     ("maxRedirects", "-1"), ("maxRedirects", "101"),
+    ("analysisWorkers", "257"), ("analysisWorkers", "-1"), ("analysisRetries", "101"), ("analysisTimeout", "0"),
+    ("analysisBackoff", "3601"), ("analysisQueueMax", "0"),
 ]
 
 

@@ -66,10 +66,21 @@ class WorkerPool:
         self._spawning: set[asyncio.Task] = set()
 
     async def start(self) -> None:
-        """Start the processes and wait until each is ready."""
+        """Start the processes and wait until each is ready (the ``analyze`` command;
+        a crawl starts them on demand, :meth:`run`)."""
         procs = await asyncio.gather(*(self._spawn() for _ in range(self.size)))
         for proc in procs:
             self._idle.put_nowait(proc)
+
+    def _grow(self) -> None:
+        """A task waits and no process is idle: one more, up to ``size``.
+
+        On demand: a crawl that analyses nothing starts no process, and the
+        first pages do not wait for all of them.
+        """
+        if self._idle.qsize() == 0 and len(self.procs) + len(self._spawning) < self.size:
+            self.replaced -= 1  # a first start, not a replacement
+            self._replace()
 
     async def _spawn(self):
         proc = await asyncio.create_subprocess_exec(
@@ -123,6 +134,7 @@ class WorkerPool:
 
     async def run(self, msg: dict) -> dict:
         """One try of one task on an idle process: its answer, or :class:`TaskFailed`."""
+        self._grow()
         proc = await self._idle.get()
         self.busy += 1
         try:

@@ -97,11 +97,13 @@ class AnalysisStage:
         """The frontier links go to, the engine's counters, and its task spawner."""
         self.frontier, self.counts, self._spawn = frontier, counts, spawn
 
-    def start(self, loop) -> None:
-        """Start the processes in the background (tasks wait for the first ready one)."""
+    def start(self, loop, *, eager: bool = False) -> None:
+        """Get ready; ``eager``: start every process now (in the background),
+        else the pool starts them as tasks come."""
         self._loop = loop
-        self._starting = loop.create_task(self.pool.start())
-        self._starting.add_done_callback(self._started)
+        if eager:
+            self._starting = loop.create_task(self.pool.start())
+            self._starting.add_done_callback(self._started)
 
     def _started(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None and self.err is not None:
