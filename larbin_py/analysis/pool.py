@@ -109,6 +109,11 @@ class WorkerPool:
             except ProcessLookupError:
                 pass
 
+    def _expire(self, proc, expired: list) -> None:
+        """(Timer.) A try ran past the timeout: its process is killed."""
+        expired.append(True)
+        self._kill(proc)
+
     def _replace(self) -> None:
         """Start a process in place of a dead one (in the background)."""
         if self._closing:
@@ -137,23 +142,29 @@ class WorkerPool:
         self._grow()
         proc = await self._idle.get()
         self.busy += 1
+        # The timeout is a timer that kills the process (its pipe then ends):
+        # cheaper per task than wait_for, which wraps the read in a task of its own.
+        expired = []
+        timer = asyncio.get_running_loop().call_later(self.timeout, self._expire, proc, expired)
         try:
             try:
                 proc.stdin.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
-                await proc.stdin.drain()
-                line = await asyncio.wait_for(proc.stdout.readline(), self.timeout)
-            except asyncio.TimeoutError:
-                self.timeouts += 1
-                self._kill(proc)
-                await proc.wait()
-                self._replace()
-                raise TaskFailed("timeout", f"no answer after {self.timeout:g} s: the analysis process "
-                                            "was killed and replaced") from None
+                if proc.stdin.transport.get_write_buffer_size() > 1 << 16:
+                    await proc.stdin.drain()
+                line = await proc.stdout.readline()
             except (BrokenPipeError, ConnectionResetError, RuntimeError):
                 line = b""  # the process is gone (its pipe closed, or the transport already shut)
             except BaseException:  # cancelled (the crawl stops): the process is mid-task
                 self._kill(proc)
                 raise
+            finally:
+                timer.cancel()
+            if expired:
+                self.timeouts += 1
+                await proc.wait()
+                self._replace()
+                raise TaskFailed("timeout", f"no answer after {self.timeout:g} s: the analysis process "
+                                            "was killed and replaced")
             if not line.endswith(b"\n"):
                 self.crashes += 1
                 self._kill(proc)

@@ -54,6 +54,11 @@ def worker_setup(config, specs: list[AnalyzerSpec]) -> dict:
                      "get_images": config.get_image}}
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 class AnalysisStage:
     """The analysis of one crawl: queue, pool, retries, alerts.
 
@@ -91,6 +96,7 @@ class AnalysisStage:
         self.links = 0
         self.failed_tries: collections.Counter[str] = collections.Counter()
         self.cpu_seconds = 0.0  # the analysis processes', once they ended (close)
+        self._children_cpu0 = _children_cpu()
         self.busy_seconds = 0.0  # wall time of the tries (the processes' work, as seen from the loop)
 
     def attach(self, frontier, counts, spawn) -> None:
@@ -218,9 +224,8 @@ class AnalysisStage:
         if not self.durable:
             self._confirm(self.queue.mark())
         self.queue.close()
-        # The processes are reaped: their CPU (and their children's) is the children's usage.
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        self.cpu_seconds = usage.ru_utime + usage.ru_stime
+        # The processes are reaped: their CPU (and their children's) is the children's usage since the start.
+        self.cpu_seconds = _children_cpu() - self._children_cpu0
         if self.err is not None and (self.finished or self.failed or self.pending):
             print(f"larbin_py: analysis: {self.finished} tasks done, {self.failed} failed ({self.alerts.count} "
                   f"alerts), {self.pending} left for --reload, {sum(self.failed_tries.values())} tries failed; "
