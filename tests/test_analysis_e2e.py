@@ -186,3 +186,23 @@ async def test_a_sigkill_of_the_crawler_loses_no_task_and_reload_resumes_them(mo
 
 def page_requests_of(log):
     return [r for r in log.requests if r.path not in ("/robots.txt", "/robots-rules.txt")]
+
+
+@pytest.mark.async_timeout(120)
+async def test_a_slow_analyzer_holds_the_download_gate_at_the_queue_bound(mods, tmp_path):
+    """50 ms a page in one process: the pending tasks stay within analysisQueueMax
+    (plus what the requests in flight when the gate closed add), nothing is lost."""
+    sim_cfg = SimConfig(seed=26, hosts=8, pages_per_host=(5, 10), hosts_per_ip=4, dns=True,
+                        robots_agent="larbin_py", trap=False, extras=False)
+    async with Sim(sim_cfg) as sim:
+        config = make_config(tmp_path, sim, analysis_workers=1, wait_duration=0.0, analysis_queue_max=6,
+                             pages_connexions=4, analyzers=(("slow", "python", "test_analyzers_mod:slow"),),
+                             analysis_dir=str(tmp_path / "results"))
+        engine, summary = await crawl(config)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        assert {r.url for r in page_requests(sim)} == truth.must_request
+        a = engine.snapshot()["analysis"]
+        assert a["finished"] == 2 * summary.pages  # links and slow on every page
+        # two tasks a page: the bound, plus the pages in flight when the gate closed
+        assert 6 <= a["peak_pending"] <= 6 + 2 * config.pages_connexions, a["peak_pending"]
+        assert sorted(r["url"] for r in jsonl(tmp_path / "results" / "slow.jsonl")) == sorted(truth.saved)
