@@ -165,6 +165,9 @@ class Engine:
         self.pages.start(self.fetcher, self.output)
         if self.analysis is not None:
             self.analysis.start(self._loop)
+            committer = getattr(st, "committer", None)
+            if committer is not None:  # a checkpoint (and syncCommits) fsyncs the analysis queue too
+                committer.sync_also = self.analysis.queue.sync_paths
 
     def _on_writer_error(self, exc: BaseException) -> None:
         """(Loop.) A page could not be stored by the writer thread: the crawl fails."""

@@ -206,3 +206,21 @@ async def test_a_slow_analyzer_holds_the_download_gate_at_the_queue_bound(mods, 
         # two tasks a page: the bound, plus the pages in flight when the gate closed
         assert 6 <= a["peak_pending"] <= 6 + 2 * config.pages_connexions, a["peak_pending"]
         assert sorted(r["url"] for r in jsonl(tmp_path / "results" / "slow.jsonl")) == sorted(truth.saved)
+
+
+@pytest.mark.async_timeout(120)
+async def test_checkpoints_fsync_the_analysis_queue(tmp_path, monkeypatch):
+    """A machine crash must not lose the tasks of pages a checkpoint says are done."""
+    from larbin_py import journal
+
+    synced = []
+    real = journal._fdatasync_path
+    monkeypatch.setattr(journal, "_fdatasync_path", lambda path: (synced.append(path), real(path)))
+    sim_cfg = SimConfig(seed=27, hosts=6, pages_per_host=(5, 10), hosts_per_ip=3, dns=True,
+                        robots_agent="larbin_py", trap=False, extras=False)
+    async with Sim(sim_cfg) as sim:
+        config = make_config(tmp_path, sim, analysis_workers=1, wait_duration=0.0, checkpoint_interval=0.05)
+        engine, summary = await crawl(config)
+    queue_dir = os.path.join(config.state_dir, "analysis")
+    assert any(p.startswith(queue_dir + os.sep + "queue-") for p in synced)
+    assert any(p.startswith(queue_dir + os.sep + "bodies-") for p in synced)

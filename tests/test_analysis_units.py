@@ -218,3 +218,11 @@ def test_metrics_count_alerts_and_failed_tries():
     assert "larbin_alerts_total 1" in text and "larbin_analysis_pending 4" in text
     assert 'larbin_analysis_tries_failed_total{reason="crash"} 2' in text
     assert "larbin_alerts_total" not in render_metrics({})  # inline analysis: no such series
+
+
+def test_the_queue_names_its_live_files_for_the_checkpoint_to_sync(tmp_path):
+    q = TaskQueue(str(tmp_path), segment_bytes=4)
+    assert q.sync_paths() == []  # nothing written yet
+    q.add("http://a/", 0, ["links"], b"AAAAA")
+    q.add("http://b/", 0, ["links"], b"B")
+    assert q.sync_paths() == [str(tmp_path / n) for n in (spool_name(1), queue_name(1), spool_name(2), queue_name(2))]

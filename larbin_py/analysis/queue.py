@@ -273,6 +273,14 @@ class TaskQueue:
         """Tasks neither done nor failed (finished ones awaiting their checkpoint included)."""
         return sum(self._live.values())
 
+    def sync_paths(self) -> list[str]:
+        """The files a checkpoint fsyncs: every live generation's (a machine crash
+        must not lose the tasks of pages the checkpoint says are done)."""
+        gens = set(self._live)
+        if self._qfd >= 0:
+            gens.add(self.gen)
+        return [self._path(name(g)) for g in sorted(gens) for name in (spool_name, queue_name)]
+
     def spool_path(self, gen: int) -> str:
         return self._path(spool_name(gen))
 
