@@ -70,8 +70,8 @@ def mods(tmp_path, monkeypatch):
     return tmp_path
 
 
-def small_sim(seed: int = 22) -> SimConfig:
-    return SimConfig(seed=seed, hosts=30, pages_per_host=(3, 10), hosts_per_ip=6, dns=True,
+def small_sim(seed: int = 22, hosts: int = 30) -> SimConfig:
+    return SimConfig(seed=seed, hosts=hosts, pages_per_host=(3, 10), hosts_per_ip=6, dns=True,
                      robots_agent="larbin_py", trap=False, extras=False)
 
 
@@ -83,7 +83,7 @@ def jsonl(path) -> list[dict]:
 async def test_coverage_and_outcomes_are_the_same_with_0_1_and_2_analysis_workers(tmp_path):
     results = {}
     for workers in (0, 1, 2):
-        async with Sim(small_sim()) as sim:
+        async with Sim(small_sim(hosts=16)) as sim:
             config = make_config(tmp_path / str(workers), sim, analysis_workers=workers, wait_duration=0.05)
             engine, summary = await crawl(config)
             truth = sim.truth(crawl_rules(config, sim.seeds))
@@ -132,16 +132,19 @@ async def test_a_failing_analyzer_is_retried_then_alerted_once_per_page(mods, tm
 
 
 @pytest.mark.async_timeout(120)
-async def test_a_sigkill_of_an_analysis_process_mid_crawl_loses_nothing(tmp_path):
+async def test_a_sigkill_of_an_analysis_process_mid_crawl_loses_nothing(mods, tmp_path):
     async with Sim(small_sim(24)) as sim:
-        config = make_config(tmp_path, sim, analysis_workers=2, wait_duration=0.05, analysis_backoff=0.01)
+        # the slow analyzer (50 ms) keeps the processes mid-task when the kill comes
+        config = make_config(tmp_path, sim, analysis_workers=2, wait_duration=0.05, analysis_backoff=0.01,
+                             analyzers=(("slow", "python", "test_analyzers_mod:slow"),),
+                             analysis_dir=str(tmp_path / "results"))
         from larbin_py.engine import Engine
 
         engine = Engine(config)
         run = asyncio.ensure_future(engine.run())
 
         async def wait_for_some():
-            while engine.analysis is None or engine.analysis.finished < 15:
+            while engine.analysis is None or engine.analysis.finished < 15 or len(engine.analysis.pool.procs) < 2:
                 await asyncio.sleep(0.005)
         await asyncio.wait_for(wait_for_some(), 60)
         killed = [p for p in engine.analysis.pool.procs]
@@ -153,8 +156,9 @@ async def test_a_sigkill_of_an_analysis_process_mid_crawl_loses_nothing(tmp_path
         check_conservation(engine, summary)
         a = engine.snapshot()["analysis"]
         assert a["failed_tries"].get("crash", 0) >= 1 and a["pool"]["replaced"] >= 1
-        assert a["failed"] == 0 and a["finished"] == summary.pages
+        assert a["failed"] == 0 and a["finished"] == 2 * summary.pages
         assert not os.path.exists(os.path.join(config.state_dir, ALERTS_LOG))
+        assert set(r["url"] for r in jsonl(tmp_path / "results" / "slow.jsonl")) == set(truth.saved)
 
 
 @pytest.mark.async_timeout(200)

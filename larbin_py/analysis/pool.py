@@ -12,6 +12,7 @@ the caller counts the try and decides (larbin_py.analysis.stage).
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import signal
 import sys
@@ -20,6 +21,8 @@ __all__ = ["TaskFailed", "WorkerPool"]
 
 #: How long a new analysis process may take to import its analyzers, seconds.
 START_TIMEOUT = 60.0
+#: Tasks waiting in one process's line at most (see :meth:`WorkerPool.run`).
+DEPTH = 4
 #: Longest answer line (a page's links), bytes.
 LINE_LIMIT = 64 << 20
 
@@ -45,11 +48,28 @@ def describe_exit(code: int | None) -> str:
     return f"exit status {code}"
 
 
+class _Worker:
+    """One analysis process, the tries waiting in its line, the timer of the first."""
+
+    __slots__ = ("proc", "waiting", "timer", "reader", "expired", "dead")
+
+    def __init__(self, proc) -> None:
+        self.proc = proc
+        self.waiting: collections.deque = collections.deque()
+        self.timer = None
+        self.reader = None
+        self.expired = False
+        self.dead = False
+
+
 class WorkerPool:
     """``size`` analysis processes set up with ``setup`` (the worker's first line)."""
 
-    def __init__(self, size: int, setup: dict, *, timeout: float, python: str = sys.executable, err=None) -> None:
+    def __init__(self, size: int, setup: dict, *, timeout: float, python: str = sys.executable, err=None,
+                 depth: int = DEPTH) -> None:
         self.size = size
+        self.depth = depth
+        self._readers: set[asyncio.Task] = set()
         self.setup_line = json.dumps(setup, separators=(",", ":")).encode() + b"\n"
         self.timeout = timeout
         self.python = python
@@ -70,10 +90,10 @@ class WorkerPool:
         a crawl starts them on demand, :meth:`run`)."""
         procs = await asyncio.gather(*(self._spawn() for _ in range(self.size)))
         for proc in procs:
-            self._idle.put_nowait(proc)
+            self._adopt(proc)
 
     def _grow(self) -> None:
-        """A task waits and no process is idle: one more, up to ``size``.
+        """A task waits and no process has a free slot: one more, up to ``size``.
 
         On demand: a crawl that analyses nothing starts no process, and the
         first pages do not wait for all of them.
@@ -101,6 +121,15 @@ class WorkerPool:
             raise RuntimeError(f"an analysis process could not start ({describe_exit(code)})")
         return proc
 
+    def _adopt(self, proc) -> None:
+        """A ready process: its reader started, its ``depth`` slots offered."""
+        w = _Worker(proc)
+        w.reader = asyncio.get_running_loop().create_task(self._read(w))
+        self._readers.add(w.reader)
+        w.reader.add_done_callback(self._readers.discard)
+        for _ in range(self.depth):
+            self._idle.put_nowait(w)
+
     def _kill(self, proc) -> None:
         self.procs.discard(proc)
         if proc.returncode is None:
@@ -109,10 +138,15 @@ class WorkerPool:
             except ProcessLookupError:
                 pass
 
-    def _expire(self, proc, expired: list) -> None:
-        """(Timer.) A try ran past the timeout: its process is killed."""
-        expired.append(True)
-        self._kill(proc)
+    def _arm(self, w: "_Worker") -> None:
+        """The task at the head of ``w``'s line runs now: its timeout starts."""
+        w.timer = asyncio.get_running_loop().call_later(self.timeout, self._expire, w)
+
+    def _expire(self, w: "_Worker") -> None:
+        """(Timer.) A try ran past the timeout: its process is killed (its reader sees the end)."""
+        w.timer = None
+        w.expired = True
+        self._kill(w.proc)
 
     def _replace(self) -> None:
         """Start a process in place of a dead one (in the background)."""
@@ -134,46 +168,85 @@ class WorkerPool:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
                 continue
-            self._idle.put_nowait(proc)
+            self._adopt(proc)
             return
 
-    async def run(self, msg: dict) -> dict:
-        """One try of one task on an idle process: its answer, or :class:`TaskFailed`."""
-        self._grow()
-        proc = await self._idle.get()
-        self.busy += 1
-        # The timeout is a timer that kills the process (its pipe then ends):
-        # cheaper per task than wait_for, which wraps the read in a task of its own.
-        expired = []
-        timer = asyncio.get_running_loop().call_later(self.timeout, self._expire, proc, expired)
-        try:
+    async def _read(self, w: "_Worker") -> None:
+        """``w``'s answers, in order, to the tries waiting; at its end, their failures."""
+        stdout = w.proc.stdout
+        while True:
             try:
-                proc.stdin.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
-                if proc.stdin.transport.get_write_buffer_size() > 1 << 16:
-                    await proc.stdin.drain()
-                line = await proc.stdout.readline()
-            except (BrokenPipeError, ConnectionResetError, RuntimeError):
-                line = b""  # the process is gone (its pipe closed, or the transport already shut)
-            except BaseException:  # cancelled (the crawl stops): the process is mid-task
-                self._kill(proc)
-                raise
-            finally:
-                timer.cancel()
-            if expired:
-                self.timeouts += 1
-                await proc.wait()
-                self._replace()
-                raise TaskFailed("timeout", f"no answer after {self.timeout:g} s: the analysis process "
-                                            "was killed and replaced")
+                line = await stdout.readline()
+            except (OSError, ValueError, asyncio.LimitOverrunError):
+                line = b""
             if not line.endswith(b"\n"):
+                break
+            fut = w.waiting.popleft()
+            if w.timer is not None:
+                w.timer.cancel()
+                w.timer = None
+            if w.waiting:
+                self._arm(w)
+            if not fut.done():
+                fut.set_result(line)
+        # The pipe ended: the process died, was killed (timeout), or was closed.
+        w.dead = True
+        if w.timer is not None:
+            w.timer.cancel()
+        self._kill(w.proc)
+        code = await w.proc.wait()
+        first = True
+        while w.waiting:
+            fut = w.waiting.popleft()
+            if fut.done():
+                continue
+            if not first:
+                exc = TaskFailed("bystander", "its analysis process ended while an earlier task ran")
+            elif w.expired:
+                self.timeouts += 1
+                exc = TaskFailed("timeout", f"no answer after {self.timeout:g} s: the analysis process "
+                                            "was killed and replaced")
+            else:
                 self.crashes += 1
-                self._kill(proc)
-                code = await proc.wait()
-                self._replace()
-                raise TaskFailed("crash", f"the analysis process died ({describe_exit(code)}) and was replaced")
-            self._idle.put_nowait(proc)
+                exc = TaskFailed("crash", f"the analysis process died ({describe_exit(code)}) and was replaced")
+            fut.set_exception(exc)
+            first = False
+        self._replace()
+
+    async def run(self, msg: dict) -> dict:
+        """One try of one task: its answer, or :class:`TaskFailed`.
+
+        Up to ``depth`` tasks wait in a process's line (its stdin pipe): it
+        reads the next while the loop reads the last answer, and the loop is
+        woken once for a batch of answers.  The timeout runs for the task at
+        the head of the line; when a process dies, the task it was running
+        fails (``crash`` or ``timeout``, counted) and those behind it fail as
+        ``bystander`` (tried again at once, not counted).
+        """
+        self._grow()
+        while True:
+            w = await self._idle.get()
+            if not w.dead:
+                break  # (a dead process's slots are dropped as they come out)
+        fut = asyncio.get_running_loop().create_future()
+        try:
+            w.proc.stdin.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+            if w.proc.stdin.transport.get_write_buffer_size() > 1 << 16:
+                await w.proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError, RuntimeError):
+            raise TaskFailed("bystander", "its analysis process had ended") from None
+        w.waiting.append(fut)
+        if len(w.waiting) == 1:
+            self._arm(w)
+        self.busy += 1
+        try:
+            line = await fut
+        except asyncio.CancelledError:  # the crawl stops: the process is mid-task
+            self._kill(w.proc)
+            raise
         finally:
             self.busy -= 1
+        self._idle.put_nowait(w)  # the slot, back (a dead process's were not)
         reply = json.loads(line)
         if not reply.get("ok"):
             raise TaskFailed("error", str(reply.get("error", "unknown error")), str(reply.get("trace", "")))
@@ -197,6 +270,8 @@ class WorkerPool:
                 self._kill(proc)
                 await proc.wait()
         self.procs.clear()
+        if self._readers:
+            await asyncio.gather(*list(self._readers), return_exceptions=True)
 
     def stats(self) -> dict:
         return {"processes": len(self.procs), "busy": self.busy, "started": self.started,

@@ -166,6 +166,8 @@ class AnalysisStage:
                 reply = await self.pool.run(msg)
             except TaskFailed as exc:
                 self.busy_seconds += time.monotonic() - started
+                if exc.reason == "bystander":  # its process died running another task: not its try
+                    continue
                 self.failed_tries[exc.reason] += 1
                 self.queue.tried(task, f"{exc.reason}: {exc}")
                 continue
