@@ -1,12 +1,14 @@
-"""The analysis processes: started, fed one task at a time, replaced when they die or hang.
+"""The analysis processes: started on demand, fed through a short line each, replaced when they die or hang.
 
 Each process runs larbin_py.analysis.worker, spoken to over its stdin and
 stdout (asyncio subprocess pipes: the loop never blocks on them).  A task
-lines goes in, one answer line comes back.  No answer within ``timeout``
-seconds: the process is killed, a new one started, and the try fails
-(``timeout``); the pipe ends without an answer (the process was killed, or
-crashed): a new one is started and the try fails (``crash``).  Either way
-the caller counts the try and decides (larbin_py.analysis.stage).
+line goes in, one answer line comes back, in order; up to :data:`DEPTH`
+tasks wait in a process's line.  The task at the head of the line has
+``timeout`` seconds: past it the process is killed, a new one started, and
+the try fails (``timeout``); the pipe ends without an answer (the process
+was killed, or crashed): a new one is started and the try fails
+(``crash``); the tasks behind it fail as ``bystander`` (not their fault).
+The caller counts the try and decides (larbin_py.analysis.stage).
 """
 
 from __future__ import annotations
