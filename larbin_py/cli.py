@@ -150,6 +150,11 @@ def crawl_main(config: Config, *, reload: bool = False, demo: bool = False) -> i
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["analyze"]:  # the analysis stage over an earlier crawl's pages (larbin_py.analysis.cli)
+        from .analysis.cli import main as analyze_main
+
+        return analyze_main(argv[1:])
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -306,6 +306,14 @@ class Config:
     redis_flush_interval: float = 0.5
     redis_batch: int = 1000
     respawn: bool = True
+    analysis_workers: int = 0  # inline: the stage does not pay yet on 2 cores (README, docs/analysis.md)
+    analyzers: tuple[tuple[str, ...], ...] = ()
+    analysis_retries: int = 3
+    analysis_timeout: float = 60.0
+    analysis_backoff: float = 1.0
+    analysis_queue_max: int = 1000
+    alert_command: tuple[str, ...] = ()
+    analysis_dir: str = "analysis"
     #: The file this configuration was read from (not a setting: ignored by ==).
     source: str | None = field(default=None, compare=False)
 
@@ -731,6 +739,38 @@ class _DynamicPages(_List):
         return [self.name, *(f"    {p} {t}" for p, t in value), "end"] if value else []
 
 
+class _Analyzer(_List):
+    """``analyzer NAME [urls=RE] [types=T,...] KIND ARGS...``: one analyzer a line (larbin_py.analysis)."""
+
+    def parse(self, words: list[str]) -> tuple:
+        return (self.coerce_item(tuple(words)),)
+
+    def coerce_item(self, item: Any) -> tuple[str, ...]:
+        from .analysis.analyzers import parse_analyzer
+
+        if not isinstance(item, (tuple, list)) or not all(isinstance(w, str) for w in item):
+            raise _Bad(f"expected the words of an analyzer line, got {item!r}")
+        try:
+            parse_analyzer(item)
+        except ValueError as exc:
+            raise _Bad(str(exc)) from None
+        return tuple(item)
+
+    def format(self, value: tuple) -> list[str]:
+        return [f"{self.name} {' '.join(words)}" for words in value]
+
+
+class _Command(_List):
+    """A command and its arguments on one line (alertCommand)."""
+
+    repeatable = False
+
+    def item(self, word: str) -> str:
+        if _CONTROL_RE.search(word) or not word or word.startswith("#"):
+            raise _Bad(f"expected a word, got {word!r}")
+        return word
+
+
 #: Every key, in larbin.conf order.
 KEYS: tuple[_Key, ...] = (
     _Text("From", "from_addr", empty=True, email=True),
@@ -806,6 +846,14 @@ KEYS: tuple[_Key, ...] = (
     _Int("dynamicConnexions", "dynamic_connexions", 1, 64),
     _Seconds("dynamicTimeout", "dynamic_timeout", 0, 600, above=True),
     _Switch("dynamicOtherHosts", "dynamic_other_hosts"),
+    _Int("analysisWorkers", "analysis_workers", 0, 256),
+    _Analyzer("analyzer", "analyzers"),
+    _Int("analysisRetries", "analysis_retries", 0, 100),
+    _Seconds("analysisTimeout", "analysis_timeout", 0, 86_400, above=True),
+    _Seconds("analysisBackoff", "analysis_backoff", 0, 3600),
+    _Int("analysisQueueMax", "analysis_queue_max", 1, 10_000_000),
+    _Command("alertCommand", "alert_command"),
+    _Text("analysisDir", "analysis_dir"),
     _StartUrls("startUrl", "start_urls"),
     _RedisUrl("redisUrl", "redis_url"),
     _Name("crawlName", "crawl_name"),

@@ -27,6 +27,7 @@ import time
 
 from . import heap
 from . import robots as robots_mod
+from .analysis.stage import AnalysisStage
 from .crawl_state import LocalState, StateDirInUse
 from .engine_stats import Counters, EngineStats, Summary
 from .frontier.scheduler import PAGE, site_key
@@ -98,6 +99,12 @@ class Engine:
         self.counts = Counters(rejected=self.frontier.rejected)
         self.rejected = self.counts.rejected
         self.pages.attach(self.frontier, self.counts, self.flow)
+        #: The analysis stage (issue 22): None when analysisWorkers is 0 (analysis inline, on the loop).
+        self.analysis: AnalysisStage | None = None
+        if config.analysis_workers > 0 or config.analyzers:  # analyzers need a process: at least one
+            self.analysis = AnalysisStage(config, reload=reload, err=self.err, durable=config.can_reload)
+            self.analysis.attach(self.frontier, self.counts, self._spawn)
+            self.pages.analysis = self.analysis
         #: The edge: injected, or built from the configuration once the loop runs.
         self.resolver, self.fetcher, self.output = resolver, fetcher, output
         #: dynamicPages: Chromium and the fetcher that renders with it (larbin_py.net.dynamic); None when off.
@@ -167,6 +174,11 @@ class Engine:
                                          clock=self._loop.time, on_sub_request=self.pages.sub_request,
                                          jar=self.crawl_state.cookies)
         self.pages.start(self.fetcher, self.output, self.dynamic)
+        if self.analysis is not None:
+            self.analysis.start(self._loop)
+            committer = getattr(st, "committer", None)
+            if committer is not None:  # a checkpoint (and syncCommits) fsyncs the analysis queue too
+                committer.sync_also = self.analysis.queue.sync_paths
 
     async def _start_browser(self) -> None:
         """dynamicPages: Chromium starts before the crawl (missing or broken: StartError, exit 2)."""
@@ -205,6 +217,8 @@ class Engine:
         writer = self._writer
         if writer is not None and writer.full():
             return True
+        if self.analysis is not None and self.analysis.full():
+            return True  # the analysis stage's tasks finishing pump again (_task_done)
         return self.crawl_state.holds(self.frontier.requests, self.frontier.max_requests)
 
     # ------------------------------------------------------------------
@@ -451,13 +465,19 @@ class Engine:
         self._elapsed_before = float(section.get("elapsed", 0.0))
         self.crawl_state.damaged["pageDigests"] = self.pages.digests.restore(section.get("page_digests", ()))
         self.crawl_state.report_damage(self.err)
+        if self.analysis is not None and self.analysis.resume():
+            print(f"larbin_py: {self.analysis.resumed} analysis tasks resumed", file=self.err)
 
     async def _checkpoint(self) -> bool:
         """Make the crawl's progress durable, then arm the next one; False
         (and the crawl stops) on failure."""
         section = dict(self.counts.to_state(), elapsed=self._elapsed(), page_digests=self.pages.digests.to_state())
+        analysed = self.analysis.mark() if self.analysis is not None else 0
         try:
             written = await self.crawl_state.checkpoint(self.frontier, self._now(), section)
+            if self.analysis is not None:
+                # Their links are in the checkpoint (or nothing is kept at all: no --reload to redo them for).
+                self.analysis.confirm(analysed)
         except OutputError as exc:
             self._fail(f"output failed: {exc}")
             return False
@@ -494,6 +514,8 @@ class Engine:
             self._stopping = True  # no timer after the last checkpoint
             await self._checkpoint()
         self.crawl_state.close_commits()
+        if self.analysis is not None:
+            await self.analysis.close()
         try:
             if isinstance(self.output, ThreadedOutput):
                 await self.output.aclose()  # the pages still queued, then the files' sync
@@ -525,5 +547,8 @@ class Engine:
 
     def snapshot(self) -> dict:
         """The stats snapshot (StatsSource interface; schema in docs/stats.md)."""
-        return self.stats.snapshot()
+        snap = self.stats.snapshot()
+        if self.analysis is not None:
+            snap["analysis"] = self.analysis.stats()
+        return snap
 

@@ -397,6 +397,9 @@ class Committer:
         self._fd = -1  # the journal file (writer thread)
         self._fd_serial = -1
         self.commits = 0
+        #: ``() -> [paths]`` fsynced with everything else when a commit or a
+        #: checkpoint syncs (the analysis queue, larbin_py.analysis.queue).
+        self.sync_also = None
         if hasattr(output, "take_pending"):
             # The pages go to the writer with the commit that covers them:
             # one thread hand-over every few ms instead of one per loop turn.
@@ -468,6 +471,8 @@ class Committer:
             paths.extend(segment_path(store.directory, n) for n in range(first, last))
             self._synced_seg[name] = seg
         positions.pop("wait", None)
+        if sync and self.sync_also is not None:
+            paths.extend(self.sync_also())
         seen = os.path.getsize(self.seen_log) if os.path.exists(self.seen_log) else 0
         return positions, seen, paths
 

@@ -55,6 +55,8 @@ class PageHandler:
         #: pageNoDuplicate: the first URL of each page content, bounded, kept across --reload.
         self.digests = PageDigests()
         self._from_request = False  # an outcome being recorded comes from a request of ours
+        #: The analysis stage (larbin_py.analysis.stage), or None: analysis inline (analysisWorkers 0).
+        self.analysis = None
 
     def attach(self, frontier: Frontier, counts, flow) -> None:
         """The frontier (built with :meth:`on_forget` as its hook), the counters, the flow controller."""
@@ -170,15 +172,22 @@ class PageHandler:
         if policy.save:
             self.output.write(self.document(req, res, duplicate_of))
         fr.fetched_ok(req, now)
+        if policy.is_html and duplicate_of is None:
+            # Before the outcome is recorded: a page is never done in the journal
+            # without its links offered or its analysis tasks queued (a failed
+            # write to the queue stops the crawl with the page still to do).
+            self.analyze(req, res)
         self.crawl_state.done(req.url, FETCHED, True)
         self.counts.last.append({"url": req.url, "status": res.status, "reason": "ok", "bytes": len(res.body),
                                  "time": time.time()})
         self.log(req, res, "duplicate" if duplicate_of else "ok")
-        if policy.is_html and duplicate_of is None:
-            self.analyze(req, res)
 
     def analyze(self, req: Request, res) -> None:
         """The page's links to the frontier (the analysis seam: see the module)."""
+        if self.analysis is not None:  # to the analysis processes; the links come back through offer
+            self.analysis.submit(req.url, req.record.depth, res.body, status=res.status,
+                                 content_type=res.content_type, charset=res.charset)
+            return
         c = self.config
         page = parse_mod.extract(res.body, req.url, res.charset, get_images=c.get_image,
                                  max_url_size=c.max_url_size)

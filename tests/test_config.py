@@ -182,6 +182,14 @@ NON_DEFAULTS = {
     "redis_flush_interval": 0.1,
     "redis_batch": 50,
     "respawn": False,
+    "analysis_workers": 13,
+    "analyzers": (("pageinfo", "meta"), ("words", "urls=/doc/", "exec", "wc", "-w", "{input}")),
+    "analysis_retries": 5,
+    "analysis_timeout": 30.0,
+    "analysis_backoff": 0.5,
+    "analysis_queue_max": 50,
+    "alert_command": ("logger", "-t", "larbin", "{url}"),
+    "analysis_dir": "results",
 }
 
 
@@ -518,6 +526,8 @@ BAD_NUMBERS = [
     ("zkSessionTimeout", "0"), ("zkSessionTimeout", "601"),
     ("partitions", "0"), ("partitions", "65537"), ("seenBuckets", "0"), ("leaseTtl", "0.1"),
     ("leaseTtl", "inf"), ("ipLeaseHold", "3601"), ("redisFlushInterval", "0"), ("redisBatch", "0"),
+    ("analysisWorkers", "257"), ("analysisWorkers", "-1"), ("analysisRetries", "101"), ("analysisTimeout", "0"),
+    ("analysisBackoff", "3601"), ("analysisQueueMax", "0"),
 ]
 
 

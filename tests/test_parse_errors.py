@@ -79,7 +79,8 @@ async def test_a_page_lxml_cannot_parse_is_counted_as_parse_error(tmp_path, monk
              BAD_PATH: (b"text/html", b'<html><a href="/never.html">n</a></html>'),
              "/ok.html": (b"text/html", b"<html>ok</html>")}
     async with Server(typed_server(pages)) as srv:
-        engine = Engine(loopback_config(tmp_path, srv.port), err=io.StringIO())
+        # analysisWorkers 0: the parse monkeypatched above runs on the loop, in this process
+        engine = Engine(loopback_config(tmp_path, srv.port).replace(analysis_workers=0), err=io.StringIO())
         summary = await engine.run()
     assert summary.stop_reason == "end of work"
     assert sorted(paths_asked(srv)) == ["/", "/bad.html", "/ok.html", "/robots.txt"]

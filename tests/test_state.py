@@ -217,18 +217,19 @@ async def crawl_process(conf: str, *args: str, cwd: str, preexec=None) -> tuple[
 
 
 @pytest.mark.async_timeout(280)
-@pytest.mark.parametrize("hosts,ignore_robots,interval,failing", [
-    (60, False, 0.3, "robots.log"),  # robots.txt answers' log, at a checkpoint
-    (150, True, 30.0, "frontier"),  # a URL store, flushed by a page's links (a task)
+@pytest.mark.parametrize("hosts,ignore_robots,interval,failing,workers", [
+    (60, False, 0.3, "robots.log", 0),  # robots.txt answers' log, at a checkpoint
+    (150, True, 30.0, "frontier", 0),  # a URL store, flushed by a page's links (a task)
+    (150, True, 30.0, "analysis/bodies-00000001.bin", 1),  # the analysis queue's spool (issue 22)
 ])
 async def test_a_state_file_that_cannot_grow_stops_cleanly_and_reload_finishes(tmp_path, hosts, ignore_robots,
-                                                                               interval, failing):
+                                                                               interval, failing, workers):
     """RLIMIT_FSIZE makes the real state writes fail with EFBIG, as a full disk
     does with ENOSPC: one clear line naming the file, the summary, exit 1."""
     sim_cfg = dataclasses.replace(sim_config(35), hosts=hosts)
     async with Sim(sim_cfg) as sim:
         config = make_config(tmp_path, sim, output_mode="stats", wait_duration=0.05,
-                             checkpoint_interval=interval, ignore_robots=ignore_robots)
+                             checkpoint_interval=interval, ignore_robots=ignore_robots, analysis_workers=workers)
         truth = sim.truth(crawl_rules(config, sim.seeds))
         conf = write_conf(tmp_path, config)
         code, err = await crawl_process(conf, cwd=str(tmp_path), preexec=limit_file_size(16 * 1024))

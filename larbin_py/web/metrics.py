@@ -207,5 +207,21 @@ def render_metrics(snapshot: dict) -> str:
         )
         w.one("larbin_dynamic_browser_crashes_total", "counter", "Chromium crashes (each restarted).",
               dyn.get("crashes"))
+    analysis = _get(snapshot, "analysis")  # the analysis stage (issue 22), when analysisWorkers > 0
+    if analysis:
+        alerts = analysis.get("alerts") if isinstance(analysis.get("alerts"), dict) else {}
+        w.one("larbin_alerts_total", "counter", "Alerts raised (stateDir/alerts.log).", alerts.get("count"))
+        w.one("larbin_analysis_pending", "gauge", "Analysis tasks queued or running.", analysis.get("pending"))
+        w.one("larbin_analysis_tasks_finished_total", "counter", "Analysis tasks that succeeded.",
+              analysis.get("finished"))
+        w.one("larbin_analysis_tasks_failed_total", "counter", "Analysis tasks failed for good (each alerted).",
+              analysis.get("failed"))
+        tries = analysis.get("failed_tries")
+        w.family(
+            "larbin_analysis_tries_failed_total",
+            "counter",
+            "Failed tries of analysis tasks, by reason (error, timeout, crash).",
+            [({"reason": str(r)}, n) for r, n in sorted(tries.items())] if isinstance(tries, dict) else [],
+        )
     w.lines.append("")
     return "\n".join(w.lines)

@@ -145,6 +145,22 @@
       cell(tr, fmtBytes(l.bytes), "num");
       urlCell(tr, l.url);
     });
+    const an = s.analysis;
+    $("alerts-card").hidden = !an;
+    if (an) {
+      const al = an.alerts || {};
+      setText("analysis-pending", fmtInt(an.pending));
+      setText("analysis-finished", fmtInt(an.finished));
+      setText("analysis-failed", fmtInt(an.failed));
+      setText("alerts-count", fmtInt(al.count));
+      fillTable("alerts-body", (al.recent || []).slice().reverse(), (tr, a) => {
+        cell(tr, fmtClock(a.time));
+        cell(tr, String(a.analyzer || a.kind || ""));
+        cell(tr, fmtInt(a.tries), "num");
+        cell(tr, String(a.error || ""), "err");
+        urlCell(tr, a.url || "");
+      });
+    }
     drawCharts();
   }
 

@@ -1,0 +1,239 @@
+"""The analyzers: what each is, which pages it takes, and how it runs.
+
+A configuration line ``analyzer NAME [urls=REGEX] [types=T1,T2] KIND ARGS...``
+declares one (:func:`parse_analyzer`); the kinds:
+
+* ``links`` -- the crawl's own link extractor (always there, named
+  ``links``): its links go back to the frontier, nothing is written;
+* ``meta`` -- title, description, canonical, language, robots meta, outlink
+  count and content hash of each page, a JSON line in ``analysisDir/NAME.jsonl``;
+* ``python package.module:function`` -- called with a :class:`PageView`; a
+  returned dict (or list of dicts) is written as JSON lines to
+  ``analysisDir/NAME.jsonl``;
+* ``exec COMMAND ARGS...`` -- run with ``{input}`` (a file holding the
+  body), ``{output}`` (``analysisDir/NAME/<sha1 of the URL>.out``) and
+  ``{url}`` replaced; exit status 0 is success; the result's path is
+  written as a JSON line to ``analysisDir/NAME.jsonl``.
+
+The specs are plain data (they travel to the analysis processes as JSON);
+:func:`run` executes one in an analysis process (larbin_py.analysis.worker).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass
+
+__all__ = ["AnalyzerError", "AnalyzerSpec", "KINDS", "PageView", "parse_analyzer", "run", "links_spec"]
+
+KINDS = ("links", "meta", "python", "exec")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class AnalyzerError(Exception):
+    """An analysis failed in a way worth a line (non-zero exit, a bad return value)."""
+
+
+@dataclass(frozen=True)
+class AnalyzerSpec:
+    name: str
+    kind: str
+    args: tuple[str, ...] = ()
+    urls: str | None = None
+    types: tuple[str, ...] = ()
+
+    def wants(self, url: str, content_type: str | None) -> bool:
+        """Does this analyzer take the page?"""
+        if self.urls is not None and re.search(self.urls, url) is None:
+            return False
+        if self.types:
+            ctype = (content_type or "").split(";")[0].strip().lower()
+            return ctype in self.types
+        return True
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "AnalyzerSpec":
+        return cls(d["name"], d["kind"], tuple(d.get("args", ())), d.get("urls"), tuple(d.get("types", ())))
+
+
+def links_spec() -> AnalyzerSpec:
+    return AnalyzerSpec("links", "links")
+
+
+def parse_analyzer(words: tuple[str, ...] | list[str]) -> AnalyzerSpec:
+    """A spec from an ``analyzer`` line's words (after the key); ValueError names the problem."""
+    words = list(words)
+    if not words:
+        raise ValueError("expected NAME KIND ..., got nothing")
+    name = words.pop(0)
+    if not _NAME_RE.match(name):
+        raise ValueError(f"bad analyzer name {name!r} (letters, digits, '_', '-', '.')")
+    if name == "links":
+        raise ValueError("'links' is the crawl's own link extractor: name yours otherwise")
+    urls, types = None, ()
+    while words and "=" in words[0] and words[0].split("=", 1)[0] in ("urls", "types"):
+        opt, value = words.pop(0).split("=", 1)
+        if opt == "urls":
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"urls={value!r} is not a regular expression: {exc}") from None
+            urls = value
+        else:
+            types = tuple(t.strip().lower() for t in value.split(",") if t.strip())
+            if not types:
+                raise ValueError("types= needs at least one content type")
+    if not words:
+        raise ValueError(f"analyzer {name}: expected a kind ({', '.join(KINDS[1:])})")
+    kind = words.pop(0)
+    if kind == "meta":
+        if words:
+            raise ValueError(f"analyzer {name}: meta takes no arguments, got {' '.join(words)!r}")
+    elif kind == "python":
+        if len(words) != 1 or not _TARGET_RE.match(words[0]):
+            raise ValueError(f"analyzer {name}: python takes one package.module:function")
+    elif kind == "exec":
+        if not words:
+            raise ValueError(f"analyzer {name}: exec needs a command")
+    else:
+        raise ValueError(f"analyzer {name}: unknown kind {kind!r} (meta, python, exec)")
+    return AnalyzerSpec(name, kind, tuple(words), urls, types)
+
+
+class PageView:
+    """What a ``python`` analyzer is called with; ``tree`` is built on first use."""
+
+    __slots__ = ("url", "status", "content_type", "charset", "body", "depth", "saved", "_tree")
+
+    def __init__(self, url, status, content_type, charset, body, depth, saved=None) -> None:
+        self.url, self.status, self.content_type, self.charset = url, status, content_type, charset
+        self.body, self.depth, self.saved = body, depth, saved
+        self._tree = None
+
+    @property
+    def tree(self):
+        """The page's lxml.html tree (built once)."""
+        if self._tree is None:
+            import lxml.html
+
+            parser = lxml.html.HTMLParser(encoding=self.charset or None)
+            self._tree = lxml.html.fromstring(self.body or b"<html></html>", parser=parser)
+        return self._tree
+
+
+def _append_jsonl(analysis_dir: str, name: str, records: list[dict]) -> int:
+    """Write ``records`` as JSON lines to ``analysisDir/NAME.jsonl`` in one ``write()``."""
+    if not records:
+        return 0
+    data = "".join(json.dumps(r, separators=(",", ":"), default=str) + "\n" for r in records).encode()
+    fd = os.open(os.path.join(analysis_dir, name + ".jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    return len(records)
+
+
+def _links(page: PageView, opts: dict) -> dict:
+    from .. import parse as parse_mod
+
+    p = parse_mod.extract(page.body, page.url, page.charset, get_images=opts.get("get_images", False),
+                          max_url_size=opts.get("max_url_size", 512))
+    return {"links": p.links, "nofollow": p.nofollow_links, "meta_nofollow": p.meta_nofollow, "error": p.error}
+
+
+def meta_of(page: PageView, opts: dict) -> dict:
+    """The ``meta`` analyzer's record for one page."""
+    from .. import parse as parse_mod
+
+    p = parse_mod.extract(page.body, page.url, page.charset, max_url_size=opts.get("max_url_size", 512))
+    description = lang = robots = None
+    try:
+        tree = page.tree
+        lang = tree.get("lang") or None
+        for el in tree.iter("meta"):
+            n = (el.get("name") or "").lower()
+            if n == "description" and description is None:
+                description = el.get("content")
+            elif n == "robots" and robots is None:
+                robots = el.get("content")
+    except Exception:  # a page lxml cannot build a tree of: the other fields still stand
+        pass
+    return {"url": page.url, "status": page.status, "title": p.title, "description": description,
+            "canonical": p.canonical, "language": lang, "robots": robots, "outlinks": len(p.links),
+            "sha1": hashlib.sha1(page.body).hexdigest()}
+
+
+_functions: dict[str, object] = {}
+
+
+def _python(spec: AnalyzerSpec, page: PageView) -> list[dict]:
+    target = spec.args[0]
+    fn = _functions.get(target)
+    if fn is None:
+        module, _, attr = target.partition(":")
+        fn = getattr(importlib.import_module(module), attr)
+        _functions[target] = fn
+    result = fn(page)
+    if result is None:
+        return []
+    records = [result] if isinstance(result, dict) else result
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise AnalyzerError(f"{target} returned {type(result).__name__}, not a dict, a list of dicts or None")
+    return [r if "url" in r else {"url": page.url, **r} for r in records]
+
+
+def _exec(spec: AnalyzerSpec, page: PageView, analysis_dir: str, timeout: float) -> list[dict]:
+    out_dir = os.path.join(analysis_dir, spec.name)
+    os.makedirs(out_dir, exist_ok=True)
+    output = os.path.join(out_dir, hashlib.sha1(page.url.encode()).hexdigest() + ".out")
+    fd, input_path = tempfile.mkstemp(prefix=".input-", dir=out_dir)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(page.body)
+        argv = [w.replace("{input}", input_path).replace("{output}", output).replace("{url}", page.url)
+                for w in spec.args]
+        try:
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+        except FileNotFoundError:
+            raise AnalyzerError(f"command not found: {argv[0]}") from None
+        except subprocess.TimeoutExpired:
+            raise AnalyzerError(f"{argv[0]} still running after {timeout:g} s: killed") from None
+    finally:
+        os.unlink(input_path)
+    if proc.returncode != 0:
+        raise AnalyzerError(f"{argv[0]} exited with status {proc.returncode}; stdout: "
+                            f"{proc.stdout[-500:].decode(errors='replace')!r}; stderr: "
+                            f"{proc.stderr[-500:].decode(errors='replace')!r}")
+    return [{"url": page.url, "output": output if os.path.exists(output) else None}]
+
+
+def run(spec: AnalyzerSpec, page: PageView, opts: dict) -> dict:
+    """Run one analyzer on one page (in an analysis process); raises on failure.
+
+    ``opts``: ``analysis_dir``, ``timeout``, ``max_url_size``, ``get_images``.
+    Returns what goes back to the loop: the links for ``links``, the number
+    of records written otherwise.
+    """
+    if spec.kind == "links":
+        return _links(page, opts)
+    if spec.kind == "meta":
+        records = [meta_of(page, opts)]
+    elif spec.kind == "python":
+        records = _python(spec, page)
+    else:
+        records = _exec(spec, page, opts["analysis_dir"], max(0.1, 0.9 * opts.get("timeout", 60.0)))
+    return {"records": _append_jsonl(opts["analysis_dir"], spec.name, records)}

@@ -1,0 +1,228 @@
+"""Issue 22: the analysis stage's parts without a crawl: the durable queue,
+the backoff, the alerts, the analyzers' specs, and the stage's retry logic
+on a pool that fails on demand (no processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+import pytest
+
+from larbin_py.analysis.alerts import ALERTS_LOG, Alerts
+from larbin_py.analysis.analyzers import AnalyzerSpec, PageView, meta_of, parse_analyzer
+from larbin_py.analysis.pool import TaskFailed
+from larbin_py.analysis.queue import QueueDamage, TaskQueue, queue_name, spool_name
+from larbin_py.analysis.retry import Backoff
+from larbin_py.analysis.stage import AnalysisStage
+from larbin_py.config import parse_config_text
+
+
+# -- the queue ------------------------------------------------------------------
+def test_a_reload_gives_back_exactly_the_tasks_not_marked_done_or_failed(tmp_path):
+    q = TaskQueue(str(tmp_path))
+    a = q.add("http://a/", 1, ["links", "meta"], b"<html>A</html>", status=200, content_type="text/html")
+    b = q.add("http://b/", 2, ["links"], b"BB")
+    assert q.body(a[1]) == b"<html>A</html>" and q.body(b[0]) == b"BB"
+    q.finished(a[0])
+    mark = q.mark()
+    q.tried(a[1], "error: boom")
+    q.tried(a[1], "timeout")
+    q.failed(b[0])
+    assert q.confirm(mark) == []
+    # a finished task not yet covered by a checkpoint is still live
+    q.finished(a[1])
+    q.close(remove_if_empty=False)
+    r = TaskQueue(str(tmp_path), reload=True)
+    assert [(t.url, t.analyzer, t.depth, t.tries) for t in r.resumed] == [("http://a/", "meta", 1, 2)]
+    assert r.body(r.resumed[0]) == b"<html>A</html>"
+    # new tasks get new ids, in a new generation
+    c = r.add("http://c/", 0, ["links"], b"C")
+    assert c[0].id > a[1].id and c[0].gen == a[0].gen + 1
+
+
+def test_a_line_cut_by_a_crash_ends_the_reading_of_its_generation(tmp_path):
+    q = TaskQueue(str(tmp_path))
+    q.add("http://a/", 1, ["links"], b"A")
+    q.add("http://b/", 1, ["links"], b"B")
+    q.close(remove_if_empty=False)
+    path = tmp_path / queue_name(1)
+    data = path.read_bytes()
+    path.write_bytes(data[:-5])  # the second line cut short
+    r = TaskQueue(str(tmp_path), reload=True)
+    assert [t.url for t in r.resumed] == ["http://a/"] and r.damaged == 1
+
+
+def test_a_body_cut_short_in_its_spool_is_damage_not_a_wrong_body(tmp_path):
+    q = TaskQueue(str(tmp_path))
+    task = q.add("http://a/", 1, ["links"], b"0123456789")[0]
+    q.close(remove_if_empty=False)
+    os.truncate(tmp_path / spool_name(1), 4)
+    r = TaskQueue(str(tmp_path), reload=True)
+    with pytest.raises(QueueDamage):
+        r.body(task)
+
+
+def test_generations_rotate_and_go_once_their_tasks_are_done(tmp_path):
+    q = TaskQueue(str(tmp_path), segment_bytes=10)
+    first = q.add("http://a/", 0, ["links"], b"x" * 12)[0]
+    second = q.add("http://b/", 0, ["links"], b"y" * 12)[0]
+    assert (first.gen, second.gen) == (1, 2)
+    q.finished(first)
+    assert q.confirm(q.mark()) == [1]
+    q.drop([1])
+    assert not (tmp_path / queue_name(1)).exists() and not (tmp_path / spool_name(1)).exists()
+    q.finished(second)
+    q.confirm(q.mark())
+    q.close()
+    assert not os.path.exists(tmp_path)  # nothing live: the queue's files and folder are gone
+
+
+def test_a_plain_start_clears_an_earlier_queue_once_it_writes_and_not_before(tmp_path):
+    q = TaskQueue(str(tmp_path / "q"))
+    q.add("http://a/", 0, ["links"], b"A")
+    q.close(remove_if_empty=False)
+    before = sorted(os.listdir(tmp_path / "q"))
+    fresh = TaskQueue(str(tmp_path / "q"))
+    assert fresh.resumed == [] and sorted(os.listdir(tmp_path / "q")) == before  # a failed start changes nothing
+    fresh.add("http://b/", 0, ["links"], b"B")
+    fresh.close(remove_if_empty=False)
+    assert [t.url for t in TaskQueue(str(tmp_path / "q"), reload=True).resumed] == ["http://b/"]
+    assert not os.path.exists(tmp_path / "nothing") and TaskQueue(str(tmp_path / "nothing")).live == 0
+    assert not os.path.exists(tmp_path / "nothing")  # nothing written until a task comes
+
+
+# -- backoff and alerts ---------------------------------------------------------
+def test_backoff_doubles_and_stops_after_the_retries():
+    b = Backoff(retries=3, base=0.5, cap=1.5)
+    assert [b.delay(n) for n in range(6)] == [0.0, 0.5, 1.0, 1.5, None, None]
+    assert Backoff(retries=0).delay(1) is None
+
+
+async def test_an_alert_is_a_json_line_a_count_and_a_command_with_its_details(tmp_path):
+    out = tmp_path / "cmd.out"
+    script = f"import sys,os; open({str(out)!r},'a').write(sys.argv[1]+' '+os.environ['LARBIN_ALERT']+' '+sys.stdin.read()+'\\n')"
+    alerts = Alerts(str(tmp_path), (sys.executable, "-c", script, "{analyzer}@{url}"), clock=lambda: 1000.0)
+    alerts.raise_alert("analysisFailed", url="http://a/", analyzer="m", tries=4, error="boom")
+    await alerts.aclose()
+    line = json.loads((tmp_path / ALERTS_LOG).read_text())
+    assert line == {"time": 1000.0, "kind": "analysisFailed", "url": "http://a/", "analyzer": "m", "tries": 4,
+                    "error": "boom"}
+    ran = out.read_text().split(" ", 1)
+    assert ran[0] == "m@http://a/" and ran[1].count('"error": "boom"') == 2
+    assert alerts.count == 1 and alerts.command_runs == 1 and alerts.command_failures == 0
+    assert alerts.stats()["recent"][0]["url"] == "http://a/"
+
+
+async def test_a_failing_alert_command_is_counted_and_said_once(tmp_path):
+    import io
+
+    err = io.StringIO()
+    alerts = Alerts(str(tmp_path), (sys.executable, "-c", "raise SystemExit(3)"), err=err)
+    alerts.raise_alert("analysisFailed", url="http://a/")
+    alerts.raise_alert("analysisFailed", url="http://b/")
+    await alerts.aclose()
+    assert alerts.command_failures == 2 and err.getvalue().count("exited with status 3") == 1
+    assert len((tmp_path / ALERTS_LOG).read_text().splitlines()) == 2
+
+
+# -- analyzers ------------------------------------------------------------------
+def test_analyzer_specs_match_urls_and_types():
+    spec = parse_analyzer(["m", "urls=/docs/", "types=text/html,text/plain", "meta"])
+    assert spec.wants("http://a/docs/x", "text/html; charset=utf-8")
+    assert not spec.wants("http://a/other", "text/html") and not spec.wants("http://a/docs/", "image/png")
+    assert AnalyzerSpec.from_json(spec.to_json()) == spec
+    with pytest.raises(ValueError, match="regular expression"):
+        parse_analyzer(["m", "urls=(", "meta"])
+
+
+def test_meta_reads_title_description_canonical_language_robots_and_links():
+    body = (b'<html lang="fr"><head><title>T</title><meta name="description" content="D">'
+            b'<meta name="robots" content="noindex"><link rel="canonical" href="/c"></head>'
+            b'<body><a href="/x">x</a><a href="/y">y</a></body></html>')
+    rec = meta_of(PageView("http://a/p", 200, "text/html", "utf-8", body, 0), {})
+    assert rec["title"] == "T" and rec["description"] == "D" and rec["language"] == "fr"
+    assert rec["robots"] == "noindex" and rec["canonical"] == "http://a/c" and rec["outlinks"] == 2
+    assert len(rec["sha1"]) == 40
+
+
+# -- the stage's retries, on a pool that fails on demand ------------------------
+class ScriptedPool:
+    """A pool whose tries fail as told: ``plan[url]`` = failures before success (-1: always)."""
+
+    size = 1
+
+    def __init__(self, plan: dict[str, int]) -> None:
+        self.plan = plan
+        self.tries: list[str] = []
+
+    async def run(self, msg):
+        self.tries.append(msg["u"])
+        left = self.plan.get(msg["u"], 0)
+        if left != 0:
+            self.plan[msg["u"]] = left - 1
+            raise TaskFailed("error", f"boom {msg['u']}")
+        return {"ok": True, "links": [msg["u"] + "x"], "nofollow": 0, "meta_nofollow": False, "error": None}
+
+    async def close(self):
+        pass
+
+    def stats(self):
+        return {}
+
+
+class Offers:
+    def __init__(self):
+        self.offered = []
+
+    def offer(self, page_url, depth, links):
+        self.offered.append((page_url, depth, tuple(links)))
+
+
+async def test_a_task_is_retried_with_backoff_then_alerted_once_and_marked_failed(tmp_path):
+    import collections
+    import types
+
+    config = parse_config_text("", require_start_urls=False).replace(
+        state_dir=str(tmp_path / "state"), save_dir=str(tmp_path / "save"), analysis_retries=2,
+        analysis_backoff=0.001)
+    pool = ScriptedPool({"http://ok/": 0, "http://flaky/": 2, "http://bad/": -1})
+    stage = AnalysisStage(config, pool=pool, durable=False)
+    fr = Offers()
+    counts = types.SimpleNamespace(page_errors=collections.Counter(), rejected=collections.Counter())
+    tasks = []
+    stage.attach(fr, counts, lambda coro: tasks.append(asyncio.get_running_loop().create_task(coro)))
+    for url, depth in (("http://ok/", 1), ("http://flaky/", 2), ("http://bad/", 3)):
+        stage.submit(url, depth, b"<html></html>")
+    assert stage.pending == 3
+    await asyncio.gather(*tasks)
+    assert sorted(fr.offered) == [("http://flaky/", 2, ("http://flaky/x",)), ("http://ok/", 1, ("http://ok/x",))]
+    assert pool.tries.count("http://bad/") == 3 and pool.tries.count("http://flaky/") == 3
+    assert stage.pending == 0 and stage.failed == 1 and stage.finished == 2
+    assert stage.failed_tries["error"] == 5
+    alerts = [json.loads(line) for line in (tmp_path / "state" / ALERTS_LOG).read_text().splitlines()]
+    assert [(a["url"], a["tries"], a["analyzer"]) for a in alerts] == [("http://bad/", 3, "links")]
+    assert "boom http://bad/" in alerts[0]["error"]
+    await stage.close()
+    assert not os.path.exists(tmp_path / "state" / "analysis")  # nothing live is left
+
+
+def test_metrics_count_alerts_and_failed_tries():
+    from larbin_py.web.metrics import render_metrics
+
+    snap = {"analysis": {"pending": 4, "finished": 10, "failed": 1, "failed_tries": {"crash": 2, "error": 3},
+                         "alerts": {"count": 1, "recent": []}}}
+    text = render_metrics(snap)
+    assert "larbin_alerts_total 1" in text and "larbin_analysis_pending 4" in text
+    assert 'larbin_analysis_tries_failed_total{reason="crash"} 2' in text
+    assert "larbin_alerts_total" not in render_metrics({})  # inline analysis: no such series
+
+
+def test_the_queue_names_its_live_files_for_the_checkpoint_to_sync(tmp_path):
+    q = TaskQueue(str(tmp_path), segment_bytes=4)
+    assert q.sync_paths() == []  # nothing written yet
+    q.add("http://a/", 0, ["links"], b"AAAAA")
+    q.add("http://b/", 0, ["links"], b"B")
+    assert q.sync_paths() == [str(tmp_path / n) for n in (spool_name(1), queue_name(1), spool_name(2), queue_name(2))]
