@@ -1,7 +1,7 @@
 """Memory per URL (seen stores, URL store) and a crawl's RSS while its disk queue grows.
 
-    python bench/memory.py [--quick] [--sizes 1000000,10000000] [--synthetic 100000000]
-                           [--crawl-urls 2000000] [--crawl-stores auto,array]
+    python bench/memory.py [--quick] [--seen-only] [--sizes 100000,1000000,10000000]
+                           [--synthetic 100000000] [--crawl-urls 2000000] [--crawl-stores auto,array]
 
 1. The URL-seen stores at each size, each filled in a fresh process through
    ``add_many`` (batches of 200 random fingerprints) and measured by RSS
@@ -11,6 +11,10 @@
    allocator's threshold pinned (larbin_py.heap: the RSS investigation), and
    a plain Python set.  Then, in the same process, the cost of a batch of 200
    links (a page's) that are all new, all already seen, and half and half.
+   The sieve is built as ``seenStore auto`` builds it (the first 262,144
+   URLs in RAM, then a run on disk): the 100 k row is that store before its
+   first run, against the array store (why ``auto`` is not ``array`` for
+   small crawls).  ``--seen-only`` runs this part alone.
 2. The sieve at ``--synthetic`` URLs (100 M): a run of that many synthetic
    sorted fingerprints written directly, opened with ``Sieve.load``, then
    brought to its largest RAM (chunks just below the merge threshold) through
@@ -23,8 +27,11 @@
    ``--crawl-stores``.  Aim: RSS at 2 M URLs within 20 MB of RSS at 200 k.
 
 The JSON line carries ``seen_ram_bytes_per_url_10m``, ``..._100m``,
+``seen_peak_bytes_per_url_10m`` (the peak RSS growth while filling, sampled
+every 100 k URLs: a merge builds the new filter beside the old one),
 ``crawl_rss_mb_at_200k`` and ``crawl_rss_mb_at_2m`` (the sieve, seenStore
-auto); None in ``--quick`` mode, whose sizes are too small for them.
+auto); None in ``--quick`` mode, whose sizes are too small for them, or for
+the parts ``--seen-only`` skips.
 """
 
 from __future__ import annotations
@@ -352,10 +359,18 @@ def at(samples: list[tuple], urls: int) -> float | None:
     return None
 
 
+def print_seen(rows: list, cost_rows: list) -> None:
+    print(table("URL-seen stores: RSS growth once merged, and the peak while filling (fresh process each)",
+                ["what", "B/URL", "peak B/URL", "MB", "peak MB", "glibc heap MB", "seconds"], rows))
+    print(table("URL-seen stores: cost of a batch of 200 links (µs), same processes",
+                ["what", "200 new", "200 seen", "100+100", "µs/new test", "µs/seen test"], cost_rows))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="100k URLs only, a short crawl")
-    p.add_argument("--sizes", default="1000000,10000000")
+    p.add_argument("--seen-only", action="store_true", help="the seen stores alone (part 1)")
+    p.add_argument("--sizes", default="100000,1000000,10000000")
     p.add_argument("--synthetic", type=int, default=100_000_000)
     p.add_argument("--crawl-urls", type=int, default=2_000_000)
     p.add_argument("--crawl-stores", default="auto,array,array-unpinned")
@@ -395,17 +410,24 @@ def main() -> None:
         figures["seen"][n] = got
         for kind in kinds:
             g = got[kind]
-            rows.append([f"{kind}, {n:,} URLs", g["bytes_per_url"], g["rss_bytes"] / 2**20,
-                         g["peak_rss_bytes"] / 2**20, (g["heap"] or {}).get("heap", 0) / 2**20,
-                         g["seconds"]])
+            rows.append([f"{kind}, {n:,} URLs", g["bytes_per_url"], g["peak_rss_bytes"] / g["urls"],
+                         g["rss_bytes"] / 2**20, g["peak_rss_bytes"] / 2**20,
+                         (g["heap"] or {}).get("heap", 0) / 2**20, g["seconds"]])
             if "cost" in g:
                 c = g["cost"]
                 cost_rows.append([f"{kind}, {n:,} URLs", c["new_us"], c["seen_us"], c["mixed_us"],
                                   c["per_test_us"]["new"], c["per_test_us"]["seen"]])
+    big = figures["seen"].get(10_000_000, {}).get("sieve")
+    figures["seen_ram_bytes_per_url_10m"] = big["bytes_per_url"] if big else None
+    figures["seen_peak_bytes_per_url_10m"] = big["peak_rss_bytes"] / big["urls"] if big else None
+    if args.seen_only:
+        print_seen(rows, cost_rows)
+        report("memory", {**figures, "quick": args.quick, "seen_only": True})
+        return
     syn = in_child(["synthetic", str(synthetic)])
     figures["synthetic"] = syn
-    rows.append([f"sieve, {syn['urls']:,} URLs (synthetic run)", syn["bytes_per_url"], syn["rss_bytes"] / 2**20,
-                 None, None, syn["seconds_open"]])
+    rows.append([f"sieve, {syn['urls']:,} URLs (synthetic run)", syn["bytes_per_url"], None,
+                 syn["rss_bytes"] / 2**20, None, None, syn["seconds_open"]])
     c = syn["cost"]
     cost_rows.append([f"sieve, {syn['urls']:,} URLs (synthetic)", c["new_us"], c["seen_us"], c["mixed_us"],
                       c["per_test_us"]["new"], c["per_test_us"]["seen"]])
@@ -416,10 +438,7 @@ def main() -> None:
                 ["µs per batch", "p50", "p99", "max"],
                 [["no merge", lag["quiet_p50_us"], lag["quiet_p99_us"], lag["quiet_max_us"]],
                  ["during the merge", lag["merge_p50_us"], lag["merge_p99_us"], lag["merge_max_us"]]]))
-    print(table("URL-seen stores: RSS growth once merged (fresh process each; peak while filling)",
-                ["what", "B/URL", "MB", "peak MB", "glibc heap MB", "seconds"], rows))
-    print(table("URL-seen stores: cost of a batch of 200 links (µs), same processes",
-                ["what", "200 new", "200 seen", "100+100", "µs/new test", "µs/seen test"], cost_rows))
+    print_seen(rows, cost_rows)
     rows = []
     for n in sizes:
         st = in_child(["store", str(n)])
@@ -445,11 +464,9 @@ def main() -> None:
         if a is not None and b is not None:
             print(f"seenStore {store}: RSS {a:.1f} MB at {early:,} URLs on disk, {b:.1f} MB at {late:,}: "
                   f"{b - a:+.1f} MB")
-    big = figures["seen"].get(10_000_000, {}).get("sieve")
     auto = figures["crawl"].get("auto", {})
     full = not args.quick and crawl_target >= 2_000_000
     figures.update({
-        "seen_ram_bytes_per_url_10m": big["bytes_per_url"] if big else None,
         "seen_ram_bytes_per_url_100m": syn["bytes_per_url"] if syn["urls"] >= 100_000_000 else None,
         "crawl_rss_mb_at_200k": auto.get("rss_mb_at_200k") if full else None,
         "crawl_rss_mb_at_2m": auto.get("rss_mb_at_2m") if full else None,

@@ -43,6 +43,18 @@ def pages_requested(sim, truth) -> list[str]:
             if r.path not in ROBOTS_PATHS and r.url not in truth.sub_requests and "/api/tick" not in r.url]
 
 
+def stored_pages(save_dir) -> dict[str, bytes]:
+    """What a mirror or save output holds: URL -> the bytes of its file (the last one written)."""
+    from larbin_py.output import parse_index_line
+
+    out = {}
+    with open(save_dir / "index.tsv", encoding="utf-8") as f:
+        for line in f:
+            entry = parse_index_line(line.rstrip("\n"))
+            out[entry["url"]] = (save_dir / entry["path"]).read_bytes()
+    return out
+
+
 def check_politeness_with_sub_requests(sim, wait: float) -> None:
     log = sim.log
     for host, starts in log.starts_by_host().items():
@@ -94,9 +106,10 @@ async def test_dynamic_pages_find_every_javascript_link_politely(tmp_path):
 
 
 @pytest.mark.async_timeout(60)
-async def test_without_dynamic_pages_no_javascript_link_is_found(tmp_path):
+@pytest.mark.parametrize("mode", ["mirror", "save"])
+async def test_without_dynamic_pages_no_javascript_link_is_found(tmp_path, mode):
     async with Sim(SimConfig(**SIM)) as sim:
-        config = make_config(tmp_path, sim, wait_duration=0.0)
+        config = make_config(tmp_path, sim, wait_duration=0.0, output_mode=mode)
         truth = sim.truth(crawl_rules(config, sim.seeds))
         engine = Engine(config)
         summary = await engine.run()
@@ -106,6 +119,12 @@ async def test_without_dynamic_pages_no_javascript_link_is_found(tmp_path):
         assert not any(r.path.startswith("/dyn/") and r.path not in static_links for r in sim.log.requests)
         assert not any(r.path in ("/app.js", "/api/links.json") for r in sim.log.requests)
         assert summary.dynamic is None and not (tmp_path / "state" / "browser").exists()
+        # the stored pages are the pages as fetched: no link that only JavaScript writes
+        stored = stored_pages(tmp_path / "save")
+        base = f"http://{JS_HOST}:{sim.port}"
+        assert {base + p for p in DYN_LINKS} <= set(stored)
+        for page, links in DYN_LINKS.items():
+            assert not any(f'href="{link}"'.encode() in stored[base + page] for link in links), page
 
 
 @pytest.mark.async_timeout(120)
@@ -114,7 +133,7 @@ async def test_killing_the_browser_mid_crawl_loses_nothing(tmp_path):
     async with Sim(SimConfig(**SIM)) as sim:
         # generous timeout (a loaded machine must not turn a render into a timeout); no endless page
         config = make_config(tmp_path, sim, wait_duration=0.0, dynamic_pages=rules(sim.port, endless=False),
-                             dynamic_timeout=10.0)
+                             dynamic_timeout=10.0, output_mode="mirror")
         truth = sim.truth(crawl_rules(config, sim.seeds))
         engine = Engine(config)
         run = asyncio.ensure_future(engine.run())
@@ -127,6 +146,14 @@ async def test_killing_the_browser_mid_crawl_loses_nothing(tmp_path):
         check_conservation(engine, summary)
         assert summary.pages == len(truth.saved) and not summary.forgotten
         assert summary.dynamic["crashes"] >= 1 and summary.dynamic["browser_starts"] >= 2
+        # the mirror holds each page as rendered (the one rendered when the browser died too):
+        # every link its JavaScript writes is in its file
+        stored = stored_pages(tmp_path / "save")
+        base = f"http://{JS_HOST}:{sim.port}"
+        for page, links in DYN_LINKS.items():
+            if page != "/endless.html":  # no rule for it here
+                for link in links:
+                    assert f'href="{link}"'.encode() in stored[base + page], (page, link)
 
 
 @pytest.mark.async_timeout(30)
@@ -189,15 +216,25 @@ async def test_with_use_cookies_a_scripts_request_carries_the_crawls_cookies(tmp
 
     site = CookieSite()
     port = await site.start()
+    root = f"http://127.0.0.1:{port}/"
     try:
-        config = parse_config_text("", require_start_urls=False).replace(
-            start_urls=(f"http://127.0.0.1:{port}/",), private_networks="allow", http_port=0,
-            output_mode="stats", wait_duration=0.0, save_dir=str(tmp_path / "save"),
-            state_dir=str(tmp_path / "state"), use_cookies=True, dynamic_pages=((f"http://127.0.0.1:{port}/", "none"),),
-            dynamic_timeout=10.0)
-        summary = await Engine(config).run()
+        def config(name, dynamic):
+            return parse_config_text("", require_start_urls=False).replace(
+                start_urls=(root,), private_networks="allow", http_port=0,
+                output_mode="save", wait_duration=0.0, save_dir=str(tmp_path / name / "save"),
+                state_dir=str(tmp_path / name / "state"), use_cookies=True, dynamic_pages=dynamic,
+                dynamic_timeout=10.0)
+        summary = await Engine(config("rendered", ((root, "none"),))).run()
+        asked = list(site.requests)
+        site.requests.clear()
+        plain = await Engine(config("plain", ())).run()  # the same crawl without the rule
     finally:
         site.server.close()
-    assert ("/data.json", "session=s3cret") in site.requests
-    assert any(path == "/members.html" for path, _ in site.requests)  # the link the XHR gave
+    assert ("/data.json", "session=s3cret") in asked
+    assert any(path == "/members.html" for path, _ in asked)  # the link the XHR gave
     assert summary.pages == 2
+    # save mode stores the rendered DOM: the link the script wrote is in the page's file
+    assert b'href="/members.html"' in stored_pages(tmp_path / "rendered" / "save")[root]
+    # without the rule: the page as fetched, no such link, nothing else crawled
+    assert plain.pages == 1 and [p for p, _ in site.requests] == ["/robots.txt", "/"]
+    assert b"/members.html" not in stored_pages(tmp_path / "plain" / "save")[root]
