@@ -6,6 +6,11 @@ worker's requests on one clock: coverage against the sim's ground truth,
 no page requested twice, robots.txt once per host, politeness per host and
 per IP across workers, conservation from Redis's counters, one index line
 per saved page; and a worker killed with SIGKILL loses nothing.
+
+The crawl of two workers and the SIGKILL test run with both memberships
+(``membership redis``, and ``membership zookeeper`` on a private standalone
+ZooKeeper, tests/zk_support.py); the ZooKeeper server killed mid-crawl and
+restarted loses nothing either.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import os
 import signal
 import sys
 import time
+import uuid
 from collections import Counter
 
 import pytest
@@ -28,11 +34,31 @@ from larbin_py.sim import Sim, SimConfig
 from larbin_py.sim.web import DEFAULT_ROBOTS_MIX
 
 from test_e2e import ROBOTS_PATHS, SLACK, make_config, page_requests
+from zk_support import TICK_MS, own_zk_server, zk_server  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slow
 
 CRAWL = "t"
 LEASE_TTL = 2.0
+#: zkSessionTimeout of the ZooKeeper runs: below leaseTtl, as docs/membership.md asks.
+ZK_SESSION = 1.0
+MEMBERSHIPS = ["redis", "zookeeper"]
+
+
+def membership_keys(request, membership: str, server=None) -> dict:
+    """The config changes for ``membership`` (ZooKeeper: the module's server, or ``server``)."""
+    if membership == "redis":
+        return {}
+    server = server or request.getfixturevalue("zk_server")
+    return dict(membership="zookeeper", zk_hosts=server.hosts, zk_path=f"/e2e-{uuid.uuid4().hex[:8]}",
+                zk_session_timeout=ZK_SESSION)
+
+
+def takeover_bound(membership: str) -> float:
+    """leaseTtl + 2 heartbeats; with ZooKeeper the death is seen at the session's end
+    (the timeout plus a server tick), which is below leaseTtl here."""
+    seen = LEASE_TTL if membership == "redis" else max(LEASE_TTL, ZK_SESSION + TICK_MS / 1000)
+    return seen + 2 * (LEASE_TTL / 5)
 
 
 #: The sim's robots.txt profiles but those that fail (their retries wait
@@ -131,11 +157,31 @@ def index_urls(save_dir: str) -> list[str]:
         return [line.split(b"\t", 1)[0].decode() for line in f.read().splitlines()]
 
 
-async def crawl_with(tmp_path, redis_server, n: int):
+async def membership_seen(redis_url: str, names: list[str], timeout: float = 30) -> dict:
+    """The membership section of a worker snapshot (``stats:<w>``) once it lists every worker."""
+    io = await RedisIO(redis_url, CRAWL, partitions=64).connect()
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            t = io.tick()
+            i = t.get_stats(names)
+            snaps = (await t.execute())[i]
+            for snap in snaps.values():
+                m = (snap.get("dist") or {}).get("membership") or {}
+                if sorted(m.get("members") or []) == sorted(names):
+                    return m
+            assert time.monotonic() < deadline, f"no worker snapshot lists {names}: {snaps}"
+            await asyncio.sleep(0.05)
+    finally:
+        await io.close()
+
+
+async def crawl_with(tmp_path, redis_server, n: int, **changes):
     async with Sim(sim_config()) as sim:
-        workers = Workers(tmp_path, sim, redis_server.url, n)
+        workers = Workers(tmp_path, sim, redis_server.url, n, **changes)
         t0 = time.monotonic()
         await workers.start_all()
+        membership = await membership_seen(redis_server.url, workers.names) if n > 1 else None
         codes = await workers.wait(90)
         elapsed = time.monotonic() - t0
         assert all(c == 0 for c in codes.values()), {w: workers.log(w)[-2000:] for w in codes}
@@ -160,6 +206,9 @@ async def crawl_with(tmp_path, redis_server, n: int):
         assert merge_index(config.save_dir) == len(truth.saved)
         lines = index_urls(config.save_dir)
         assert sorted(lines) == sorted(truth.saved)
+        if membership is not None:
+            assert membership["source"] == changes.get("membership", "redis")
+            assert membership["alive"] is True and membership["last_change"]["what"]
         return sim, view, elapsed
 
 
@@ -169,9 +218,9 @@ async def test_one_worker_crawls_exactly(tmp_path, redis_server):
 
 
 @pytest.mark.async_timeout(150)
-@pytest.mark.parametrize("n", [2, 4])
-async def test_workers_share_the_crawl_politely(tmp_path, redis_server, n):
-    sim, view, elapsed = await crawl_with(tmp_path, redis_server, n)
+@pytest.mark.parametrize("n,membership", [(2, "redis"), (4, "redis"), (2, "zookeeper")])
+async def test_workers_share_the_crawl_politely(tmp_path, redis_server, n, membership, request):
+    sim, view, elapsed = await crawl_with(tmp_path, redis_server, n, **membership_keys(request, membership))
     # every worker crawled: each index holds pages
     save = os.path.join(str(tmp_path / "save"), WORKERS_DIR)
     sizes = {f"w{i}": os.path.getsize(os.path.join(save, f"w{i}", INDEX_NAME)) for i in range(n)}
@@ -179,9 +228,11 @@ async def test_workers_share_the_crawl_politely(tmp_path, redis_server, n):
 
 
 @pytest.mark.async_timeout(150)
-async def test_kill_9_of_a_worker_loses_nothing_and_its_partitions_are_taken_over(tmp_path, redis_server):
+@pytest.mark.parametrize("membership", MEMBERSHIPS)
+async def test_kill_9_of_a_worker_loses_nothing_and_its_partitions_are_taken_over(tmp_path, redis_server,
+                                                                                  membership, request):
     async with Sim(sim_config(seed=9, hosts=40, pages_per_host=(4, 8))) as sim:
-        workers = Workers(tmp_path, sim, redis_server.url, 3)
+        workers = Workers(tmp_path, sim, redis_server.url, 3, **membership_keys(request, membership))
         await workers.start_all()
         io = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
         try:
@@ -214,8 +265,7 @@ async def test_kill_9_of_a_worker_loses_nothing_and_its_partitions_are_taken_ove
                     break
                 await asyncio.sleep(0.02)
             assert took is not None, "w1's partitions were not taken over"
-            heartbeat = LEASE_TTL / 5
-            assert took <= LEASE_TTL + 2 * heartbeat, took
+            assert took <= takeover_bound(membership), (took, takeover_bound(membership))
         finally:
             await io.close()
         codes = await workers.wait(90)
@@ -240,7 +290,8 @@ async def test_kill_9_of_a_worker_loses_nothing_and_its_partitions_are_taken_ove
         assert t.fetched == len(truth.saved)
         assert merge_index(config.save_dir) == len(truth.saved)
         assert sorted(index_urls(config.save_dir)) == sorted(truth.saved)
-        print(f"takeover {took:.2f} s; fetched twice {len(twice)} of {pending_at_kill} pending at the kill")
+        print(f"membership {membership}: takeover {took:.2f} s (bound {takeover_bound(membership):.2f} s); "
+              f"fetched twice {len(twice)} of {pending_at_kill} pending at the kill")
 
 
 @pytest.mark.async_timeout(150)
@@ -271,4 +322,57 @@ async def test_kill_9_of_redis_and_a_restart_from_its_aof_loses_nothing(tmp_path
         assert t.queued == 0 and t.accepted == t.fetched + sum(t.forgotten.values())
         assert t.fetched == len(truth.saved)
         assert merge_index(config.save_dir) == len(truth.saved)
+        check_politeness(sim, config.wait_duration)
+
+
+async def wait_logs(workers: Workers, names, text: str, timeout: float) -> None:
+    """Until every worker of ``names`` has said ``text`` on stderr (its log file grows)."""
+    deadline = time.monotonic() + timeout
+    while not all(text in workers.log(w) for w in names):
+        assert time.monotonic() < deadline, {w: workers.log(w)[-1500:] for w in names}
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.async_timeout(150)
+async def test_zookeeper_killed_mid_crawl_and_restarted_loses_nothing(tmp_path, redis_server, own_zk_server, request):
+    async with Sim(sim_config(seed=11, hosts=24, pages_per_host=(3, 7))) as sim:
+        workers = Workers(tmp_path, sim, redis_server.url, 2,
+                          **membership_keys(request, "zookeeper", server=own_zk_server))
+        await workers.start_all()
+        io = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
+        try:
+            deadline = time.monotonic() + 60
+            while (await io.view()).totals.fetched < 20:  # the crawl is under way
+                assert time.monotonic() < deadline, "the crawl did not start"
+                await asyncio.sleep(0.05)
+            own_zk_server.kill()
+            # both stop fetching, then (cut off for zkSessionTimeout) release their partitions
+            await wait_logs(workers, workers.names, "fetching paused", 20)
+            paused_at = time.monotonic()
+            await wait_logs(workers, workers.names, "releasing", 20)
+            deadline = time.monotonic() + 20
+            while [r for r in (await io.view(rows=True)).rows if r.owner]:  # the drains end
+                assert time.monotonic() < deadline, "the partitions were not released"
+                await asyncio.sleep(0.05)
+            # no request started once both said so (0.1 s: a head sent just before, read just after)
+            started = [r.url for r in sim.log.requests if r.t > paused_at + 0.1]
+        finally:
+            await io.close()
+        own_zk_server.start()  # on its dataDir: the sessions come back
+        codes = await workers.wait(90)
+        assert codes == {"w0": 0, "w1": 0}, {w: workers.log(w)[-2000:] for w in codes}
+        assert all("back in the membership" in workers.log(w) for w in workers.names)
+        assert started == [], started
+        config = workers.configs["w0"]
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        requested = [r.url for r in page_requests(sim)]
+        assert set(requested) == truth.must_request, sorted(truth.must_request - set(requested))[:10]
+        twice = [u for u, c in Counter(requested).items() if c > 1]
+        assert not twice, twice[:10]  # released cleanly (acked first): nothing redone
+        view = await totals(redis_server.url)
+        t = view.totals
+        assert t.queued == 0 and t.accepted == t.fetched + sum(t.forgotten.values())
+        assert t.fetched == len(truth.saved)
+        assert merge_index(config.save_dir) == len(truth.saved)
+        assert sorted(index_urls(config.save_dir)) == sorted(truth.saved)
         check_politeness(sim, config.wait_duration)

@@ -65,7 +65,7 @@ SHARED_KEYS = (
     "UserAgent", "waitDuration", "depthInSite", "depthBySite", "maxRedirects", "noExternalLinks",
     "getCGI", "getImage", "anyType", "specificSearch", "specificSet", "limitToDomain",
     "forbiddenExtensions", "punycode", "ignoreRobots", "maxUrlSize", "privateNetworks",
-    "pageNoDuplicate", "outputMode", "limitPage", "leaseTtl",
+    "pageNoDuplicate", "outputMode", "limitPage", "leaseTtl", "membership", "zkPath",
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

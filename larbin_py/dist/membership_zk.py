@@ -167,6 +167,13 @@ class ZkMembership:
         return self._joined and not self._closed and self._connected and self._registered()
 
     @property
+    def session_lost(self) -> bool:
+        """True once this worker's node is known gone (its session expired, or the node was
+        deleted) and not yet created again: the others see it gone.  False while merely
+        disconnected (SUSPENDED), when the same session may come back."""
+        return self._joined and not self._closed and self._node_session is None
+
+    @property
     def last_change(self) -> MembershipChange | None:
         return self._last_change
 
