@@ -376,3 +376,41 @@ async def test_zookeeper_killed_mid_crawl_and_restarted_loses_nothing(tmp_path, 
         assert merge_index(config.save_dir) == len(truth.saved)
         assert sorted(index_urls(config.save_dir)) == sorted(truth.saved)
         check_politeness(sim, config.wait_duration)
+
+
+@pytest.mark.async_timeout(60)
+async def test_zookeeper_unreachable_at_start_exits_2_naming_zkHosts(tmp_path, redis_server):
+    from zk_support import free_port
+
+    async with Sim(sim_config(hosts=4)) as sim:
+        hosts = f"127.0.0.1:{free_port()}"  # nobody listens there
+        workers = Workers(tmp_path, sim, redis_server.url, 1, membership="zookeeper", zk_hosts=hosts,
+                          zk_session_timeout=ZK_SESSION)
+        await workers.start_all()
+        codes = await workers.wait(30)
+        assert codes == {"w0": 2}, workers.log("w0")
+        lines = [line for line in workers.log("w0").splitlines() if line.strip()]
+        assert len(lines) == 1 and f"zkHosts {hosts}" in lines[0] and "unreachable" in lines[0], lines
+        assert not sim.log.requests  # nothing fetched
+        # it left nothing behind: its member key in Redis is gone (a worker of that id may start)
+        view = await totals(redis_server.url)
+        assert "w0" not in view.members
+
+
+async def test_a_joiner_with_another_membership_is_refused_naming_the_key(tmp_path, redis_server):
+    from larbin_py.dist.redisio import CrawlMismatch
+    from larbin_py.dist.shared import crawl_meta
+
+    async with Sim(sim_config(hosts=4)) as sim:
+        first = worker_config(tmp_path, sim, redis_server.url, "w0")
+        joiner = first.replace(membership="zookeeper", zk_path="/other")
+        io = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
+        try:
+            await io.join_crawl(crawl_meta(first))
+            with pytest.raises(CrawlMismatch) as info:
+                await io.join_crawl(crawl_meta(joiner))
+        finally:
+            await io.close()
+        message = str(info.value)
+        assert "membership (crawl: 'membership redis', here: 'membership zookeeper')" in message, message
+        assert "zkPath" in message, message
