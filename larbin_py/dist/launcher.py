@@ -227,7 +227,8 @@ class Launcher:
             from ..web.server import StatsServer
             from .cluster_stats import ClusterSource
 
-            self.source = ClusterSource(self.io, workers=[w.wid for w in self.workers])
+            self.source = ClusterSource(self.io, workers=[w.wid for w in self.workers],
+                                        membership=getattr(self.config, "membership", "redis"))
             await self.source.refresh()
             self.source.start()
             try:
