@@ -733,8 +733,9 @@ class Coordinator:
         if expired or now - self.lapsed_since >= limit:
             keep = [p for p in self.held if p not in self.draining]
             if keep:
-                print(f"larbin_py: worker {self.worker}: releasing {len(keep)} partitions "
-                      "(the others see this worker gone)", file=self.err)
+                why = "its session expired" if expired else f"cut off for {limit:g} s"
+                print(f"larbin_py: worker {self.worker}: releasing {len(keep)} partitions ({why}: "
+                      "the others see this worker gone)", file=self.err)
                 self._start_drain(keep)
                 self._wake.set()
 
