@@ -472,3 +472,56 @@ async def test_a_worker_paused_past_its_zookeeper_session_rejoins_and_nothing_is
         assert sorted(index_urls(config.save_dir)) == sorted(truth.saved)
         check_politeness(sim, config.wait_duration)
         print(f"w1's node gone {gone:.2f} s after SIGSTOP (zkSessionTimeout {ZK_SESSION:g} s)")
+
+
+@pytest.mark.async_timeout(150)
+async def test_the_launchers_dashboard_shows_the_zookeeper_membership(tmp_path, redis_server, zk_server, request):
+    """``--workers 2`` with ``membership zookeeper``: the launcher's /stats.json carries the
+    membership the workers use (source, both live workers, a last change), and the crawl
+    is exact."""
+    import json
+    import urllib.request
+
+    from zk_support import free_port
+
+    async with Sim(sim_config(seed=5, hosts=16)) as sim:
+        port = free_port()
+        config = worker_config(tmp_path, sim, redis_server.url, "", http_port=port,
+                               **membership_keys(request, "zookeeper", server=zk_server))
+        path = tmp_path / "launch.conf"
+        path.write_text(format_config(config))
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        out = open(tmp_path / "launcher.out", "wb")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "larbin_py", "-c", str(path), "--workers", "2", stdin=asyncio.subprocess.DEVNULL,
+            stdout=out, stderr=asyncio.subprocess.STDOUT, env=env)
+        out.close()
+        seen = None
+        try:
+            deadline = time.monotonic() + 60
+            while seen is None:
+                assert time.monotonic() < deadline and proc.returncode is None, \
+                    (tmp_path / "launcher.out").read_text()[-3000:]
+                try:
+                    body = await asyncio.to_thread(
+                        lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/stats.json", timeout=2).read())
+                except OSError:
+                    body = None
+                if body:
+                    m = (json.loads(body).get("cluster") or {}).get("membership") or {}
+                    if m.get("members") == ["w1", "w2"] and m.get("last_change"):
+                        seen = m
+                await asyncio.sleep(0.1)
+            code = await asyncio.wait_for(proc.wait(), 90)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        log = (tmp_path / "launcher.out").read_text()
+        assert code == 0, log[-3000:]
+        assert seen["source"] == "zookeeper" and seen["out"] == []
+        assert seen["last_change"]["what"] and seen["last_change"]["worker"] in ("w1", "w2")
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        requested = [r.url for r in page_requests(sim)]
+        assert set(requested) == truth.must_request, sorted(truth.must_request - set(requested))[:10]
+        assert sorted(index_urls(config.save_dir)) == sorted(truth.saved)  # merged by the launcher
