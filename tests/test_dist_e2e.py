@@ -6,6 +6,11 @@ worker's requests on one clock: coverage against the sim's ground truth,
 no page requested twice, robots.txt once per host, politeness per host and
 per IP across workers, conservation from Redis's counters, one index line
 per saved page; and a worker killed with SIGKILL loses nothing.
+
+The crawl of two workers and the SIGKILL test run with both memberships
+(``membership redis``, and ``membership zookeeper`` on a private standalone
+ZooKeeper, tests/zk_support.py); the ZooKeeper server killed mid-crawl and
+restarted loses nothing either.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import os
 import signal
 import sys
 import time
+import uuid
 from collections import Counter
 
 import pytest
@@ -28,11 +34,31 @@ from larbin_py.sim import Sim, SimConfig
 from larbin_py.sim.web import DEFAULT_ROBOTS_MIX
 
 from test_e2e import ROBOTS_PATHS, SLACK, make_config, page_requests
+from zk_support import TICK_MS, own_zk_server, zk_server  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slow
 
 CRAWL = "t"
 LEASE_TTL = 2.0
+#: zkSessionTimeout of the ZooKeeper runs: below leaseTtl, as docs/membership.md asks.
+ZK_SESSION = 1.0
+MEMBERSHIPS = ["redis", "zookeeper"]
+
+
+def membership_keys(request, membership: str, server=None) -> dict:
+    """The config changes for ``membership`` (ZooKeeper: the module's server, or ``server``)."""
+    if membership == "redis":
+        return {}
+    server = server or request.getfixturevalue("zk_server")
+    return dict(membership="zookeeper", zk_hosts=server.hosts, zk_path=f"/e2e-{uuid.uuid4().hex[:8]}",
+                zk_session_timeout=ZK_SESSION)
+
+
+def takeover_bound(membership: str) -> float:
+    """leaseTtl + 2 heartbeats; with ZooKeeper the death is seen at the session's end
+    (the timeout plus a server tick), which is below leaseTtl here."""
+    seen = LEASE_TTL if membership == "redis" else max(LEASE_TTL, ZK_SESSION + TICK_MS / 1000)
+    return seen + 2 * (LEASE_TTL / 5)
 
 
 #: The sim's robots.txt profiles but those that fail (their retries wait
@@ -131,11 +157,31 @@ def index_urls(save_dir: str) -> list[str]:
         return [line.split(b"\t", 1)[0].decode() for line in f.read().splitlines()]
 
 
-async def crawl_with(tmp_path, redis_server, n: int):
+async def membership_seen(redis_url: str, names: list[str], timeout: float = 30) -> dict:
+    """The membership section of a worker snapshot (``stats:<w>``) once it lists every worker."""
+    io = await RedisIO(redis_url, CRAWL, partitions=64).connect()
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            t = io.tick()
+            i = t.get_stats(names)
+            snaps = (await t.execute())[i]
+            for snap in snaps.values():
+                m = (snap.get("dist") or {}).get("membership") or {}
+                if sorted(m.get("members") or []) == sorted(names):
+                    return m
+            assert time.monotonic() < deadline, f"no worker snapshot lists {names}: {snaps}"
+            await asyncio.sleep(0.05)
+    finally:
+        await io.close()
+
+
+async def crawl_with(tmp_path, redis_server, n: int, **changes):
     async with Sim(sim_config()) as sim:
-        workers = Workers(tmp_path, sim, redis_server.url, n)
+        workers = Workers(tmp_path, sim, redis_server.url, n, **changes)
         t0 = time.monotonic()
         await workers.start_all()
+        membership = await membership_seen(redis_server.url, workers.names) if n > 1 else None
         codes = await workers.wait(90)
         elapsed = time.monotonic() - t0
         assert all(c == 0 for c in codes.values()), {w: workers.log(w)[-2000:] for w in codes}
@@ -160,6 +206,9 @@ async def crawl_with(tmp_path, redis_server, n: int):
         assert merge_index(config.save_dir) == len(truth.saved)
         lines = index_urls(config.save_dir)
         assert sorted(lines) == sorted(truth.saved)
+        if membership is not None:
+            assert membership["source"] == changes.get("membership", "redis")
+            assert membership["alive"] is True and membership["last_change"]["what"]
         return sim, view, elapsed
 
 
@@ -169,9 +218,9 @@ async def test_one_worker_crawls_exactly(tmp_path, redis_server):
 
 
 @pytest.mark.async_timeout(150)
-@pytest.mark.parametrize("n", [2, 4])
-async def test_workers_share_the_crawl_politely(tmp_path, redis_server, n):
-    sim, view, elapsed = await crawl_with(tmp_path, redis_server, n)
+@pytest.mark.parametrize("n,membership", [(2, "redis"), (4, "redis"), (2, "zookeeper")])
+async def test_workers_share_the_crawl_politely(tmp_path, redis_server, n, membership, request):
+    sim, view, elapsed = await crawl_with(tmp_path, redis_server, n, **membership_keys(request, membership))
     # every worker crawled: each index holds pages
     save = os.path.join(str(tmp_path / "save"), WORKERS_DIR)
     sizes = {f"w{i}": os.path.getsize(os.path.join(save, f"w{i}", INDEX_NAME)) for i in range(n)}
@@ -179,9 +228,11 @@ async def test_workers_share_the_crawl_politely(tmp_path, redis_server, n):
 
 
 @pytest.mark.async_timeout(150)
-async def test_kill_9_of_a_worker_loses_nothing_and_its_partitions_are_taken_over(tmp_path, redis_server):
+@pytest.mark.parametrize("membership", MEMBERSHIPS)
+async def test_kill_9_of_a_worker_loses_nothing_and_its_partitions_are_taken_over(tmp_path, redis_server,
+                                                                                  membership, request):
     async with Sim(sim_config(seed=9, hosts=40, pages_per_host=(4, 8))) as sim:
-        workers = Workers(tmp_path, sim, redis_server.url, 3)
+        workers = Workers(tmp_path, sim, redis_server.url, 3, **membership_keys(request, membership))
         await workers.start_all()
         io = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
         try:
@@ -214,8 +265,8 @@ async def test_kill_9_of_a_worker_loses_nothing_and_its_partitions_are_taken_ove
                     break
                 await asyncio.sleep(0.02)
             assert took is not None, "w1's partitions were not taken over"
-            heartbeat = LEASE_TTL / 5
-            assert took <= LEASE_TTL + 2 * heartbeat, took
+            assert took <= takeover_bound(membership), (took, takeover_bound(membership))
+            print(f"membership {membership}: takeover {took:.2f} s (bound {takeover_bound(membership):.2f} s)")
         finally:
             await io.close()
         codes = await workers.wait(90)
@@ -240,7 +291,7 @@ async def test_kill_9_of_a_worker_loses_nothing_and_its_partitions_are_taken_ove
         assert t.fetched == len(truth.saved)
         assert merge_index(config.save_dir) == len(truth.saved)
         assert sorted(index_urls(config.save_dir)) == sorted(truth.saved)
-        print(f"takeover {took:.2f} s; fetched twice {len(twice)} of {pending_at_kill} pending at the kill")
+        print(f"fetched twice {len(twice)} of {pending_at_kill} pending at the kill")
 
 
 @pytest.mark.async_timeout(150)
@@ -272,3 +323,205 @@ async def test_kill_9_of_redis_and_a_restart_from_its_aof_loses_nothing(tmp_path
         assert t.fetched == len(truth.saved)
         assert merge_index(config.save_dir) == len(truth.saved)
         check_politeness(sim, config.wait_duration)
+
+
+async def wait_logs(workers: Workers, names, text: str, timeout: float) -> None:
+    """Until every worker of ``names`` has said ``text`` on stderr (its log file grows)."""
+    deadline = time.monotonic() + timeout
+    while not all(text in workers.log(w) for w in names):
+        assert time.monotonic() < deadline, {w: workers.log(w)[-1500:] for w in names}
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.async_timeout(150)
+async def test_zookeeper_killed_mid_crawl_and_restarted_loses_nothing(tmp_path, redis_server, own_zk_server, request):
+    async with Sim(sim_config(seed=11, hosts=24, pages_per_host=(3, 7))) as sim:
+        workers = Workers(tmp_path, sim, redis_server.url, 2,
+                          **membership_keys(request, "zookeeper", server=own_zk_server))
+        await workers.start_all()
+        io = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
+        try:
+            deadline = time.monotonic() + 60
+            while (await io.view()).totals.fetched < 20:  # the crawl is under way
+                assert time.monotonic() < deadline, "the crawl did not start"
+                await asyncio.sleep(0.05)
+            own_zk_server.kill()
+            # both stop fetching, then (cut off for zkSessionTimeout) release their partitions
+            await wait_logs(workers, workers.names, "fetching paused", 20)
+            paused_at = time.monotonic()
+            await wait_logs(workers, workers.names, "releasing", 20)
+            deadline = time.monotonic() + 20
+            while [r for r in (await io.view(rows=True)).rows if r.owner]:  # the drains end
+                assert time.monotonic() < deadline, "the partitions were not released"
+                await asyncio.sleep(0.05)
+            # no request started once both said so (0.1 s: a head sent just before, read just after)
+            started = [r.url for r in sim.log.requests if r.t > paused_at + 0.1]
+        finally:
+            await io.close()
+        own_zk_server.start()  # on its dataDir: the sessions come back
+        codes = await workers.wait(90)
+        assert codes == {"w0": 0, "w1": 0}, {w: workers.log(w)[-2000:] for w in codes}
+        assert all("back in the membership" in workers.log(w) for w in workers.names)
+        assert started == [], started
+        config = workers.configs["w0"]
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        requested = [r.url for r in page_requests(sim)]
+        assert set(requested) == truth.must_request, sorted(truth.must_request - set(requested))[:10]
+        twice = [u for u, c in Counter(requested).items() if c > 1]
+        assert not twice, twice[:10]  # released cleanly (acked first): nothing redone
+        view = await totals(redis_server.url)
+        t = view.totals
+        assert t.queued == 0 and t.accepted == t.fetched + sum(t.forgotten.values())
+        assert t.fetched == len(truth.saved)
+        assert merge_index(config.save_dir) == len(truth.saved)
+        assert sorted(index_urls(config.save_dir)) == sorted(truth.saved)
+        check_politeness(sim, config.wait_duration)
+
+
+@pytest.mark.async_timeout(60)
+async def test_zookeeper_unreachable_at_start_exits_2_naming_zkHosts(tmp_path, redis_server):
+    from zk_support import free_port
+
+    async with Sim(sim_config(hosts=4)) as sim:
+        hosts = f"127.0.0.1:{free_port()}"  # nobody listens there
+        workers = Workers(tmp_path, sim, redis_server.url, 1, membership="zookeeper", zk_hosts=hosts,
+                          zk_session_timeout=ZK_SESSION)
+        await workers.start_all()
+        codes = await workers.wait(30)
+        assert codes == {"w0": 2}, workers.log("w0")
+        lines = [line for line in workers.log("w0").splitlines() if line.strip()]
+        assert len(lines) == 1 and f"zkHosts {hosts}" in lines[0] and "unreachable" in lines[0], lines
+        assert not sim.log.requests  # nothing fetched
+        # it left nothing behind: its member key in Redis is gone (a worker of that id may start)
+        view = await totals(redis_server.url)
+        assert "w0" not in view.members
+
+
+async def test_a_joiner_with_another_membership_is_refused_naming_the_key(tmp_path, redis_server):
+    from larbin_py.dist.redisio import CrawlMismatch
+    from larbin_py.dist.shared import crawl_meta
+
+    async with Sim(sim_config(hosts=4)) as sim:
+        first = worker_config(tmp_path, sim, redis_server.url, "w0")
+        joiner = first.replace(membership="zookeeper", zk_path="/other")
+        io = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
+        try:
+            await io.join_crawl(crawl_meta(first))
+            with pytest.raises(CrawlMismatch) as info:
+                await io.join_crawl(crawl_meta(joiner))
+        finally:
+            await io.close()
+        message = str(info.value)
+        assert "membership (crawl: 'membership redis', here: 'membership zookeeper')" in message, message
+        assert "zkPath" in message, message
+
+
+@pytest.mark.async_timeout(150)
+async def test_a_worker_paused_past_its_zookeeper_session_rejoins_and_nothing_is_lost(tmp_path, redis_server,
+                                                                                     zk_server, request):
+    """SIGSTOP of a worker until ZooKeeper expires its session, then SIGCONT: kazoo reports
+    LOST, the worker releases its partitions at once, rejoins under a new session and
+    crawls on."""
+    from kazoo.client import KazooClient
+
+    keys = membership_keys(request, "zookeeper", server=zk_server)
+    async with Sim(sim_config(seed=13, hosts=24, pages_per_host=(3, 7))) as sim:
+        workers = Workers(tmp_path, sim, redis_server.url, 2, **keys)
+        await workers.start_all()
+        zk = KazooClient(hosts=zk_server.hosts, timeout=5.0)
+        await asyncio.to_thread(zk.start, 10)
+        members = f"{keys['zk_path']}/{CRAWL}/members"
+        io = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
+        try:
+            deadline = time.monotonic() + 60
+            while True:  # w1 at work: it owns partitions and the crawl is under way
+                view = await io.view(rows=True)
+                if view.totals.fetched >= 15 and any(r.owner == "w1" for r in view.rows):
+                    break
+                assert time.monotonic() < deadline, "the crawl did not start"
+                await asyncio.sleep(0.05)
+            workers.procs["w1"].send_signal(signal.SIGSTOP)
+            stopped = time.monotonic()
+            while "w1" in await asyncio.to_thread(zk.get_children, members):  # its session expires
+                assert time.monotonic() < stopped + 10, "w1's session did not expire"
+                await asyncio.sleep(0.05)
+            gone = time.monotonic() - stopped
+            workers.procs["w1"].send_signal(signal.SIGCONT)
+            # it comes back under a new session
+            deadline = time.monotonic() + 20
+            while "w1" not in await asyncio.to_thread(zk.get_children, members):
+                assert time.monotonic() < deadline, workers.log("w1")[-2000:]
+                await asyncio.sleep(0.05)
+        finally:
+            await io.close()
+            await asyncio.to_thread(zk.stop)
+            zk.close()
+        codes = await workers.wait(90)
+        assert codes == {"w0": 0, "w1": 0}, {w: workers.log(w)[-2000:] for w in codes}
+        log = workers.log("w1")
+        # (cut off for the session timeout while stopped, or LOST at the reconnection: either releases)
+        assert "fetching paused" in log and "releasing" in log and "back in the membership" in log, log[-2000:]
+        config = workers.configs["w0"]
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        requested = [r.url for r in page_requests(sim)]
+        assert set(requested) == truth.must_request, sorted(truth.must_request - set(requested))[:10]
+        t = (await totals(redis_server.url)).totals
+        assert t.queued == 0 and t.accepted == t.fetched + sum(t.forgotten.values())
+        assert t.fetched == len(truth.saved)
+        assert merge_index(config.save_dir) == len(truth.saved)
+        assert sorted(index_urls(config.save_dir)) == sorted(truth.saved)
+        check_politeness(sim, config.wait_duration)
+        print(f"w1's node gone {gone:.2f} s after SIGSTOP (zkSessionTimeout {ZK_SESSION:g} s)")
+
+
+@pytest.mark.async_timeout(150)
+async def test_the_launchers_dashboard_shows_the_zookeeper_membership(tmp_path, redis_server, zk_server, request):
+    """``--workers 2`` with ``membership zookeeper``: the launcher's /stats.json carries the
+    membership the workers use (source, both live workers, a last change), and the crawl
+    is exact."""
+    import json
+    import urllib.request
+
+    from zk_support import free_port
+
+    async with Sim(sim_config(seed=5, hosts=16)) as sim:
+        port = free_port()
+        config = worker_config(tmp_path, sim, redis_server.url, "", http_port=port,
+                               **membership_keys(request, "zookeeper", server=zk_server))
+        path = tmp_path / "launch.conf"
+        path.write_text(format_config(config))
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        out = open(tmp_path / "launcher.out", "wb")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "larbin_py", "-c", str(path), "--workers", "2", stdin=asyncio.subprocess.DEVNULL,
+            stdout=out, stderr=asyncio.subprocess.STDOUT, env=env)
+        out.close()
+        seen = None
+        try:
+            deadline = time.monotonic() + 60
+            while seen is None:
+                assert time.monotonic() < deadline and proc.returncode is None, \
+                    (tmp_path / "launcher.out").read_text()[-3000:]
+                try:
+                    body = await asyncio.to_thread(
+                        lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/stats.json", timeout=2).read())
+                except OSError:
+                    body = None
+                if body:
+                    m = (json.loads(body).get("cluster") or {}).get("membership") or {}
+                    if m.get("members") == ["w1", "w2"] and m.get("last_change"):
+                        seen = m
+                await asyncio.sleep(0.1)
+            code = await asyncio.wait_for(proc.wait(), 90)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        log = (tmp_path / "launcher.out").read_text()
+        assert code == 0, log[-3000:]
+        assert seen["source"] == "zookeeper" and seen["out"] == []
+        assert seen["last_change"]["what"] and seen["last_change"]["worker"] in ("w1", "w2")
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        requested = [r.url for r in page_requests(sim)]
+        assert set(requested) == truth.must_request, sorted(truth.must_request - set(requested))[:10]
+        assert sorted(index_urls(config.save_dir)) == sorted(truth.saved)  # merged by the launcher

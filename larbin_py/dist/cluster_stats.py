@@ -15,7 +15,15 @@ heartbeat) summed, the URL counters taken from Redis (the authoritative
 * ``partitions``: per partition accepted, fetched, forgotten, queued,
   pending, owner, lease acquisitions (takeovers + 1);
 * ``redis``: used memory, bytes per seen URL, commands and reads processed,
-  round trips per page.
+  round trips per page;
+* ``membership``: its source (``redis`` or ``zookeeper``), the live workers
+  as the membership sees them, the last change of the member set (the most
+  recent one any worker reported: ``{"at": wall time, "what": sentence}``),
+  and the workers that report themselves out of it (a lapsed ZooKeeper
+  session);
+* ``redis_down``: why the launcher cannot read Redis now (the same sentence
+  as ``error``), or null, and the workers whose last snapshot said Redis was
+  unreachable: the dashboard shows a banner while either is set.
 
 ``snapshot()`` must be quick and synchronous, so :meth:`ClusterSource.refresh`
 (one tick: the view, the snapshots, INFO) runs every second on the loop and
@@ -88,8 +96,9 @@ class ClusterSource:
     """The launcher's :class:`StatsSource` over the crawl's Redis."""
 
     def __init__(self, io: RedisIO, *, workers: list[str] | None = None, interval: float = 1.0,
-                 clock=time.monotonic, wall=time.time) -> None:
+                 membership: str = "redis", clock=time.monotonic, wall=time.time) -> None:
         self.io = io
+        self.membership = membership
         self.expected = list(workers or [])
         self.interval = interval
         self.clock, self.wall = clock, wall
@@ -170,6 +179,34 @@ class ClusterSource:
         return [{"url": u, "result": "rejected", "reason": "noInputOnLauncher"} for u in urls]
 
     # --- the cluster section ----------------------------------------------------
+    def membership_view(self) -> dict:
+        """Source, live workers, last change, workers out: from the workers' snapshots
+        (``dist.membership``, written at each heartbeat), the freshest view first; the
+        member keys in Redis when no worker reported one (yet)."""
+        reports = []
+        for w, snap in self.snapshots.items():
+            m = (snap.get("dist") or {}).get("membership") if isinstance(snap, dict) else None
+            if isinstance(m, dict):
+                reports.append((self.seen_at.get(w, 0.0), float(snap.get("time") or 0.0), w, m))
+        reports.sort(key=lambda r: (r[0], r[1]))
+        source = self.membership
+        members = sorted(self.view.members) if self.view else []
+        last = None
+        out = []
+        if reports:
+            fresh = reports[-1][3]
+            source = str(fresh.get("source") or source)
+            members = sorted(str(x) for x in fresh.get("members") or [])
+            for _seen, _t, w, m in reports:
+                change = m.get("last_change")
+                if isinstance(change, dict) and isinstance(change.get("at"), (int, float)):
+                    if last is None or change["at"] >= last["at"]:
+                        last = {"at": float(change["at"]), "what": str(change.get("what") or ""), "worker": w}
+                if m.get("alive") is False and self.worker_states.get(w, "running") == "running":
+                    out.append(w)
+        return {"source": source, "members": members, "last_change": last, "out": sorted(out)}
+
+
     def cluster(self) -> dict:
         view = self.view
         totals = view.totals if view else Totals()
@@ -177,7 +214,8 @@ class ClusterSource:
         for row in (view.rows if view else []):
             if row.owner:
                 owned[row.owner] = owned.get(row.owner, 0) + 1
-        members = set(view.members) if view else set()
+        membership = self.membership_view()
+        members = set(membership["members"])
         rows = []
         for w in sorted(set(self.expected) | set(self.snapshots) | members):
             s = self.snapshots.get(w) or {}
@@ -193,6 +231,7 @@ class ClusterSource:
                 "ip_leases": int(((s.get("dist") or {}).get("ip_leases")) or 0),
                 "rss_bytes": int(proc.get("rss_bytes") or 0),
                 "cpu_seconds": float(proc.get("cpu_seconds") or 0.0),
+                "redis_down": (s.get("dist") or {}).get("redis_down"),
             })
         info, start = self.info, self.info_start or {}
         used = int(info.get("used_memory") or 0)
@@ -202,6 +241,9 @@ class ClusterSource:
         return {
             "crawl": self.io.crawl,
             "error": self.error,
+            "redis_down": {"launcher": self.error,
+                           "workers": sorted(r["worker"] for r in rows if r["redis_down"])},
+            "membership": membership,
             "workers": rows,
             "totals": {"accepted": totals.accepted, "fetched": totals.fetched,
                        "forgotten": sum(totals.forgotten.values()), "queued": totals.queued,

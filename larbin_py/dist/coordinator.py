@@ -40,8 +40,24 @@ effect once the member view is stable for two heartbeats; expiries at once
 (the dead worker's leases expire with it).
 
 **Safety.**  Fencing cannot stop a fetch: from ``renewed_at + leaseTtl -
-margin`` on (the membership's ``alive``), the coordinator suspends every IP
-lease, so the frontier starts no request at all until a heartbeat succeeds.
+margin`` on (the Redis heartbeat's ``alive``), the coordinator suspends every
+IP lease, so the frontier starts no request at all until a heartbeat succeeds.
+
+**Membership.**  The live-worker view comes from the configured
+:class:`~larbin_py.dist.membership.Membership` (``membership`` in
+larbin.conf).  ``redis``: the heartbeat's member keys (:attr:`leases` is the
+membership).  ``zookeeper``: a
+:class:`~larbin_py.dist.membership_zk.ZkMembership`, whose children watch
+calls :meth:`Coordinator.members_changed` on the loop: the partition map is
+recomputed and acquisitions sent at once.  Partition leases, their fencing
+tokens and the member key that guards the worker id stay in Redis either
+way (:attr:`leases`, renewed by the same heartbeat).  The ZooKeeper session
+SUSPENDED or LOST: the frontier starts nothing from that moment (its
+deadline is set in the past, the IP leases suspended); still cut off after
+``zkSessionTimeout`` (the others see the node gone by then) or LOST at once,
+the worker drains and releases every partition (fenced DELs), so the others'
+acquisitions succeed without waiting for the leases to expire; reconnected
+with its session, it resumes; rejoined with a new one, it acquires again.
 
 **Acks.**  ``on_done(record, outcome)`` buffers the outcome; the ack cycle
 (every ``ack_interval``, at a drain, when idle) first awaits ``durable()``
@@ -52,6 +68,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
 import time
 from collections import defaultdict
@@ -61,6 +78,8 @@ from .. import robots as robots_mod
 from ..frontier.scheduler import site_key
 from ..frontier.store import UrlRecord
 from .inbox import RedisInbox, make_tag, split_tag
+from .membership import Membership
+from .membership_factory import membership_snapshot
 from .membership_redis import RedisMembership
 from .partition import assign, partition_of
 from .redisio import FENCED, DistError, RedisIO, RedisUnavailable
@@ -96,6 +115,7 @@ class Coordinator:
                  durable: Callable[[], Awaitable[None]] | None = None,
                  snapshot: Callable[[], dict] | None = None,
                  on_ip_release: Callable[[str], Any] | None = None,
+                 membership: Membership | None = None,
                  err=None) -> None:
         self.io = io
         self.fr = frontier
@@ -118,10 +138,18 @@ class Coordinator:
         self.err = err if err is not None else sys.stderr
         self.partitions = io.partitions
         self.holder = f"{worker}:{io.instance}"
-        self.membership = RedisMembership(io, lease_ttl, clock=clock)
+        #: The Redis heartbeat: member key (the worker id's guard), partition leases, fencing deadline.
+        self.leases = RedisMembership(io, lease_ttl, clock=clock)
+        #: Who is alive: the leases' member keys (``membership redis``) or ZooKeeper.
+        self.membership: Membership = membership if membership is not None else self.leases
+        self.external = self.membership is not self.leases
+        #: When the external membership last turned not alive (None: alive); see _check_membership.
+        self.lapsed_since: float | None = None
+        self.lease_deadline = math.inf
+        self._mhb: asyncio.Task | None = None
         self.termination = Termination()
         # Partition state.
-        self.held: dict[int, int] = self.membership.held  # p -> token (renewed by the heartbeat)
+        self.held: dict[int, int] = self.leases.held  # p -> token (renewed by the heartbeat)
         self.to_claim: set[int] = set()
         self.claimed: set[int] = set()
         self.draining: dict[int, float] = {}
@@ -203,8 +231,19 @@ class Coordinator:
     # The loop
     # ------------------------------------------------------------------
     async def start(self) -> None:
-        """Join the crawl (its member key); ownership starts at the following heartbeats."""
-        await self.membership.join(self.worker)
+        """Join the crawl (its member key, and the external membership when configured);
+        ownership starts at the following heartbeats."""
+        await self.leases.join(self.worker)
+        if self.external:
+            try:
+                await self.membership.join(self.worker)
+            except BaseException:
+                try:
+                    await self.leases.leave()
+                except DistError:
+                    pass
+                raise
+            self.membership.watch(self.members_changed)
         now = self.clock()
         self.view_members = self.membership.members()
         self.view_since = now
@@ -279,9 +318,20 @@ class Coordinator:
                 if p not in self.draining:
                     self.draining[p] = self.clock()
             await self.tick(final=True)
-            await self.membership.leave()
         except DistError as exc:
             print(f"larbin_py: worker {self.worker}: at stop: {exc}", file=self.err)
+        finally:
+            if self._mhb is not None and not self._mhb.done():
+                self._mhb.cancel()
+            if self.external:
+                try:
+                    await self.membership.leave()
+                except Exception as exc:  # its session ends with the process anyway
+                    print(f"larbin_py: worker {self.worker}: leaving the membership: {exc}", file=self.err)
+        try:
+            await self.leases.leave()
+        except DistError:
+            pass  # the member key expires by itself
 
     # ------------------------------------------------------------------
     # One tick
@@ -331,8 +381,10 @@ class Coordinator:
         if now >= self.next_hb or final:
             hb_sent = now
             self.hb_seq += 1
-            i = self.membership.stage(t)
+            i = self.leases.stage(t)
             handlers.append((i, lambda r: self._heartbeat(r, hb_sent)))
+            if self.external and not final and (self._mhb is None or self._mhb.done()):
+                self._mhb = asyncio.ensure_future(self._membership_heartbeat())
             for ip in fr.ip_leases_held():
                 handlers.append((t.ip_acquire(ip, self.holder, self._ip_ttl()),
                                  lambda r, ip=ip: self._ip_renewed(ip, r)))
@@ -356,7 +408,7 @@ class Coordinator:
                 handlers.append((t.get_sitewait(p), lambda r, p=p: self._sitewait_loaded(p, r)))
                 handlers.append((t.get_robots(p), lambda r, p=p: self._robots_loaded(p, r)))
                 handlers.append((t.claim(p, self.worker, token), lambda r, p=p: self._claimed(p, r)))
-            if (hb_sent is not None or self.acquire_now) and self.membership.alive:
+            if (hb_sent is not None or self.acquire_now) and self._safe():
                 self.acquire_now = False
                 for p in self._to_acquire(now):
                     handlers.append((t.acquire(p, self.worker, self.lease_ttl),
@@ -418,31 +470,60 @@ class Coordinator:
                 self.live.discard(make_tag(p, entry))
 
     def _heartbeat(self, hb, sent_at: float) -> None:
-        lost = self.membership.absorb(hb, sent_at)
+        lost = self.leases.absorb(hb, sent_at)
         if lost:
             self._lost(lost)
         if not hb.duplicate:
             # The frontier starts nothing past this (checked at every start, not only per tick).
-            self.fr.ip_lease_deadline = sent_at + self.lease_ttl - self.membership.margin
+            self.lease_deadline = sent_at + self.lease_ttl - self.leases.margin
+            if self.lapsed_since is None:
+                self.fr.ip_lease_deadline = self.lease_deadline
         now = self.clock()
         self.next_hb = sent_at + self.hb_interval
-        members = self.membership.members()
-        if members != self.view_members:
-            if self.view_members - members:
-                # A worker died: its partitions are free now, take ours at once.
-                self.acquire_now = True
-                self._wake.set()
-            self.view_members = members
-            self.view_since = now
-        if self.suspended and self.membership.alive:
-            self.suspended = False
-            self.fr.ip_leases_resume(self.clock())
+        self._new_view(self.membership.members(), now)
+        self._check_alive()
+        self._maybe_resume()
         # Give away what the map gives others, once the view is stable for two heartbeats.
-        if now - self.view_since >= 2 * self.hb_interval and self.membership.alive:
+        if now - self.view_since >= 2 * self.hb_interval and self._safe():
             mine = self._mine()
             gone = [p for p in self.held if p not in mine and p not in self.draining]
             if gone:
                 self._start_drain(gone)
+
+    def _new_view(self, members: frozenset[str], now: float) -> None:
+        if members == self.view_members:
+            return
+        if self.view_members - members or (self.worker in members and self.worker not in self.view_members):
+            # A worker died (its partitions are free, or soon) or this one (re)joined: take ours at once.
+            self.acquire_now = True
+            self._wake.set()
+        self.view_members = members
+        self.view_since = now
+
+    def members_changed(self, members: frozenset[str]) -> None:
+        """The external membership's watch (on the loop): recompute the map, act at once."""
+        if self._stop:
+            return
+        self._check_alive()
+        self._new_view(frozenset(members), self.clock())
+        self._maybe_resume()
+
+    async def _membership_heartbeat(self) -> None:
+        try:
+            await self.membership.heartbeat()
+        except Exception as exc:  # retried at the next heartbeat
+            print(f"larbin_py: worker {self.worker}: membership check failed: {exc}", file=self.err)
+
+    def _safe(self) -> bool:
+        """Requests may start: the Redis leases are fresh and the membership holds this worker."""
+        return self.leases.alive and (not self.external or self.membership.alive)
+
+    def _maybe_resume(self) -> None:
+        if self.suspended and self._safe():
+            self.suspended = False
+            self.fr.ip_lease_deadline = self.lease_deadline
+            self.fr.ip_leases_resume(self.clock())
+            self.wake_engine()
 
     def _mine(self) -> set[int]:
         return {p for p, w in assign(self.partitions, self.view_members).items() if w == self.worker}
@@ -619,10 +700,44 @@ class Coordinator:
     # Ownership changes
     # ------------------------------------------------------------------
     def _check_alive(self) -> None:
-        """Past ``renewed_at + leaseTtl - margin`` the leases may have lapsed: start nothing."""
-        if not self.membership.alive and not self.suspended and self.membership._renewed_at is not None:
+        """Past ``renewed_at + leaseTtl - margin`` the leases may have lapsed, or the external
+        membership lost this worker: start nothing."""
+        if not self.suspended and not self.leases.alive and self.leases._renewed_at is not None:
             self.suspended = True
             self.fr.ip_leases_suspend()
+        if self.external:
+            self._check_membership()
+
+    def _check_membership(self) -> None:
+        """The external membership (ZooKeeper) lapsed: stop starting requests at once; once
+        the others may see this worker gone (cut off for the session timeout, or the session
+        LOST), drain and release every partition so that they take them without waiting."""
+        m = self.membership
+        if m.alive:
+            if self.lapsed_since is not None:
+                self.lapsed_since = None
+                print(f"larbin_py: worker {self.worker}: back in the membership ({m.source}); "
+                      "fetching resumes", file=self.err)
+            return
+        now = self.clock()
+        if self.lapsed_since is None:
+            self.lapsed_since = now
+            self.fr.ip_lease_deadline = -math.inf
+            if not self.suspended:
+                self.suspended = True
+                self.fr.ip_leases_suspend()
+            print(f"larbin_py: worker {self.worker}: out of the membership ({m.source}): "
+                  f"{(m.last_change or (0, 'connection lost'))[1]}; fetching paused", file=self.err)
+        expired = bool(getattr(m, "session_lost", False))
+        limit = float(getattr(m, "session_timeout", self.lease_ttl))
+        if expired or now - self.lapsed_since >= limit:
+            keep = [p for p in self.held if p not in self.draining]
+            if keep:
+                why = "its session expired" if expired else f"cut off for {limit:g} s"
+                print(f"larbin_py: worker {self.worker}: releasing {len(keep)} partitions ({why}: "
+                      "the others see this worker gone)", file=self.err)
+                self._start_drain(keep)
+                self._wake.set()
 
     def _start_drain(self, parts: list[int]) -> None:
         now = self.clock()
@@ -677,4 +792,5 @@ class Coordinator:
             "ticks": self.ticks, "round_trips": self.io.round_trips, "takeovers": self.takeovers,
             "claimed": self.claimed_entries, "acked": self.acked, "fenced": self.fenced,
             "ip_leases": len(self.fr.ip_leases_held()), "redis_down": self.redis_down,
+            "membership": membership_snapshot(self.membership),
         }

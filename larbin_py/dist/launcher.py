@@ -65,7 +65,7 @@ SHARED_KEYS = (
     "UserAgent", "waitDuration", "depthInSite", "depthBySite", "maxRedirects", "noExternalLinks",
     "getCGI", "getImage", "anyType", "specificSearch", "specificSet", "limitToDomain",
     "forbiddenExtensions", "punycode", "ignoreRobots", "maxUrlSize", "privateNetworks",
-    "pageNoDuplicate", "outputMode", "limitPage", "leaseTtl",
+    "pageNoDuplicate", "outputMode", "limitPage", "leaseTtl", "membership", "zkPath",
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -227,7 +227,8 @@ class Launcher:
             from ..web.server import StatsServer
             from .cluster_stats import ClusterSource
 
-            self.source = ClusterSource(self.io, workers=[w.wid for w in self.workers])
+            self.source = ClusterSource(self.io, workers=[w.wid for w in self.workers],
+                                        membership=getattr(self.config, "membership", "redis"))
             await self.source.refresh()
             self.source.start()
             try:

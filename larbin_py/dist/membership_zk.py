@@ -52,6 +52,11 @@ from .membership import MembershipChange, MembershipError
 __all__ = ["ZkMembership", "ZK_INSTALL_HINT"]
 
 log = logging.getLogger(__name__)
+#: kazoo's own logger: its connection retries log a WARNING each ("Connection dropped"...),
+#: which a crawl with no logging set up would print to stderr many times a second while
+#: ZooKeeper is away; the membership's own sentences (last_change, the worker's lines) say it.
+kazoo_log = logging.getLogger(__name__ + ".kazoo")
+kazoo_log.setLevel(logging.ERROR)
 
 #: Said when kazoo is missing (it is an optional extra).
 ZK_INSTALL_HINT = "membership zookeeper needs kazoo: pip install larbin_py[zk]"
@@ -113,7 +118,7 @@ class ZkMembership:
         self.node_path = f"{self.members_path}/{worker_id}"
         self._loop = asyncio.get_running_loop()
         self._client = KazooClient(
-            hosts=self.hosts, timeout=self.session_timeout,
+            hosts=self.hosts, timeout=self.session_timeout, logger=kazoo_log,
             # retry for ever, quickly: a restarted server is found within a second
             connection_retry={"max_tries": -1, "delay": 0.05, "backoff": 2, "max_delay": 1.0},
             command_retry={"max_tries": 3, "delay": 0.05, "backoff": 2, "max_delay": 1.0})
@@ -165,6 +170,13 @@ class ZkMembership:
     @property
     def alive(self) -> bool:
         return self._joined and not self._closed and self._connected and self._registered()
+
+    @property
+    def session_lost(self) -> bool:
+        """True once this worker's node is known gone (its session expired, or the node was
+        deleted) and not yet created again: the others see it gone.  False while merely
+        disconnected (SUSPENDED), when the same session may come back."""
+        return self._joined and not self._closed and self._node_session is None
 
     @property
     def last_change(self) -> MembershipChange | None:

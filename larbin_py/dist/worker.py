@@ -50,6 +50,7 @@ from ..output.writer import ThreadedOutput
 from .coordinator import Coordinator
 from .inbox import RedisInbox
 from .membership import MembershipError
+from .membership_factory import make_membership
 from .redisio import DistError, RedisIO
 from .shared import crawl_meta
 from .sink import RedisSink
@@ -144,8 +145,9 @@ class DistState:
     a frontier wired to them; acks replace the journal and checkpoints.
     """
 
-    def __init__(self, config, io: RedisIO, worker: str, *, err=None) -> None:
+    def __init__(self, config, io: RedisIO, worker: str, *, membership=None, err=None) -> None:
         self.config = config
+        self.membership = membership  # None: the Redis member keys (membership redis)
         self.io = io
         self.worker = worker
         self.err = err if err is not None else sys.stderr
@@ -214,7 +216,7 @@ class DistState:
             self.io, frontier, self.sink, self.inbox, worker=self.worker, lease_ttl=c.lease_ttl, clock=clock,
             flush_interval=c.redis_flush_interval, wait_duration=c.wait_duration,
             ack_interval=min(1.0, c.checkpoint_interval), is_idle=frontier.locally_idle,
-            on_end=self._ended, durable=self._durable, err=self.err,
+            on_end=self._ended, durable=self._durable, err=self.err, membership=self.membership,
             wake_engine=lambda: self._wake_engine() if self._wake_engine is not None else None)
         self.sink.wake = self.coordinator.wake
 
@@ -304,6 +306,17 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
               "a lone worker needs redis://host:port/db or unix:///path", file=err)
         return 2
     worker = worker_id_of(config)
+    membership = None
+    if getattr(config, "membership", "redis") != "redis":
+        try:  # ZooKeeper for who is alive; leases and fencing stay in Redis
+            membership = make_membership(config, crawl=config.crawl_name)
+        except MembershipError as exc:
+            print(f"larbin_py: {exc}", file=err)
+            return 2
+        if config.zk_session_timeout >= config.lease_ttl:
+            print(f"larbin_py: worker {worker}: zkSessionTimeout {config.zk_session_timeout:g} s is not below "
+                  f"leaseTtl {config.lease_ttl:g} s: a dead worker's partitions wait for its ZooKeeper "
+                  "session to end (docs/membership.md)", file=err)
     io = RedisIO(config.redis_url, config.crawl_name, partitions=config.partitions,
                  seen_buckets=config.seen_buckets)
     try:
@@ -314,7 +327,7 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
         await io.close()
         return 2
     try:
-        state = DistState(config, io, worker, err=err)
+        state = DistState(config, io, worker, membership=membership, err=err)
         output = None if (engine_kw or {}).get("output") else make_worker_output(config, worker)
         kw = dict(engine_kw or {})
         kw.setdefault("output", output)
@@ -338,4 +351,9 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
         await state.stop()
         return code
     finally:
+        if membership is not None:  # (after a clean stop: already left, a no-op)
+            try:
+                await membership.leave()
+            except Exception:
+                pass
         await io.close()

@@ -145,6 +145,7 @@
       cell(tr, fmtBytes(l.bytes), "num");
       urlCell(tr, l.url);
     });
+    renderCluster(s.cluster);
     const an = s.analysis;
     $("alerts-card").hidden = !an;
     if (an) {
@@ -162,6 +163,38 @@
       });
     }
     drawCharts();
+  }
+
+  // ---- the distributed mode: membership, workers, Redis lost ----------
+
+  function renderCluster(cl) {
+    $("cluster-card").hidden = !cl;
+    const down = cl && cl.redis_down ? cl.redis_down : null;
+    const why = [];
+    if (down && down.launcher) why.push(String(down.launcher));
+    if (down && down.workers && down.workers.length) why.push("workers " + down.workers.map(String).join(", ") + " report it");
+    $("redis-banner").hidden = why.length === 0;
+    setText("redis-banner-text", why.join("; "));
+    if (!cl) return;
+    const m = cl.membership || {};
+    const members = (m.members || []).map(String);
+    setText("cluster-crawl", String(cl.crawl == null ? "–" : cl.crawl));
+    setText("cluster-membership", String(m.source || "–"));
+    setText("cluster-members", members.length + (members.length ? ": " + members.join(", ") : ""));
+    const lc = m.last_change;
+    setText("cluster-last-change", lc ? fmtClock(lc.at) + " · " + String(lc.what || "") +
+            (lc.worker ? " (seen by " + String(lc.worker) + ")" : "") : "none yet");
+    setText("cluster-out", (m.out || []).length ? m.out.map(String).join(", ") : "none");
+    fillTable("cluster-workers-body", cl.workers, (tr, w) => {
+      cell(tr, String(w.worker));
+      cell(tr, w.live ? "yes" : "no", w.live ? "" : "err");
+      cell(tr, String(w.state || ""));
+      cell(tr, fmtInt(w.pages), "num");
+      cell(tr, fmtRate(w.rate_now), "num");
+      cell(tr, fmtInt(w.partitions), "num");
+      cell(tr, fmtInt(w.ip_leases), "num");
+      cell(tr, w.redis_down ? String(w.redis_down) : "ok", w.redis_down ? "err" : "");
+    });
   }
 
   // ---- charts ---------------------------------------------------------
