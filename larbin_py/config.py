@@ -308,6 +308,7 @@ class Config:
     respawn: bool = True
     analysis_workers: int = 0  # inline: the stage does not pay yet on 2 cores (README, docs/analysis.md)
     analyzers: tuple[tuple[str, ...], ...] = ()
+    analysis_share: bool = True
     analysis_retries: int = 3
     analysis_timeout: float = 60.0
     analysis_backoff: float = 1.0
@@ -847,6 +848,7 @@ KEYS: tuple[_Key, ...] = (
     _Seconds("dynamicTimeout", "dynamic_timeout", 0, 600, above=True),
     _Switch("dynamicOtherHosts", "dynamic_other_hosts"),
     _Int("analysisWorkers", "analysis_workers", 0, 256),
+    _Switch("analysisShare", "analysis_share"),
     _Analyzer("analyzer", "analyzers"),
     _Int("analysisRetries", "analysis_retries", 0, 100),
     _Seconds("analysisTimeout", "analysis_timeout", 0, 86_400, above=True),

@@ -14,6 +14,7 @@ import pytest
 from larbin_py.analysis.alerts import ALERTS_LOG, Alerts
 from larbin_py.analysis.analyzers import AnalyzerSpec, PageView, meta_of, parse_analyzer
 from larbin_py.analysis.pool import TaskFailed
+from larbin_py.analysis.worker import format_answer, parse_task
 from larbin_py.analysis.queue import QueueDamage, TaskQueue, queue_name, spool_name
 from larbin_py.analysis.retry import Backoff
 from larbin_py.analysis.stage import AnalysisStage
@@ -150,21 +151,33 @@ def test_meta_reads_title_description_canonical_language_robots_and_links():
 
 # -- the stage's retries, on a pool that fails on demand ------------------------
 class ScriptedPool:
-    """A pool whose tries fail as told: ``plan[url]`` = failures before success (-1: always)."""
+    """A pool whose tries fail as told: ``plan[url]`` = failures before success (-1: always).
+
+    It answers on the next loop iteration through the callback, as the real one does."""
 
     size = 1
+    on_slot = None
 
     def __init__(self, plan: dict[str, int]) -> None:
         self.plan = plan
         self.tries: list[str] = []
 
-    async def run(self, msg):
-        self.tries.append(msg["u"])
-        left = self.plan.get(msg["u"], 0)
+    def free(self):
+        return 1
+
+    def submit(self, line, job, done):
+        msg = parse_task(line.decode().rstrip("\n"))
+        url = msg["u"]
+        self.tries.append(url)
+        left = self.plan.get(url, 0)
         if left != 0:
-            self.plan[msg["u"]] = left - 1
-            raise TaskFailed("error", f"boom {msg['u']}")
-        return {"ok": True, "links": [msg["u"] + "x"], "nofollow": 0, "meta_nofollow": False, "error": None}
+            self.plan[url] = left - 1
+            answer = TaskFailed("error", f"boom {url}")
+        else:
+            answer = format_answer(msg["ids"][0], [{"links": [url + "x"], "nofollow": 0, "meta_nofollow": False,
+                                                    "error": None}])
+        asyncio.get_running_loop().call_soon(done, job, answer)
+        return True
 
     async def close(self):
         pass
@@ -197,7 +210,8 @@ async def test_a_task_is_retried_with_backoff_then_alerted_once_and_marked_faile
     for url, depth in (("http://ok/", 1), ("http://flaky/", 2), ("http://bad/", 3)):
         stage.submit(url, depth, b"<html></html>")
     assert stage.pending == 3
-    await asyncio.gather(*tasks)
+    while stage.pending:  # one task stands for the pending ones, batch after batch
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
     assert sorted(fr.offered) == [("http://flaky/", 2, ("http://flaky/x",)), ("http://ok/", 1, ("http://ok/x",))]
     assert pool.tries.count("http://bad/") == 3 and pool.tries.count("http://flaky/") == 3
     assert stage.pending == 0 and stage.failed == 1 and stage.finished == 2
