@@ -159,6 +159,8 @@ class WorkerPool:
         self.timeouts = 0
         self.crashes = 0
         self.busy = 0
+        #: The largest peak RSS of a process, KiB (read as they are closed or die).
+        self.peak_rss_kb = 0
         self.on_slot = None
         self._closing = False
         self._spawning: set[asyncio.Task] = set()
@@ -337,6 +339,7 @@ class WorkerPool:
             await asyncio.gather(*self._spawning, return_exceptions=True)
         procs = list(self.procs)
         for p in procs:
+            self._note_rss(p)
             if p.stdin is not None and not p.stdin.is_closing():
                 p.stdin.close()
         for p in procs:
@@ -348,6 +351,17 @@ class WorkerPool:
             p.transport.close()
         self.procs.clear()
 
+    def _note_rss(self, p: _Proc) -> None:
+        """The process's peak RSS (VmHWM, Linux), kept as the pool's largest."""
+        try:
+            with open(f"/proc/{p.pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"VmHWM:"):
+                        self.peak_rss_kb = max(self.peak_rss_kb, int(line.split()[1]))
+                        break
+        except (OSError, ValueError, TypeError):
+            pass
+
     def stats(self) -> dict:
-        return {"processes": len(self.procs), "busy": self.busy, "started": self.started,
+        return {"processes": len(self.procs), "peak_rss_mb": round(self.peak_rss_kb / 1024, 1), "busy": self.busy, "started": self.started,
                 "replaced": self.replaced, "timeouts": self.timeouts, "crashes": self.crashes}

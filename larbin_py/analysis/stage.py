@@ -381,7 +381,8 @@ class AnalysisStage:
             print(f"larbin_py: analysis: {self.finished} tasks done, {self.failed} failed ({self.alerts.count} "
                   f"alerts), {self.pending} left for --reload, {sum(self.failed_tries.values())} tries failed, "
                   f"{self.inline} pages parsed on the loop (processes busy); "
-                  f"{self.pool.size} processes, {self.cpu_seconds:.2f} CPU s", file=self.err)
+                  f"{self.pool.size} processes, {self.cpu_seconds:.2f} CPU s, peak RSS "
+                  f"{self.pool.peak_rss_kb / 1024:.1f} MB a process", file=self.err)
 
     def stats(self) -> dict:
         return {"workers": self.pool.size, "pending": self.pending, "peak_pending": self.peak_pending,
