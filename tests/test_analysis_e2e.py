@@ -85,8 +85,9 @@ def jsonl(path) -> list[dict]:
     return [json.loads(line) for line in open(path, encoding="utf-8")] if os.path.exists(path) else []
 
 
-def mirror_of(save_dir: str) -> tuple[dict, list]:
-    """A mirror's files (relative path -> sha1 of the content) and its index, sorted."""
+def mirror_of(save_dir: str, port: int) -> tuple[dict, list]:
+    """A mirror's files (relative path -> sha1 of the content) and its index, sorted;
+    the sim's port (each run has its own) written as PORT."""
     files = {}
     for root, _dirs, names in os.walk(save_dir):
         for name in names:
@@ -94,18 +95,25 @@ def mirror_of(save_dir: str) -> tuple[dict, list]:
             rel = os.path.relpath(path, save_dir)
             if rel != INDEX_NAME:
                 with open(path, "rb") as f:
-                    files[rel] = hashlib.sha1(f.read()).hexdigest()
+                    body = f.read().replace(b":%d" % port, b":PORT")
+                files[rel.replace(f"_{port}", "_PORT")] = hashlib.sha1(body).hexdigest()
     with open(os.path.join(save_dir, INDEX_NAME), encoding="utf-8") as f:
-        index = sorted(tuple(sorted(parse_index_line(line.rstrip("\n")).items())) for line in f)
+        text = f.read().replace(f":{port}", ":PORT").replace(f"_{port}", "_PORT")
+    index = sorted(tuple(sorted(parse_index_line(line).items())) for line in text.splitlines())
     return files, index
 
 
 @pytest.mark.async_timeout(180)
-async def test_coverage_outcomes_and_outputs_are_the_same_with_0_1_and_2_analysis_workers(tmp_path):
+async def test_coverage_outcomes_and_outputs_are_the_same_with_0_1_and_2_analysis_workers(tmp_path, monkeypatch):
     """Exact coverage and identical outputs (the mirror's files and index) with
-    analysisWorkers 0, 1 (sharing the parse with the loop, and not) and 2."""
+    analysisWorkers 0, 1 (sharing the parse with the loop, and not), 2, and 1
+    with a line of one page (the loop then parses many pages itself)."""
+    from larbin_py.analysis import pool as pool_mod
+
     results, outputs = {}, {}
-    for label, workers, share in (("0", 0, True), ("1", 1, True), ("1 no share", 1, False), ("2", 2, True)):
+    for label, workers, share in (("0", 0, True), ("1", 1, True), ("1 no share", 1, False), ("2", 2, True),
+                                  ("1 depth 1", 1, True)):
+        monkeypatch.setattr(pool_mod, "DEPTH", 1 if label == "1 depth 1" else 16)
         async with Sim(small_sim(hosts=16)) as sim:
             config = make_config(tmp_path / label.replace(" ", "_"), sim, analysis_workers=workers,
                                  analysis_share=share, wait_duration=0.05, output_mode="mirror")
@@ -123,12 +131,14 @@ async def test_coverage_outcomes_and_outputs_are_the_same_with_0_1_and_2_analysi
                 assert a["finished"] > 0
                 if not share:
                     assert a["inline"] == 0
+                if label == "1 depth 1":
+                    assert a["inline"] > 0  # the sharing was exercised
                 assert not os.path.exists(os.path.join(config.state_dir, "analysis", "queue-00000001.log"))
             results[label] = (summary.pages, dict(summary.forgotten), sorted(summary.rejected.items()))
-            outputs[label] = mirror_of(config.save_dir)
+            outputs[label] = mirror_of(config.save_dir, sim.web.port)
             assert len(outputs[label][0]) == len(truth.saved) > 0
-    assert results["0"] == results["1"] == results["1 no share"] == results["2"]
-    assert outputs["0"] == outputs["1"] == outputs["1 no share"] == outputs["2"]
+    assert results["0"] == results["1"] == results["1 no share"] == results["2"] == results["1 depth 1"]
+    assert outputs["0"] == outputs["1"] == outputs["1 no share"] == outputs["2"] == outputs["1 depth 1"]
 
 
 @pytest.mark.async_timeout(120)

@@ -45,6 +45,7 @@ import resource
 from .alerts import Alerts
 from .analyzers import AnalyzerSpec, format_headers, links_spec, parse_analyzer
 from .interfaces import AnalysisQueue
+from . import pool as pool_mod
 from .pool import TaskFailed, WorkerPool
 from .queue import Task, TaskQueue
 from .worker import format_task, parse_answer
@@ -120,7 +121,7 @@ class AnalysisStage:
         self.queue_max = config.analysis_queue_max
         self.pool = pool if pool is not None else WorkerPool(
             max(1, config.analysis_workers), worker_setup(config, self.specs, self.queue.spool_dir),
-            timeout=config.analysis_timeout, err=err)
+            timeout=config.analysis_timeout, err=err, depth=pool_mod.DEPTH)
         self.pool.on_slot = self._slot_free
         #: Headers are kept for the python analyzers only (the others do not read them).
         self._wants_headers = any(s.kind == "python" for s in self.user)
