@@ -230,7 +230,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS),
                     help="analysisWorkers, with 'no share' for analysisShare false")
-    ap.add_argument("--doc-copies", type=int, default=8,
+    ap.add_argument("--doc-copies", type=int, default=24,
                     help="python3-doc served at this many loopback addresses (0: no documentation run)")
     args = ap.parse_args()
     if args.quick:
