@@ -203,6 +203,15 @@ def read_resolv_conf(path: str | os.PathLike[str] = RESOLV_CONF) -> tuple[tuple[
 
 
 @functools.cache
+def default_analysis_workers() -> int:
+    """``analysisWorkers``' default: one fewer than the cores this process may use, at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
 def system_dns_servers() -> tuple[tuple[str, int], ...]:
     """``read_resolv_conf()`` of this machine, read once (Config's default)."""
     return read_resolv_conf(RESOLV_CONF)
@@ -306,7 +315,7 @@ class Config:
     redis_flush_interval: float = 0.5
     redis_batch: int = 1000
     respawn: bool = True
-    analysis_workers: int = 0  # inline: the stage does not pay yet on 2 cores (README, docs/analysis.md)
+    analysis_workers: int = field(default_factory=lambda: default_analysis_workers())  # cores - 1, at least 1
     analyzers: tuple[tuple[str, ...], ...] = ()
     analysis_share: bool = True
     analysis_retries: int = 3
