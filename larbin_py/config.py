@@ -203,6 +203,15 @@ def read_resolv_conf(path: str | os.PathLike[str] = RESOLV_CONF) -> tuple[tuple[
 
 
 @functools.cache
+def default_analysis_workers() -> int:
+    """``analysisWorkers``' default: one fewer than the cores this process may use, at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
 def system_dns_servers() -> tuple[tuple[str, int], ...]:
     """``read_resolv_conf()`` of this machine, read once (Config's default)."""
     return read_resolv_conf(RESOLV_CONF)
@@ -306,8 +315,9 @@ class Config:
     redis_flush_interval: float = 0.5
     redis_batch: int = 1000
     respawn: bool = True
-    analysis_workers: int = 0  # inline: the stage does not pay yet on 2 cores (README, docs/analysis.md)
+    analysis_workers: int = field(default_factory=lambda: default_analysis_workers())  # cores - 1, at least 1
     analyzers: tuple[tuple[str, ...], ...] = ()
+    analysis_share: bool = True
     analysis_retries: int = 3
     analysis_timeout: float = 60.0
     analysis_backoff: float = 1.0
@@ -847,6 +857,7 @@ KEYS: tuple[_Key, ...] = (
     _Seconds("dynamicTimeout", "dynamic_timeout", 0, 600, above=True),
     _Switch("dynamicOtherHosts", "dynamic_other_hosts"),
     _Int("analysisWorkers", "analysis_workers", 0, 256),
+    _Switch("analysisShare", "analysis_share"),
     _Analyzer("analyzer", "analyzers"),
     _Int("analysisRetries", "analysis_retries", 0, 100),
     _Seconds("analysisTimeout", "analysis_timeout", 0, 86_400, above=True),

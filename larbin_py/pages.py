@@ -7,9 +7,10 @@ done, and *analysed* (:meth:`PageHandler.analyze`: parsed for links, which go
 back to the frontier through :meth:`Frontier.offer` with the page's depth);
 a redirect offers its target; a failure is retried or forgotten.
 
-``analyze`` is the seam of the analysis stage: a handler that sends pages to
-analysis processes replaces it, and their links come back through the same
-``Frontier.offer``.
+``analyze`` is the seam of the analysis stage: pages go to the analysis
+processes (larbin_py.analysis.stage), and their links come back through the
+same ``Frontier.offer``; a page the stage does not take (every process busy,
+no user analyzer wants it) is parsed here, as with ``analysisWorkers 0``.
 
 It shares the engine's state (its counters, the crawl state's ``done``) the
 way an uvicorn protocol shares its server's: passed in, never looked up.
@@ -184,10 +185,12 @@ class PageHandler:
 
     def analyze(self, req: Request, res) -> None:
         """The page's links to the frontier (the analysis seam: see the module)."""
-        if self.analysis is not None:  # to the analysis processes; the links come back through offer
-            self.analysis.submit(req.url, req.record.depth, res.body, status=res.status,
-                                 content_type=res.content_type, charset=res.charset)
-            return
+        if self.analysis is not None and self.analysis.submit(
+                req.url, req.record.depth, res.body, status=res.status, content_type=res.content_type,
+                charset=res.charset, headers=res.headers):
+            return  # to the analysis processes; the links come back through offer
+        # Inline: analysisWorkers 0, or every analysis process's line is full
+        # and no user analyzer wants the page (the loop shares the parse).
         c = self.config
         page = parse_mod.extract(res.body, req.url, res.charset, get_images=c.get_image,
                                  max_url_size=c.max_url_size)

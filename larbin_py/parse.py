@@ -66,6 +66,8 @@ class Page:
     charset: str = "utf-8"
     title: str | None = None
     error: str | None = None
+    #: The document tree (lxml.etree), kept only when asked (``keep_root``).
+    root: object = None
 
 
 def _known(name: str | bytes | None) -> str | None:
@@ -195,13 +197,14 @@ def _parse_bytes(body: bytes, charset: str):
 
 
 def extract(body: bytes, url: str, charset: str | None = None, *, get_images: bool = False,
-            max_url_size: int = DEFAULT_MAX_LENGTH) -> Page:
+            max_url_size: int = DEFAULT_MAX_LENGTH, keep_root: bool = False) -> Page:
     """The links and page-level directives of HTML ``body`` fetched from ``url``.
 
     ``charset`` is the Content-Type header's charset parameter as the fetcher
     parsed it (``FetchResult.charset``), or None.  Never raises: a failure
     leaves the Page without links and with ``error`` set, the only place it is
-    reported (the caller counts it).
+    reported (the caller counts it).  ``keep_root``: the tree stays in
+    ``Page.root`` (the analysis processes share it between analyzers).
     """
     page = Page(base=url)
     try:
@@ -216,6 +219,8 @@ def extract(body: bytes, url: str, charset: str | None = None, *, get_images: bo
             root, text, truncated = _parse_tree(_decode(body, page.charset))
         if root is None:
             return page
+        if keep_root:
+            page.root = root
         _walk(root, page, url, get_images, max_url_size, _raw_links(text) if truncated else ())
     except Exception as exc:  # lxml or a codec on hostile input: no links, never a crash
         page.links = []

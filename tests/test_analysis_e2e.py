@@ -51,6 +51,12 @@ def flaky(page):
 def slow(page):
     time.sleep(0.05)
     return {"depth": page.depth}
+
+def view(page):
+    """What a python analyzer is given."""
+    return {"status": page.status, "ctype": page.header("Content-Type"), "names": [n for n, _ in page.headers],
+            "saved": page.saved, "sha1": hashlib.sha1(page.body).hexdigest(), "depth": page.depth,
+            "title": page.tree.findtext(".//title"), "charset": page.charset}
 '''
 
 
@@ -79,25 +85,60 @@ def jsonl(path) -> list[dict]:
     return [json.loads(line) for line in open(path, encoding="utf-8")] if os.path.exists(path) else []
 
 
-@pytest.mark.async_timeout(120)
-async def test_coverage_and_outcomes_are_the_same_with_0_1_and_2_analysis_workers(tmp_path):
-    results = {}
-    for workers in (0, 1, 2):
+def mirror_of(save_dir: str, port: int) -> tuple[dict, list]:
+    """A mirror's files (relative path -> sha1 of the content) and its index, sorted;
+    the sim's port (each run has its own) written as PORT."""
+    files = {}
+    for root, _dirs, names in os.walk(save_dir):
+        for name in names:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, save_dir)
+            if rel != INDEX_NAME:
+                with open(path, "rb") as f:
+                    body = f.read().replace(b":%d" % port, b":PORT")
+                files[rel.replace(f"_{port}", "_PORT")] = hashlib.sha1(body).hexdigest()
+    with open(os.path.join(save_dir, INDEX_NAME), encoding="utf-8") as f:
+        text = f.read().replace(f":{port}", ":PORT").replace(f"_{port}", "_PORT")
+    index = sorted(tuple(sorted(parse_index_line(line).items())) for line in text.splitlines())
+    return files, index
+
+
+@pytest.mark.async_timeout(180)
+async def test_coverage_outcomes_and_outputs_are_the_same_with_0_1_and_2_analysis_workers(tmp_path, monkeypatch):
+    """Exact coverage and identical outputs (the mirror's files and index) with
+    analysisWorkers 0, 1 (sharing the parse with the loop, and not), 2, and 1
+    with a line of one page (the loop then parses many pages itself)."""
+    from larbin_py.analysis import pool as pool_mod
+
+    results, outputs = {}, {}
+    for label, workers, share in (("0", 0, True), ("1", 1, True), ("1 no share", 1, False), ("2", 2, True),
+                                  ("1 depth 1", 1, True)):
+        monkeypatch.setattr(pool_mod, "DEPTH", 1 if label == "1 depth 1" else 16)
         async with Sim(small_sim(hosts=16)) as sim:
-            config = make_config(tmp_path / str(workers), sim, analysis_workers=workers, wait_duration=0.05)
+            config = make_config(tmp_path / label.replace(" ", "_"), sim, analysis_workers=workers,
+                                 analysis_share=share, wait_duration=0.05, output_mode="mirror")
             engine, summary = await crawl(config)
             truth = sim.truth(crawl_rules(config, sim.seeds))
             requested = [r.url for r in page_requests(sim)]
-            assert set(requested) == truth.must_request, workers
+            assert set(requested) == truth.must_request, label
             assert not [u for u, n in Counter(requested).items() if n > 1]
             check_conservation(engine, summary)
             assert summary.failed is None and summary.stop_reason == "end of work"
             if workers:
                 a = engine.snapshot()["analysis"]
-                assert a["finished"] == summary.pages and a["failed"] == 0 and a["pending"] == 0
+                # every HTML page analysed once: by a process, or by the loop when all were busy
+                assert a["finished"] + a["inline"] == summary.pages and a["failed"] == 0 and a["pending"] == 0
+                assert a["finished"] > 0
+                if not share:
+                    assert a["inline"] == 0
+                if label == "1 depth 1":
+                    assert a["inline"] > 0  # the sharing was exercised
                 assert not os.path.exists(os.path.join(config.state_dir, "analysis", "queue-00000001.log"))
-            results[workers] = (summary.pages, dict(summary.forgotten), sorted(summary.rejected.items()))
-    assert results[0] == results[1] == results[2]
+            results[label] = (summary.pages, dict(summary.forgotten), sorted(summary.rejected.items()))
+            outputs[label] = mirror_of(config.save_dir, sim.web.port)
+            assert len(outputs[label][0]) == len(truth.saved) > 0
+    assert results["0"] == results["1"] == results["1 no share"] == results["2"] == results["1 depth 1"]
+    assert outputs["0"] == outputs["1"] == outputs["1 no share"] == outputs["2"] == outputs["1 depth 1"]
 
 
 @pytest.mark.async_timeout(120)
@@ -228,3 +269,31 @@ async def test_checkpoints_fsync_the_analysis_queue(tmp_path, monkeypatch):
     queue_dir = os.path.join(config.state_dir, "analysis")
     assert any(p.startswith(queue_dir + os.sep + "queue-") for p in synced)
     assert any(p.startswith(queue_dir + os.sep + "bodies-") for p in synced)
+
+
+@pytest.mark.async_timeout(120)
+async def test_a_python_analyzer_is_given_the_url_status_headers_body_saved_path_and_tree(mods, tmp_path):
+    from lxml import etree
+
+    from larbin_py.output.paths import url_to_relpath
+
+    async with Sim(small_sim(28, hosts=6)) as sim:
+        config = make_config(tmp_path, sim, analysis_workers=1, wait_duration=0.0, output_mode="mirror",
+                             analyzers=(("view", "python", "test_analyzers_mod:view"),),
+                             analysis_dir=str(tmp_path / "results"))
+        engine, summary = await crawl(config)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+    records = {r["url"]: r for r in jsonl(tmp_path / "results" / "view.jsonl")}
+    html = {u for u in truth.saved if sim.web.lookup(u).is_html}
+    assert set(records) == html and records
+    for url, r in records.items():
+        body = truth.saved[url]
+        assert r["status"] == 200 and r["sha1"] == hashlib.sha1(body).hexdigest()
+        assert r["ctype"] and r["ctype"].startswith("text/html") and "content-type" in r["names"]
+        assert "content-length" in r["names"] or "transfer-encoding" in r["names"]
+        # where the mirror saved it: the file holds the body once the crawl has ended
+        assert r["saved"] == os.path.join(os.path.abspath(config.save_dir), url_to_relpath(url))
+        with open(r["saved"], "rb") as f:
+            assert f.read() == body
+        root = etree.fromstring(body, etree.HTMLParser())
+        assert r["title"] == root.findtext(".//title")

@@ -5,6 +5,7 @@ on a pool that fails on demand (no processes)."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import sys
@@ -14,6 +15,7 @@ import pytest
 from larbin_py.analysis.alerts import ALERTS_LOG, Alerts
 from larbin_py.analysis.analyzers import AnalyzerSpec, PageView, meta_of, parse_analyzer
 from larbin_py.analysis.pool import TaskFailed
+from larbin_py.analysis.worker import format_answer, parse_task
 from larbin_py.analysis.queue import QueueDamage, TaskQueue, queue_name, spool_name
 from larbin_py.analysis.retry import Backoff
 from larbin_py.analysis.stage import AnalysisStage
@@ -150,21 +152,33 @@ def test_meta_reads_title_description_canonical_language_robots_and_links():
 
 # -- the stage's retries, on a pool that fails on demand ------------------------
 class ScriptedPool:
-    """A pool whose tries fail as told: ``plan[url]`` = failures before success (-1: always)."""
+    """A pool whose tries fail as told: ``plan[url]`` = failures before success (-1: always).
+
+    It answers on the next loop iteration through the callback, as the real one does."""
 
     size = 1
+    on_slot = None
 
     def __init__(self, plan: dict[str, int]) -> None:
         self.plan = plan
         self.tries: list[str] = []
 
-    async def run(self, msg):
-        self.tries.append(msg["u"])
-        left = self.plan.get(msg["u"], 0)
+    def free(self):
+        return 1
+
+    def submit(self, line, job, done):
+        msg = parse_task(line.decode().rstrip("\n"))
+        url = msg["u"]
+        self.tries.append(url)
+        left = self.plan.get(url, 0)
         if left != 0:
-            self.plan[msg["u"]] = left - 1
-            raise TaskFailed("error", f"boom {msg['u']}")
-        return {"ok": True, "links": [msg["u"] + "x"], "nofollow": 0, "meta_nofollow": False, "error": None}
+            self.plan[url] = left - 1
+            answer = TaskFailed("error", f"boom {url}")
+        else:
+            answer = format_answer(msg["ids"][0], [{"links": [url + "x"], "nofollow": 0, "meta_nofollow": False,
+                                                    "error": None}])
+        asyncio.get_running_loop().call_soon(done, job, answer)
+        return True
 
     async def close(self):
         pass
@@ -197,7 +211,8 @@ async def test_a_task_is_retried_with_backoff_then_alerted_once_and_marked_faile
     for url, depth in (("http://ok/", 1), ("http://flaky/", 2), ("http://bad/", 3)):
         stage.submit(url, depth, b"<html></html>")
     assert stage.pending == 3
-    await asyncio.gather(*tasks)
+    while stage.pending:  # one task stands for the pending ones, batch after batch
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
     assert sorted(fr.offered) == [("http://flaky/", 2, ("http://flaky/x",)), ("http://ok/", 1, ("http://ok/x",))]
     assert pool.tries.count("http://bad/") == 3 and pool.tries.count("http://flaky/") == 3
     assert stage.pending == 0 and stage.failed == 1 and stage.finished == 2
@@ -226,3 +241,72 @@ def test_the_queue_names_its_live_files_for_the_checkpoint_to_sync(tmp_path):
     q.add("http://a/", 0, ["links"], b"AAAAA")
     q.add("http://b/", 0, ["links"], b"B")
     assert q.sync_paths() == [str(tmp_path / n) for n in (spool_name(1), queue_name(1), spool_name(2), queue_name(2))]
+
+
+# -- the queue's seam ------------------------------------------------------------
+def test_the_task_queue_implements_the_analysis_queue_protocol(tmp_path):
+    from larbin_py.analysis.interfaces import AnalysisQueue
+    from test_frontier_seams import _conforms
+
+    q = TaskQueue(str(tmp_path / "q"))
+    assert isinstance(q, AnalysisQueue)
+    assert _conforms(q, AnalysisQueue) == []
+
+    class Odd:  # every name, but add lacks the headers keyword and live is a method
+        resumed = []
+        tried = finished = failed = mark = confirm = drop = sync_paths = close = TaskQueue.close
+        spool_dir = TaskQueue.spool_dir
+
+        def add(self, url, depth, analyzers, body, *, status=None, content_type=None, charset=None, saved=None):
+            ...
+
+        def live(self):
+            return 0
+
+    problems = _conforms(Odd(), AnalysisQueue)
+    assert "add: keyword headers missing" in problems and "live is not a property" in problems
+
+
+async def test_the_stage_takes_any_analysis_queue(tmp_path):
+    """The stage uses the queue it is given (the Redis swap): tasks go through it."""
+    import types
+
+    config = parse_config_text("", require_start_urls=False).replace(
+        state_dir=str(tmp_path / "state"), save_dir=str(tmp_path / "save"))
+
+    class Recording(TaskQueue):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.calls = []
+
+        def add(self, url, *a, **kw):
+            self.calls.append(url)
+            return super().add(url, *a, **kw)
+
+    queue = Recording(str(tmp_path / "elsewhere"))
+    stage = AnalysisStage(config, pool=ScriptedPool({}), durable=False, queue=queue)
+    fr = Offers()
+    counts = types.SimpleNamespace(page_errors=collections.Counter(), rejected=collections.Counter())
+    tasks = []
+    stage.attach(fr, counts, lambda coro: tasks.append(asyncio.get_running_loop().create_task(coro)))
+    assert stage.submit("http://a/", 1, b"<html></html>")
+    while stage.pending:
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    assert queue.calls == ["http://a/"] and fr.offered == [("http://a/", 1, ("http://a/x",))]
+    await stage.close()
+
+
+def test_the_page_view_headers_and_one_parse(tmp_path):
+    from larbin_py.analysis.analyzers import format_headers, parse_headers
+
+    raw = [(b"Content-Type", b"text/html; charset=utf-8"), (b"X-Thing", b"a\r\nb"), (b"Set-Cookie", b"k=v")]
+    headers = parse_headers(format_headers(raw))
+    assert headers == [("content-type", "text/html; charset=utf-8"), ("x-thing", "a  b"), ("set-cookie", "k=v")]
+    body = b"<html><head><title>T</title></head><body><a href='/x'>x</a></body></html>"
+    page = PageView("http://a/p", 200, "text/html", "utf-8", body, 2, "/save/a/p", headers)
+    assert page.header("CONTENT-TYPE") == "text/html; charset=utf-8" and page.header("none", 7) == 7
+    assert page.saved == "/save/a/p" and page.depth == 2
+    first = page.extracted({})
+    assert first.links == ["http://a/x"]
+    assert page.tree is first.root and page.tree.findtext(".//title") == "T"  # the links' parse, shared
+    assert meta_of(page, {})["outlinks"] == 1 and page.extracted({}) is first

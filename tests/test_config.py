@@ -183,6 +183,7 @@ NON_DEFAULTS = {
     "redis_batch": 50,
     "respawn": False,
     "analysis_workers": 13,
+    "analysis_share": False,
     "analyzers": (("pageinfo", "meta"), ("words", "urls=/doc/", "exec", "wc", "-w", "{input}")),
     "analysis_retries": 5,
     "analysis_timeout": 30.0,

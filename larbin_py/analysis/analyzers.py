@@ -111,24 +111,84 @@ def parse_analyzer(words: tuple[str, ...] | list[str]) -> AnalyzerSpec:
 
 
 class PageView:
-    """What a ``python`` analyzer is called with; ``tree`` is built on first use."""
+    """What a ``python`` analyzer is called with (one per page, shared by its analyzers).
 
-    __slots__ = ("url", "status", "content_type", "charset", "body", "depth", "saved", "_tree")
+    ``url``, ``status``, ``headers`` (the answer's, a list of ``(name,
+    value)`` str pairs, names in lower case), ``content_type``, ``charset``,
+    ``body`` (bytes), ``depth``, ``saved`` (where the output saved the page:
+    the mirror file's or the save mode's path, else None -- the file may
+    still be in the writer thread's queue when the analyzer runs: read
+    ``body``), and ``tree``, the page's lxml tree, built on first use and
+    shared with the page's other analyzers (the ``links`` analyzer's parse:
+    the page is parsed once).
+    """
 
-    def __init__(self, url, status, content_type, charset, body, depth, saved=None) -> None:
+    __slots__ = ("url", "status", "headers", "content_type", "charset", "body", "depth", "saved", "_tree",
+                 "_extracted", "opts")
+
+    def __init__(self, url, status, content_type, charset, body, depth, saved=None, headers=()) -> None:
         self.url, self.status, self.content_type, self.charset = url, status, content_type, charset
         self.body, self.depth, self.saved = body, depth, saved
+        self.headers = list(headers)
         self._tree = None
+        self._extracted = None
+        #: The analyzers' options (``max_url_size``, ``get_images``): :func:`run` sets them.
+        self.opts: dict = {}
+
+    def header(self, name: str, default=None):
+        """The first header named ``name`` (any case), or ``default``."""
+        name = name.lower()
+        for n, v in self.headers:
+            if n == name:
+                return v
+        return default
+
+    def extracted(self, opts: dict | None = None):
+        """The page's links and directives (larbin_py.parse.extract), computed once."""
+        if self._extracted is None:
+            opts = self.opts if opts is None else opts
+            from .. import parse as parse_mod
+
+            self._extracted = parse_mod.extract(self.body, self.url, self.charset,
+                                                get_images=opts.get("get_images", False),
+                                                max_url_size=opts.get("max_url_size", 512), keep_root=True)
+        return self._extracted
 
     @property
     def tree(self):
-        """The page's lxml.html tree (built once)."""
+        """The page's lxml tree (lxml.etree's HTML parser, comments dropped), built once."""
         if self._tree is None:
-            import lxml.html
+            p = self.extracted()
+            if p.root is not None:
+                self._tree = p.root
+            else:  # nothing extract could parse (an empty body...): an empty document
+                import lxml.html
 
-            parser = lxml.html.HTMLParser(encoding=self.charset or None)
-            self._tree = lxml.html.fromstring(self.body or b"<html></html>", parser=parser)
+                parser = lxml.html.HTMLParser(encoding=self.charset or None)
+                self._tree = lxml.html.fromstring(self.body or b"<html></html>", parser=parser)
         return self._tree
+
+
+def format_headers(headers) -> bytes:
+    """An answer's headers as the spool keeps them: ``name: value`` lines."""
+    out = []
+    for n, v in headers:
+        if isinstance(n, bytes):
+            n = n.decode("latin-1")
+        if isinstance(v, bytes):
+            v = v.decode("latin-1")
+        out.append(f"{n.lower()}: {v.replace(chr(10), ' ').replace(chr(13), ' ')}\n")
+    return "".join(out).encode("latin-1", "replace")
+
+
+def parse_headers(data: bytes) -> list[tuple[str, str]]:
+    """What :func:`format_headers` wrote."""
+    out = []
+    for line in data.decode("latin-1").split("\n"):
+        if line:
+            n, _, v = line.partition(": ")
+            out.append((n, v))
+    return out
 
 
 def _append_jsonl(analysis_dir: str, name: str, records: list[dict]) -> int:
@@ -148,18 +208,13 @@ def _append_jsonl(analysis_dir: str, name: str, records: list[dict]) -> int:
 
 
 def _links(page: PageView, opts: dict) -> dict:
-    from .. import parse as parse_mod
-
-    p = parse_mod.extract(page.body, page.url, page.charset, get_images=opts.get("get_images", False),
-                          max_url_size=opts.get("max_url_size", 512))
+    p = page.extracted(opts)
     return {"links": p.links, "nofollow": p.nofollow_links, "meta_nofollow": p.meta_nofollow, "error": p.error}
 
 
 def meta_of(page: PageView, opts: dict) -> dict:
     """The ``meta`` analyzer's record for one page."""
-    from .. import parse as parse_mod
-
-    p = parse_mod.extract(page.body, page.url, page.charset, max_url_size=opts.get("max_url_size", 512))
+    p = page.extracted(opts)
     description = lang = robots = None
     try:
         tree = page.tree
@@ -228,6 +283,7 @@ def run(spec: AnalyzerSpec, page: PageView, opts: dict) -> dict:
     Returns what goes back to the loop: the links for ``links``, the number
     of records written otherwise.
     """
+    page.opts = opts
     if spec.kind == "links":
         return _links(page, opts)
     if spec.kind == "meta":

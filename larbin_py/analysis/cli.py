@@ -136,8 +136,11 @@ async def run(config, specs: list[AnalyzerSpec], workers: int, err) -> int:
             stage.user = wanted
             stage.submit(url, 0, body, status=status, content_type=ctype)
             pages += 1
-        if tasks:
-            await asyncio.gather(*list(tasks))
+        while stage.pending:  # one engine-like task stands for the pending ones, batch after batch
+            room.clear()
+            if not tasks:
+                break
+            await room.wait()
     finally:
         for t in tasks:
             t.cancel()

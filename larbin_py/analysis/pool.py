@@ -1,14 +1,21 @@
-"""The analysis processes: started on demand, fed through a short line each, replaced when they die or hang.
+"""The analysis processes: started on demand, fed through a line each, replaced when they die or hang.
 
 Each process runs larbin_py.analysis.worker, spoken to over its stdin and
-stdout (asyncio subprocess pipes: the loop never blocks on them).  A task
-line goes in, one answer line comes back, in order; up to :data:`DEPTH`
-tasks wait in a process's line.  The task at the head of the line has
-``timeout`` seconds: past it the process is killed, a new one started, and
-the try fails (``timeout``); the pipe ends without an answer (the process
-was killed, or crashed): a new one is started and the try fails
-(``crash``); the tasks behind it fail as ``bystander`` (not their fault).
-The caller counts the try and decides (larbin_py.analysis.stage).
+stdout through a :class:`asyncio.SubprocessProtocol` (no coroutine, future
+or queue per task: the pipe's data callback hands each answer line to the
+task's ``done`` callback directly).  A job (one page's tasks) is one line
+in, one answer line back, in order; up to ``depth`` jobs wait in a
+process's line.  The lines written in one loop iteration go out in one
+``write()`` per process (:meth:`WorkerPool.submit` batches them); the
+process reads them as a chunk and writes their answers at once.
+
+Timeouts: one lazy timer per process.  The job at the head of the line has
+``timeout`` seconds from when it became the head (its predecessor's answer,
+or its own write to an idle process); past it the process is killed, a new
+one started, and the job fails (``timeout``).  The pipe ends without an
+answer (the process was killed, or crashed): a new one is started and the
+job fails (``crash``); the jobs behind it fail as ``bystander`` (not their
+fault).  The caller counts the tries and decides (larbin_py.analysis.stage).
 """
 
 from __future__ import annotations
@@ -19,19 +26,17 @@ import json
 import signal
 import sys
 
-__all__ = ["TaskFailed", "WorkerPool"]
+__all__ = ["TaskFailed", "WorkerPool", "DEPTH"]
 
 #: How long a new analysis process may take to import its analyzers, seconds.
 START_TIMEOUT = 60.0
-#: Tasks waiting in one process's line at most (see :meth:`WorkerPool.run`).
-DEPTH = 4
-#: Longest answer line (a page's links), bytes.
-LINE_LIMIT = 64 << 20
+#: Jobs waiting in one process's line at most.
+DEPTH = 16
 
 
 class TaskFailed(Exception):
     """A try failed: ``reason`` is ``error`` (the analyzer raised or exited
-    non-zero), ``timeout`` or ``crash``."""
+    non-zero), ``timeout``, ``crash`` or ``bystander``."""
 
     def __init__(self, reason: str, message: str, trace: str = "") -> None:
         super().__init__(message)
@@ -50,105 +55,160 @@ def describe_exit(code: int | None) -> str:
     return f"exit status {code}"
 
 
-class _Worker:
-    """One analysis process, the tries waiting in its line, the timer of the first."""
+class _Proc(asyncio.SubprocessProtocol):
+    """One analysis process: its pipes, the jobs in its line, its timer."""
 
-    __slots__ = ("proc", "waiting", "timer", "reader", "expired", "dead")
-
-    def __init__(self, proc) -> None:
-        self.proc = proc
+    def __init__(self, pool: "WorkerPool") -> None:
+        self.pool = pool
+        self.transport = None
+        self.stdin = None
+        self.buf = b""
+        self.ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        #: Done when every pipe closed and the process was reaped.
+        self.gone: asyncio.Future = asyncio.get_running_loop().create_future()
+        #: (job, done) in the order written.
         self.waiting: collections.deque = collections.deque()
+        self.out: list[bytes] = []
+        self.head_since = 0.0
         self.timer = None
-        self.reader = None
         self.expired = False
         self.dead = False
+        self.adopted = False
+
+    # -- what tests and the pool see of the process --------------------------
+    @property
+    def pid(self) -> int | None:
+        return self.transport.get_pid() if self.transport is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.transport.get_returncode() if self.transport is not None else None
+
+    def kill(self) -> None:
+        if self.transport is not None and self.transport.get_returncode() is None:
+            try:
+                self.transport.kill()
+            except ProcessLookupError:
+                pass
+
+    # -- the protocol -------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.stdin = transport.get_pipe_transport(0)
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        if fd != 1:
+            return
+        buf = self.buf + data if self.buf else data
+        cut = buf.rfind(b"\n") + 1
+        if not cut:
+            self.buf = buf
+            return
+        self.buf = buf[cut:]
+        lines = buf[:cut].split(b"\n")
+        lines.pop()
+        if not self.ready.done():
+            first = lines.pop(0)
+            if first.startswith(b'{"ready"'):
+                self.ready.set_result(True)
+            else:
+                self.ready.set_exception(RuntimeError(f"an analysis process said {first[:200]!r}"))
+        if lines:
+            self.pool._answers(self, lines)
+
+    def pipe_connection_lost(self, fd: int, exc) -> None:
+        if fd == 1:  # no answer can come any more: the process is done for
+            self.dead = True
+            self.kill()
+
+    def process_exited(self) -> None:
+        self.dead = True
+
+    def connection_lost(self, exc) -> None:
+        """Every pipe closed and the process reaped: the jobs in its line fail."""
+        self.dead = True
+        if not self.ready.done():
+            self.ready.set_exception(RuntimeError(
+                f"an analysis process could not start ({describe_exit(self.returncode)})"))
+        if not self.gone.done():
+            self.gone.set_result(None)
+        self.pool._ended(self)
 
 
 class WorkerPool:
-    """``size`` analysis processes set up with ``setup`` (the worker's first line)."""
+    """``size`` analysis processes set up with ``setup`` (the worker's first line).
+
+    :meth:`submit` a job's line with its ``done(job, answer)`` callback
+    (``answer``: the answer line, or a :class:`TaskFailed`); ``on_slot`` is
+    called when a slot frees or a process becomes ready (the caller submits
+    what waited).
+    """
 
     def __init__(self, size: int, setup: dict, *, timeout: float, python: str = sys.executable, err=None,
                  depth: int = DEPTH) -> None:
         self.size = size
         self.depth = depth
-        self._readers: set[asyncio.Task] = set()
         self.setup_line = json.dumps(setup, separators=(",", ":")).encode() + b"\n"
         self.timeout = timeout
         self.python = python
         self.err = err
-        self._idle: asyncio.Queue = asyncio.Queue()
-        #: Every live process (tests find the ones to kill here).
-        self.procs: set = set()
+        #: Ready processes (tests find the ones to kill here).
+        self.procs: set[_Proc] = set()
         self.started = 0
         self.replaced = 0
         self.timeouts = 0
         self.crashes = 0
         self.busy = 0
+        #: The largest peak RSS of a process, KiB (read as they are closed or die).
+        self.peak_rss_kb = 0
+        self.on_slot = None
         self._closing = False
         self._spawning: set[asyncio.Task] = set()
+        self._flush_handle = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
+    # -- processes ------------------------------------------------------------
     async def start(self) -> None:
         """Start the processes and wait until each is ready (the ``analyze`` command;
-        a crawl starts them on demand, :meth:`run`)."""
+        a crawl starts them on demand, :meth:`submit`)."""
+        self._loop = asyncio.get_running_loop()
         procs = await asyncio.gather(*(self._spawn() for _ in range(self.size)))
         for proc in procs:
             self._adopt(proc)
 
-    def _grow(self) -> None:
-        """A task waits and no process has a free slot: one more, up to ``size``.
+    def free(self) -> int:
+        """Jobs that can be submitted now or once the processes to start are ready."""
+        n = sum(self.depth - len(p.waiting) for p in self.procs if not p.dead)
+        return n + self.depth * max(0, self.size - len(self.procs) - len(self._spawning))
 
-        On demand: a crawl that analyses nothing starts no process, and the
-        first pages do not wait for all of them.
-        """
-        if self._idle.qsize() == 0 and len(self.procs) + len(self._spawning) < self.size:
-            self.replaced -= 1  # a first start, not a replacement
-            self._replace()
-
-    async def _spawn(self):
-        proc = await asyncio.create_subprocess_exec(
-            self.python, "-m", "larbin_py.analysis.worker", stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, limit=LINE_LIMIT)
-        self.procs.add(proc)
+    async def _spawn(self) -> _Proc:
+        loop = asyncio.get_running_loop()
         self.started += 1
+        _t, proc = await loop.subprocess_exec(lambda: _Proc(self), self.python, "-m", "larbin_py.analysis.worker",
+                                              stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                                              stderr=None)
         try:
             proc.stdin.write(self.setup_line)
-            await proc.stdin.drain()
-            line = await asyncio.wait_for(proc.stdout.readline(), START_TIMEOUT)
+            await asyncio.wait_for(asyncio.shield(proc.ready), START_TIMEOUT)
         except BaseException:
-            self._kill(proc)
+            proc.kill()
             raise
-        if not line.startswith(b'{"ready"'):
-            code = await proc.wait()
-            self.procs.discard(proc)
-            raise RuntimeError(f"an analysis process could not start ({describe_exit(code)})")
         return proc
 
-    def _adopt(self, proc) -> None:
-        """A ready process: its reader started, its ``depth`` slots offered."""
-        w = _Worker(proc)
-        w.reader = asyncio.get_running_loop().create_task(self._read(w))
-        self._readers.add(w.reader)
-        w.reader.add_done_callback(self._readers.discard)
-        for _ in range(self.depth):
-            self._idle.put_nowait(w)
+    def _adopt(self, proc: _Proc) -> None:
+        if proc.dead:  # it died between its ready line and now
+            self._replace()
+            return
+        proc.adopted = True
+        self.procs.add(proc)
+        if self.on_slot is not None:
+            self.on_slot()
 
-    def _kill(self, proc) -> None:
-        self.procs.discard(proc)
-        if proc.returncode is None:
-            try:
-                proc.kill()
-            except ProcessLookupError:
-                pass
-
-    def _arm(self, w: "_Worker") -> None:
-        """The task at the head of ``w``'s line runs now: its timeout starts."""
-        w.timer = asyncio.get_running_loop().call_later(self.timeout, self._expire, w)
-
-    def _expire(self, w: "_Worker") -> None:
-        """(Timer.) A try ran past the timeout: its process is killed (its reader sees the end)."""
-        w.timer = None
-        w.expired = True
-        self._kill(w.proc)
+    def _grow(self) -> None:
+        """A job waits and no process has a free slot: one more, up to ``size``."""
+        if len(self.procs) + len(self._spawning) < self.size:
+            self.replaced -= 1  # a first start, not a replacement
+            self._replace()
 
     def _replace(self) -> None:
         """Start a process in place of a dead one (in the background)."""
@@ -173,108 +233,135 @@ class WorkerPool:
             self._adopt(proc)
             return
 
-    async def _read(self, w: "_Worker") -> None:
-        """``w``'s answers, in order, to the tries waiting; at its end, their failures."""
-        stdout = w.proc.stdout
-        while True:
-            try:
-                line = await stdout.readline()
-            except (OSError, ValueError, asyncio.LimitOverrunError):
-                line = b""
-            if not line.endswith(b"\n"):
-                break
-            fut = w.waiting.popleft()
-            if w.timer is not None:
-                w.timer.cancel()
-                w.timer = None
-            if w.waiting:
-                self._arm(w)
-            if not fut.done():
-                fut.set_result(line)
-        # The pipe ended: the process died, was killed (timeout), or was closed.
-        w.dead = True
-        if w.timer is not None:
-            w.timer.cancel()
-        self._kill(w.proc)
-        code = await w.proc.wait()
+    # -- jobs -----------------------------------------------------------------
+    def submit(self, line: bytes, job, done) -> bool:
+        """Put ``line`` in the line of the least busy process with a free slot;
+        False when none has one (a process is started if there is room for one)."""
+        best = None
+        for p in self.procs:
+            if not p.dead and len(p.waiting) < self.depth and (best is None or len(p.waiting) < len(best.waiting)):
+                best = p
+        if best is None:
+            self._grow()
+            return False
+        loop = self._loop or asyncio.get_running_loop()
+        self._loop = loop
+        if not best.waiting:
+            best.head_since = loop.time()
+            if best.timer is None:
+                best.timer = loop.call_at(best.head_since + self.timeout, self._check, best)
+        best.waiting.append((job, done))
+        best.out.append(line)
+        self.busy += 1
+        if self._flush_handle is None:
+            self._flush_handle = loop.call_soon(self._flush)
+        return True
+
+    def _flush(self) -> None:
+        """(Once per loop iteration.) Each process's new lines in one write."""
+        self._flush_handle = None
+        for p in self.procs:
+            if p.out:
+                data = b"".join(p.out) if len(p.out) > 1 else p.out[0]
+                p.out = []
+                if not p.dead:
+                    try:
+                        p.stdin.write(data)
+                    except (BrokenPipeError, ConnectionResetError, RuntimeError):
+                        p.kill()  # its end fails its line
+
+    def _check(self, p: _Proc) -> None:
+        """(A process's timer.) The head job ran past the timeout: the process is killed."""
+        p.timer = None
+        if p.dead or not p.waiting:
+            return
+        loop = self._loop
+        due = p.head_since + self.timeout
+        if loop.time() >= due:
+            p.expired = True
+            p.kill()
+        else:
+            p.timer = loop.call_at(due, self._check, p)
+
+    def _answers(self, p: _Proc, lines: list[bytes]) -> None:
+        """Answer lines from ``p``, in the order of its line."""
+        waiting = p.waiting
+        self.busy -= len(lines)
+        for line in lines:
+            job, done = waiting.popleft()
+            done(job, line)
+        p.head_since = self._loop.time()
+        if self.on_slot is not None:
+            self.on_slot()
+
+    def _ended(self, p: _Proc) -> None:
+        """``p`` ended: its head job failed (``crash`` or ``timeout``), the rest are bystanders."""
+        self.procs.discard(p)
+        if p.timer is not None:
+            p.timer.cancel()
+            p.timer = None
+        if not p.adopted:
+            return  # it never started: _respawn tries again
+        failed = []
         first = True
-        while w.waiting:
-            fut = w.waiting.popleft()
-            if fut.done():
-                continue
+        while p.waiting:
+            job, done = p.waiting.popleft()
+            self.busy -= 1
             if not first:
                 exc = TaskFailed("bystander", "its analysis process ended while an earlier task ran")
-            elif w.expired:
+            elif p.expired:
                 self.timeouts += 1
                 exc = TaskFailed("timeout", f"no answer after {self.timeout:g} s: the analysis process "
                                             "was killed and replaced")
+            elif self._closing:
+                exc = TaskFailed("bystander", "the analysis processes were closed")
             else:
                 self.crashes += 1
-                exc = TaskFailed("crash", f"the analysis process died ({describe_exit(code)}) and was replaced")
-            fut.set_exception(exc)
+                exc = TaskFailed("crash", f"the analysis process died ({describe_exit(p.returncode)}) "
+                                          "and was replaced")
+            failed.append((job, done, exc))
             first = False
         self._replace()
-
-    async def run(self, msg: dict) -> dict:
-        """One try of one task: its answer, or :class:`TaskFailed`.
-
-        Up to ``depth`` tasks wait in a process's line (its stdin pipe): it
-        reads the next while the loop reads the last answer, and the loop is
-        woken once for a batch of answers.  The timeout runs for the task at
-        the head of the line; when a process dies, the task it was running
-        fails (``crash`` or ``timeout``, counted) and those behind it fail as
-        ``bystander`` (tried again at once, not counted).
-        """
-        self._grow()
-        while True:
-            w = await self._idle.get()
-            if not w.dead:
-                break  # (a dead process's slots are dropped as they come out)
-        fut = asyncio.get_running_loop().create_future()
-        try:
-            w.proc.stdin.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
-            if w.proc.stdin.transport.get_write_buffer_size() > 1 << 16:
-                await w.proc.stdin.drain()
-        except (BrokenPipeError, ConnectionResetError, RuntimeError):
-            raise TaskFailed("bystander", "its analysis process had ended") from None
-        w.waiting.append(fut)
-        if len(w.waiting) == 1:
-            self._arm(w)
-        self.busy += 1
-        try:
-            line = await fut
-        except asyncio.CancelledError:  # the crawl stops: the process is mid-task
-            self._kill(w.proc)
-            raise
-        finally:
-            self.busy -= 1
-        self._idle.put_nowait(w)  # the slot, back (a dead process's were not)
-        reply = json.loads(line)
-        if not reply.get("ok"):
-            raise TaskFailed("error", str(reply.get("error", "unknown error")), str(reply.get("trace", "")))
-        return reply
+        for job, done, exc in failed:
+            done(job, exc)
+        if self.on_slot is not None:
+            self.on_slot()
 
     async def close(self) -> None:
         """End every process: stdin closed (it exits at EOF), killed after a short wait."""
         self._closing = True
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
         for task in list(self._spawning):
             task.cancel()
         if self._spawning:
             await asyncio.gather(*self._spawning, return_exceptions=True)
         procs = list(self.procs)
-        for proc in procs:
-            if proc.stdin is not None and not proc.stdin.is_closing():
-                proc.stdin.close()
-        for proc in procs:
+        for p in procs:
+            self._note_rss(p)
+            if p.stdin is not None and not p.stdin.is_closing():
+                p.stdin.close()
+        for p in procs:
             try:
-                await asyncio.wait_for(proc.wait(), 2.0)
+                await asyncio.wait_for(asyncio.shield(p.gone), 2.0)
             except asyncio.TimeoutError:
-                self._kill(proc)
-                await proc.wait()
+                p.kill()
+                await p.gone
+            p.transport.close()
         self.procs.clear()
-        if self._readers:
-            await asyncio.gather(*list(self._readers), return_exceptions=True)
+
+    def _note_rss(self, p: _Proc) -> None:
+        """The process's peak RSS (VmHWM, Linux), kept as the pool's largest."""
+        try:
+            with open(f"/proc/{p.pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"VmHWM:"):
+                        self.peak_rss_kb = max(self.peak_rss_kb, int(line.split()[1]))
+                        break
+        except (OSError, ValueError, TypeError):
+            pass
 
     def stats(self) -> dict:
-        return {"processes": len(self.procs), "busy": self.busy, "started": self.started,
+        return {"processes": len(self.procs), "peak_rss_mb": round(self.peak_rss_kb / 1024, 1), "busy": self.busy, "started": self.started,
                 "replaced": self.replaced, "timeouts": self.timeouts, "crashes": self.crashes}

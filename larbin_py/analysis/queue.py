@@ -13,7 +13,9 @@ for the measurement against a pipe and shared memory).
 Lines are framed by larbin_py.logline (CRC32 in front), JSON bodies:
 
 * ``{"a": id, "u": url, "d": depth, "n": analyzer, "g": gen, "o": offset,
-  "l": length, "s": status, "c": content type, "h": charset}`` a task;
+  "l": length, "s": status, "c": content type, "h": charset[, "hl": the
+  headers' length (they lie in the spool just before the body), "v": where
+  the page was saved]}`` a task;
 * ``{"t": id, "k": tries}`` a failed try (the count survives a restart);
 * ``{"x": id}`` done: written only once a checkpoint covers what the task
   produced (its links are then in the URL stores for good: the stores are
@@ -58,20 +60,30 @@ class Task:
     status: int | None = None
     content_type: str | None = None
     charset: str | None = None
+    #: The answer's headers (larbin_py.analysis.analyzers.format_headers) lie
+    #: in the spool just before the body, this many bytes (0: not kept).
+    headers_length: int = 0
+    #: Where the output saved the page (None: not saved, or not known).
+    saved: str | None = None
     #: Failed tries so far.
     tries: int = 0
     #: The last failure, for the alert.
     error: str = ""
 
     def record(self) -> dict:
-        return {"a": self.id, "u": self.url, "d": self.depth, "n": self.analyzer, "g": self.gen,
-                "o": self.offset, "l": self.length, "s": self.status, "c": self.content_type,
-                "h": self.charset}
+        r = {"a": self.id, "u": self.url, "d": self.depth, "n": self.analyzer, "g": self.gen,
+             "o": self.offset, "l": self.length, "s": self.status, "c": self.content_type,
+             "h": self.charset}
+        if self.headers_length:
+            r["hl"] = self.headers_length
+        if self.saved is not None:
+            r["v"] = self.saved
+        return r
 
     @classmethod
     def from_record(cls, r: dict) -> "Task":
         return cls(int(r["a"]), str(r["u"]), int(r["d"]), str(r["n"]), int(r["g"]), int(r["o"]),
-                   int(r["l"]), r.get("s"), r.get("c"), r.get("h"))
+                   int(r["l"]), r.get("s"), r.get("c"), r.get("h"), int(r.get("hl", 0)), r.get("v"))
 
 
 def queue_name(gen: int) -> str:
@@ -200,8 +212,9 @@ class TaskQueue:
 
     # -- the loop's side ----------------------------------------------------
     def add(self, url: str, depth: int, analyzers: list[str], body: bytes, *, status=None,
-            content_type=None, charset=None) -> list[Task]:
-        """Queue ``analyzers`` on a page: its body to the spool, one line per task."""
+            content_type=None, charset=None, headers: bytes = b"", saved: str | None = None) -> list[Task]:
+        """Queue ``analyzers`` on a page: its headers (when given) and body to the
+        spool in one write, one line per task (the lines in one write too)."""
         if self._qfd < 0:
             self._open_gen()
         if self._spool_size >= self.segment_bytes and not self._live.get(self.gen):
@@ -211,15 +224,19 @@ class TaskQueue:
             os.close(self._sfd)
             self.gen += 1
             self._open_gen()
-        offset = self._spool_size
-        self._write(self._sfd, body, spool_name(self.gen))
-        self._spool_size += len(body)
+        hl = len(headers)
+        offset = self._spool_size + hl
+        self._write(self._sfd, headers + body if hl else body, spool_name(self.gen))
+        self._spool_size += hl + len(body)
         tasks = []
+        lines = []
         for name in analyzers:
-            task = Task(self._next_id, url, depth, name, self.gen, offset, len(body), status, content_type, charset)
+            task = Task(self._next_id, url, depth, name, self.gen, offset, len(body), status, content_type, charset,
+                        hl, saved)
             self._next_id += 1
-            self._line(task.record())
+            lines.append(frame(json.dumps(task.record(), separators=(",", ":")).encode()))
             tasks.append(task)
+        self._write(self._qfd, b"".join(lines), queue_name(self.gen))
         self._live[self.gen] = self._live.get(self.gen, 0) + len(tasks)
         return tasks
 
@@ -280,6 +297,11 @@ class TaskQueue:
         if self._qfd >= 0:
             gens.add(self.gen)
         return [self._path(name(g)) for g in sorted(gens) for name in (spool_name, queue_name)]
+
+    @property
+    def spool_dir(self) -> str:
+        """The folder of the spools (the analysis processes read them there)."""
+        return self.directory
 
     def spool_path(self, gen: int) -> str:
         return self._path(spool_name(gen))

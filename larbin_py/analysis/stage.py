@@ -1,14 +1,29 @@
 """The analysis stage as the engine sees it: submit a page, hear its links back.
 
 :class:`AnalysisStage` is the seam object: the page handler's ``analyze``
-step calls :meth:`AnalysisStage.submit` (the page's tasks go on the durable
-queue, one coroutine each is spawned as an engine task, so the engine's end
-of work waits for them and its stop grace covers them); each coroutine tries
-its task on the pool, and on the loop the ``links`` analyzer's links go to
-``Frontier.offer(page_url, depth, links)`` -- depth limits, rules, the seen
-test hold as for inline analysis.  A failed try is counted and tried again
-after the backoff (larbin_py.analysis.retry); the last failure raises an
-alert and marks the task failed.
+step calls :meth:`AnalysisStage.submit`.  The page's tasks (one per
+analyzer) go on the durable queue (an :class:`~larbin_py.analysis.interfaces.AnalysisQueue`),
+and the page goes to the pool as *one* job (one line to a process, one
+answer back, the page parsed once there).  Everything after is callbacks on
+the loop: the pool calls :meth:`_answered` with the answer; the ``links``
+analyzer's links go to ``Frontier.offer(page_url, depth, links)`` -- depth
+limits, rules, the seen test hold as for inline analysis.  A failed try is
+counted and tried again after the backoff (``call_later``,
+larbin_py.analysis.retry); the last failure raises an alert and marks the
+task failed.
+
+Sharing the parse (``share``): when every slot of every process is taken
+and the page has no user analyzer, :meth:`submit` returns False and the
+page handler extracts the links on the loop itself, as with
+``analysisWorkers 0`` (no spool, no queue line: the links are offered
+before the page's outcome is journaled, so nothing needs the queue).  The
+processes never idle while the loop parses what they cannot take: on 2
+cores, one process and the loop both parse.
+
+The engine's end of work and stop grace: while tasks are pending, one
+engine task (:meth:`_drain`) is alive; it ends after each batch of answers
+(the engine's pump then runs: new links, a gate opened) and a new one is
+spawned while tasks remain -- one engine task per batch, not per task.
 
 Back-pressure: :meth:`full` is part of the engine's gate (no request starts
 while ``analysisQueueMax`` tasks are pending): the queue's bodies are on
@@ -26,12 +41,14 @@ import asyncio
 import collections
 import os
 import resource
-import time
 
 from .alerts import Alerts
-from .analyzers import AnalyzerSpec, links_spec, parse_analyzer
+from .analyzers import AnalyzerSpec, format_headers, links_spec, parse_analyzer
+from .interfaces import AnalysisQueue
+from . import pool as pool_mod
 from .pool import TaskFailed, WorkerPool
 from .queue import Task, TaskQueue
+from .worker import format_task, parse_answer
 from .retry import Backoff
 
 __all__ = ["AnalysisStage", "ANALYSIS_DIR"]
@@ -45,10 +62,10 @@ def specs_from_config(config) -> list[AnalyzerSpec]:
     return [links_spec()] + [parse_analyzer(words) for words in config.analyzers]
 
 
-def worker_setup(config, specs: list[AnalyzerSpec]) -> dict:
+def worker_setup(config, specs: list[AnalyzerSpec], spool_dir: str) -> dict:
     """The analysis processes' first line."""
     user = any(s.kind != "links" for s in specs)
-    return {"analyzers": [s.to_json() for s in specs],
+    return {"analyzers": [s.to_json() for s in specs], "spool_dir": os.path.abspath(spool_dir),
             "opts": {"analysis_dir": os.path.abspath(config.analysis_dir) if user else None,
                      "timeout": config.analysis_timeout, "max_url_size": config.max_url_size,
                      "get_images": config.get_image}}
@@ -59,16 +76,36 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+
+class _Job:
+    """One page's tasks sent together: one line to a process, one answer back."""
+
+    __slots__ = ("tasks", "names", "line")
+
+    def __init__(self, tasks: list[Task]) -> None:
+        self.tasks = tasks
+        self.names = [t.analyzer for t in tasks]
+        t = tasks[0]
+        self.line = format_task([x.id for x in tasks], self.names, t.gen, t.offset - t.headers_length,
+                                t.headers_length, t.offset, t.length, t.depth, t.status, t.content_type,
+                                t.charset, t.saved, t.url)
+
+
 class AnalysisStage:
     """The analysis of one crawl: queue, pool, retries, alerts.
 
     ``reload``: continue the queue in stateDir.  ``durable``: tasks are
     marked done at checkpoints (canReload on); otherwise as they finish.
+    ``queue``: the analysis queue (an :class:`AnalysisQueue`; default the
+    :class:`TaskQueue` in stateDir).  ``share``: the loop parses a page
+    itself when every process's line is full (see the module); default the
+    configuration's ``analysisShare``.
     """
 
     def __init__(self, config, *, reload: bool = False, err=None, durable: bool = True,
                  pool: WorkerPool | None = None, specs: list[AnalyzerSpec] | None = None,
-                 queue_dir: str = ANALYSIS_DIR) -> None:
+                 queue_dir: str = ANALYSIS_DIR, queue: AnalysisQueue | None = None,
+                 share: bool | None = None) -> None:
         self.config = config
         self.err = err
         self.durable = durable
@@ -76,17 +113,30 @@ class AnalysisStage:
         self.user = [s for s in self.specs if s.kind != "links"]
         #: The crawl's link extractor runs on every page (the ``analyze`` command runs without it).
         self.with_links = any(s.kind == "links" for s in self.specs)
+        self.share = getattr(config, "analysis_share", True) if share is None else share
         self.backoff = Backoff(config.analysis_retries, config.analysis_backoff)
-        self.queue = TaskQueue(os.path.join(config.state_dir, queue_dir), reload=reload)
+        self.queue: AnalysisQueue = queue if queue is not None else TaskQueue(
+            os.path.join(config.state_dir, queue_dir), reload=reload)
         self.alerts = Alerts(config.state_dir, config.alert_command, err=err)
         self.queue_max = config.analysis_queue_max
         self.pool = pool if pool is not None else WorkerPool(
-            max(1, config.analysis_workers), worker_setup(config, self.specs), timeout=config.analysis_timeout, err=err)
+            max(1, config.analysis_workers), worker_setup(config, self.specs, self.queue.spool_dir),
+            timeout=config.analysis_timeout, err=err, depth=pool_mod.DEPTH)
+        self.pool.on_slot = self._slot_free
+        #: Headers are kept for the python analyzers only (the others do not read them).
+        self._wants_headers = any(s.kind == "python" for s in self.user)
+        self._mirror = getattr(config, "output_mode", None) == "mirror"
         self.frontier = None
         self.counts = None
         self._spawn = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._starting: asyncio.Task | None = None
+        #: Jobs waiting for a free slot in a process's line.
+        self._backlog: collections.deque[_Job] = collections.deque()
+        self._retry_timers: set = set()
+        self._draining = False
+        self._wake: asyncio.Future | None = None
+        self._closed = False
         #: Tasks submitted and not yet finished or failed for good.
         self.pending = 0
         self.peak_pending = 0
@@ -94,10 +144,11 @@ class AnalysisStage:
         self.failed = 0
         self.resumed = 0
         self.links = 0
+        #: Pages whose links the loop extracted itself (every slot taken: ``share``).
+        self.inline = 0
         self.failed_tries: collections.Counter[str] = collections.Counter()
         self.cpu_seconds = 0.0  # the analysis processes', once they ended (close)
         self._children_cpu0 = _children_cpu()
-        self.busy_seconds = 0.0  # wall time of the tries (the processes' work, as seen from the loop)
 
     def attach(self, frontier, counts, spawn) -> None:
         """The frontier links go to, the engine's counters, and its task spawner."""
@@ -123,84 +174,177 @@ class AnalysisStage:
     def idle(self) -> bool:
         return self.pending == 0
 
-    def submit(self, url: str, depth: int, body: bytes, *, status=None, content_type=None, charset=None) -> None:
-        """A page to analyse: its tasks queued (durably), then run."""
-        names = (["links"] if self.with_links else []) + [s.name for s in self.user if s.wants(url, content_type)]
-        for task in self.queue.add(url, depth, names, body, status=status, content_type=content_type,
-                                   charset=charset):
-            self._run(task)
+    def submit(self, url: str, depth: int, body: bytes, *, status=None, content_type=None, charset=None,
+               headers=None, saved: str | None = None) -> bool:
+        """A page to analyse: its tasks queued (durably), then sent to a process.
+
+        Returns False when the page was not taken (``share``: every slot is
+        busy and no user analyzer wants the page): the caller extracts its
+        links itself.
+        """
+        user = [s.name for s in self.user if s.wants(url, content_type)]
+        if not user:
+            if not self.with_links:
+                return True  # nothing to run on it
+            if self.share and not self._backlog and self.pool.free() == 0:
+                self.inline += 1
+                return False
+        names = (["links"] if self.with_links else []) + user
+        hdrs = format_headers(headers) if headers and user and self._wants_headers else b""
+        if saved is None and self._mirror and user:
+            from ..output.paths import url_to_relpath
+
+            saved = os.path.join(os.path.abspath(self.config.save_dir), url_to_relpath(url))
+        tasks = self.queue.add(url, depth, names, body, status=status, content_type=content_type,
+                               charset=charset, headers=hdrs, saved=saved)
+        self._count(len(tasks))
+        self._dispatch(_Job(tasks))
+        return True
 
     def resume(self) -> int:
         """``--reload``: run the tasks the queue gave back; how many."""
         tasks, self.queue.resumed = self.queue.resumed, []
         known = {s.name for s in self.specs}
+        pages: dict[tuple, list[Task]] = {}
+        self._count(len(tasks))
         for task in tasks:
             if task.analyzer not in known:
                 # The analyzer left the configuration: said, not run, not lost silently.
                 self._give_up(task, f"analyzer {task.analyzer!r} is no longer configured")
                 continue
-            self._run(task)
+            pages.setdefault((task.gen, task.offset, task.tries), []).append(task)
+        for group in pages.values():
+            self._retry(group)
         self.resumed += len(tasks)
         return len(tasks)
 
-    def _run(self, task: Task) -> None:
-        self.pending += 1
+    def _count(self, n: int) -> None:
+        if n and not self.pending and not self._closed:
+            self.pending += n
+            self._ensure_drain()
+        else:
+            self.pending += n
         if self.pending > self.peak_pending:
             self.peak_pending = self.pending
-        self._spawn(self.run(task))
 
-    async def run(self, task: Task) -> None:
-        """Try ``task`` until it succeeds or its tries are spent."""
-        msg = {"id": task.id, "n": task.analyzer, "spool": self.queue.spool_path(task.gen), "o": task.offset,
-               "l": task.length, "u": task.url, "d": task.depth, "s": task.status, "c": task.content_type,
-               "h": task.charset}
-        while True:
-            delay = self.backoff.delay(task.tries)
-            if delay is None:
-                self._give_up(task, task.error)
+    # -- the engine task that stands for the pending tasks ------------------
+    def _ensure_drain(self) -> None:
+        if not self._draining and self._spawn is not None:
+            self._draining = True
+            self._spawn(self._drain())
+
+    async def _drain(self) -> None:
+        """Alive while tasks are pending; ends after each batch of answers (the engine pumps)."""
+        loop = asyncio.get_running_loop()
+        self._wake = loop.create_future()
+        try:
+            await self._wake
+        except asyncio.CancelledError:  # the crawl stops: what is pending stays in the queue
+            self._draining = False
+            self._wake = None
+            raise
+        self._draining = False
+        self._wake = None
+        if self.pending and not self._closed:
+            self._ensure_drain()  # before this task ends: the engine never sees none
+
+    def _poke(self) -> None:
+        w = self._wake
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    # -- jobs ---------------------------------------------------------------
+    def _dispatch(self, job: _Job) -> None:
+        if self._backlog or not self.pool.submit(job.line, job, self._answered):
+            self._backlog.append(job)
+
+    def _slot_free(self) -> None:
+        """(The pool.) A slot freed, or a process is ready: the jobs that waited go."""
+        backlog = self._backlog
+        while backlog:
+            if not self.pool.submit(backlog[0].line, backlog[0], self._answered):
                 return
-            if delay:
-                await asyncio.sleep(delay)
-            started = time.monotonic()
-            try:
-                reply = await self.pool.run(msg)
-            except TaskFailed as exc:
-                self.busy_seconds += time.monotonic() - started
-                if exc.reason == "bystander":  # its process died running another task: not its try
-                    continue
-                self.failed_tries[exc.reason] += 1
-                self.queue.tried(task, f"{exc.reason}: {exc}")
-                continue
-            self.busy_seconds += time.monotonic() - started
-            self._apply(task, reply)
-            self.queue.finished(task)
-            self.pending -= 1
-            self.finished += 1
-            if not self.durable:
-                self._confirm(self.queue.mark())
-            return
+            backlog.popleft()
 
-    def _apply(self, task: Task, reply: dict) -> None:
-        """(Loop.) A finished task's result: the links to the frontier with their page's depth."""
-        if task.analyzer != "links":
+    def _answered(self, job: _Job, answer) -> None:
+        """(The pool's callback.) A job's answer line, or its failure."""
+        if isinstance(answer, TaskFailed):
+            if answer.reason == "bystander":  # its process died running another job: not its try
+                if not self._closed:
+                    self._dispatch(job)
+                return
+            failed = [(t, f"{answer.reason}: {answer}") for t in job.tasks]
+            reason = answer.reason
+        else:
+            try:
+                results = parse_answer(answer, job.names)
+            except (ValueError, UnicodeDecodeError) as exc:
+                results = [(f"a bad answer from the analysis process: {exc}", "")] * len(job.tasks)
+            failed = []
+            reason = "error"
+            done = 0
+            for task, result in zip(job.tasks, results):
+                if type(result) is tuple:
+                    failed.append((task, f"error: {result[0]}"))
+                    continue
+                if task.analyzer == "links":
+                    self._apply(task, result)
+                self.queue.finished(task)
+                done += 1
+            self.pending -= done
+            self.finished += done
+            if done and not self.durable:
+                self._confirm(self.queue.mark())
+        if failed:
+            self.failed_tries[reason] += len(failed)
+            for task, error in failed:
+                self.queue.tried(task, error)
+            self._retry([t for t, _ in failed])
+        self._poke()
+
+    def _retry(self, tasks: list[Task]) -> None:
+        """Tasks of one page whose last try failed (or resumed): again after the backoff, or given up."""
+        again = []
+        for task in tasks:
+            if self.backoff.delay(task.tries) is None:
+                self._give_up(task, task.error)
+            else:
+                again.append(task)
+        if not again or self._closed:
             return
+        delay = self.backoff.delay(again[0].tries)
+        job = _Job(again)
+        if not delay:
+            self._dispatch(job)
+            return
+        handle = None
+
+        def fire() -> None:
+            self._retry_timers.discard(handle)
+            if not self._closed:
+                self._dispatch(job)
+        handle = (self._loop or asyncio.get_running_loop()).call_later(delay, fire)
+        self._retry_timers.add(handle)
+
+    def _apply(self, task: Task, result: dict) -> None:
+        """(Loop.) A finished task's result: the links to the frontier with their page's depth."""
         counts = self.counts
-        if reply.get("error") is not None:
+        if result.get("error") is not None:
             counts.page_errors["parseError"] += 1
-        if reply.get("nofollow"):
-            counts.rejected["nofollow"] += reply["nofollow"]
-        if not reply.get("meta_nofollow"):
-            links = reply.get("links") or ()
+        if result.get("nofollow"):
+            counts.rejected["nofollow"] += result["nofollow"]
+        if not result.get("meta_nofollow"):
+            links = result.get("links") or ()
             self.links += len(links)
             self.frontier.offer(task.url, task.depth, links)
 
     def _give_up(self, task: Task, error: str) -> None:
-        tries = task.tries
-        self.alerts.raise_alert("analysisFailed", url=task.url, analyzer=task.analyzer, tries=tries,
+        self.alerts.raise_alert("analysisFailed", url=task.url, analyzer=task.analyzer, tries=task.tries,
                                 error=error, depth=task.depth)
         self.queue.failed(task)
         self.failed += 1
         self.pending -= 1
+        self._poke()
 
     # -- checkpoints --------------------------------------------------------
     def mark(self) -> int:
@@ -218,6 +362,11 @@ class AnalysisStage:
 
     async def close(self) -> None:
         """The processes ended, the alert commands waited for, the queue closed."""
+        self._closed = True
+        for handle in list(self._retry_timers):
+            handle.cancel()
+        self._retry_timers.clear()
+        self._backlog.clear()
         if self._starting is not None and not self._starting.done():
             self._starting.cancel()
             await asyncio.gather(self._starting, return_exceptions=True)
@@ -226,15 +375,18 @@ class AnalysisStage:
         if not self.durable:
             self._confirm(self.queue.mark())
         self.queue.close()
+        self._poke()
         # The processes are reaped: their CPU (and their children's) is the children's usage since the start.
         self.cpu_seconds = _children_cpu() - self._children_cpu0
-        if self.err is not None and (self.finished or self.failed or self.pending):
+        if self.err is not None and (self.finished or self.failed or self.pending or self.inline):
             print(f"larbin_py: analysis: {self.finished} tasks done, {self.failed} failed ({self.alerts.count} "
-                  f"alerts), {self.pending} left for --reload, {sum(self.failed_tries.values())} tries failed; "
-                  f"{self.pool.size} processes, {self.cpu_seconds:.2f} CPU s", file=self.err)
+                  f"alerts), {self.pending} left for --reload, {sum(self.failed_tries.values())} tries failed, "
+                  f"{self.inline} pages parsed on the loop (processes busy); "
+                  f"{self.pool.size} processes, {self.cpu_seconds:.2f} CPU s, peak RSS "
+                  f"{self.pool.peak_rss_kb / 1024:.1f} MB a process", file=self.err)
 
     def stats(self) -> dict:
         return {"workers": self.pool.size, "pending": self.pending, "peak_pending": self.peak_pending,
                 "queue_max": self.queue_max, "finished": self.finished, "failed": self.failed,
-                "resumed": self.resumed, "links": self.links, "failed_tries": dict(self.failed_tries),
-                "alerts": self.alerts.stats(), "pool": self.pool.stats()}
+                "resumed": self.resumed, "links": self.links, "inline": self.inline, "share": self.share,
+                "failed_tries": dict(self.failed_tries), "alerts": self.alerts.stats(), "pool": self.pool.stats()}

@@ -1,12 +1,25 @@
-"""An analysis process: tasks in on stdin, results out, one JSON line each.
+"""An analysis process: pages in on stdin, one answer line each out.
 
 Started by larbin_py.analysis.pool with ``python -m larbin_py.analysis.worker``.
-The first line in is the setup (the analyzers' specs and options); the
-process answers ``{"ready": 1}`` once its imports are done, then each task
-line (the page's URL, depth, analyzer, and where its body lies in the
-spool) gets one answer: ``{"id", "ok": true, ...result}`` or ``{"id",
-"ok": false, "error"}``.  The protocol has the process's original stdout to
-itself: fd 1 is pointed at stderr, so an analyzer's prints cannot corrupt it.
+The first line in is the setup (JSON: the analyzers' specs and options, the
+spool's folder); the process answers ``{"ready":1}`` once its imports are
+done.  Then every line is one *page* (:func:`parse_task`): its tasks' ids
+and analyzers, where its headers and body lie in the spool, its URL, depth,
+status, content type, charset and saved path, tab-separated.  Each page gets
+one answer line (:func:`format_answer`): the first task's id, then one
+segment per analyzer, ``\\x1e``-separated, each ``+result`` or
+``!["error","trace"]``; the ``links`` analyzer's result is its counts and
+its links joined by ``\\x1f`` (canonical URLs percent-encode control
+characters: no link holds a separator).  No JSON on the common path.
+
+The page is parsed once (:class:`~larbin_py.analysis.analyzers.PageView`
+keeps the extraction and its tree for every analyzer of the page).
+
+Batching: the process reads its pipe in chunks and writes the answers of
+all the pages it found there in one ``write()``, or sooner when 20 ms have
+passed (a slow analyzer's answers are not held back).  The protocol has
+the process's original stdout to itself: fd 1 is pointed at stderr, so an
+analyzer's prints cannot corrupt it.
 """
 
 from __future__ import annotations
@@ -14,52 +27,166 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 
-from .analyzers import AnalyzerSpec, PageView, run
+from .analyzers import AnalyzerSpec, PageView, parse_headers, run
+
+#: Answers are written at least this often while a batch runs, seconds.
+FLUSH_EVERY = 0.02
+FS, RS = "\x1f", "\x1e"
 
 
-def _read_body(fds: dict, path: str, offset: int, length: int) -> bytes:
-    fd = fds.get(path)
-    if fd is None:
-        if len(fds) > 8:  # spools of finished generations
-            for old in list(fds):
-                os.close(fds.pop(old))
-        fd = fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    data = os.pread(fd, length, offset)
-    if len(data) != length:
-        raise OSError(f"the body is cut short in {path} ({len(data)} of {length} bytes)")
-    return data
+def parse_task(line: str) -> dict:
+    """A page's line (see :func:`format_task`) as a dict."""
+    (ids, names, gen, hoff, hlen, off, length, depth, status, ctype, charset, saved,
+     url) = line.split("\t")
+    return {"ids": [int(i) for i in ids.split(",")], "names": names.split(","), "g": int(gen),
+            "ho": int(hoff), "hl": int(hlen), "o": int(off), "l": int(length), "d": int(depth),
+            "s": int(status) if status else None, "c": ctype or None, "h": charset or None,
+            "saved": saved or None, "u": url}
+
+
+def _field(value) -> str:
+    if value is None:
+        return ""
+    text = str(value)
+    if "\t" in text or "\n" in text or "\r" in text:
+        text = text.replace("\t", " ").replace("\n", " ").replace("\r", " ")
+    return text
+
+
+def format_task(ids, names, gen, hoff, hlen, off, length, depth, status, ctype, charset, saved, url) -> bytes:
+    """One page's line: what :func:`parse_task` reads."""
+    return ("%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n" % (
+        ",".join(map(str, ids)), ",".join(names), gen, hoff, hlen, off, length, depth,
+        "" if status is None else status, _field(ctype), _field(charset), _field(saved), url)).encode()
+
+
+def _clean(text: str) -> str:
+    return "".join(ch if ch >= " " else " " for ch in text)
+
+
+def format_answer(first_id: int, results: list) -> bytes:
+    """One page's answer: per analyzer a dict (its result) or an exception."""
+    segs = []
+    for r in results:
+        if isinstance(r, BaseException):
+            tb = "".join(traceback.format_exception(type(r), r, r.__traceback__))[-2000:]
+            segs.append("!" + json.dumps([f"{type(r).__name__}: {r}", tb]))
+        elif "links" in r:
+            err = r.get("error")
+            segs.append("+%d%s%d%s%s%s%s" % (r.get("nofollow", 0), FS, 1 if r.get("meta_nofollow") else 0, FS,
+                                             _clean(err) if err else "", FS, FS.join(r["links"])))
+        else:
+            segs.append("+%d" % r.get("records", 0))
+    return ("%d\t%s\n" % (first_id, RS.join(segs))).encode()
+
+
+def parse_answer(line: bytes, names: list[str]) -> list:
+    """An answer line as one entry per analyzer: a dict, or ``(error, trace)`` for a failure."""
+    text = line.decode()
+    _id, _, rest = text.rstrip("\n").partition("\t")
+    segs = rest.split(RS)
+    if len(segs) != len(names):
+        raise ValueError(f"an answer with {len(segs)} results for {len(names)} analyzers")
+    out = []
+    for name, seg in zip(names, segs):
+        if seg[:1] == "!":
+            err, trace = json.loads(seg[1:])
+            out.append((str(err), str(trace)))
+        elif name == "links":
+            parts = seg[1:].split(FS)
+            out.append({"nofollow": int(parts[0]), "meta_nofollow": parts[1] == "1", "error": parts[2] or None,
+                        "links": parts[3:] if len(parts) > 3 and parts[3] else []})
+        else:
+            out.append({"records": int(seg[1:])})
+    return out
+
+
+class _Spool:
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.fds: dict[int, int] = {}
+
+    def read(self, gen: int, offset: int, length: int) -> bytes:
+        fd = self.fds.get(gen)
+        if fd is None:
+            if len(self.fds) > 8:  # spools of finished generations
+                for old in list(self.fds):
+                    os.close(self.fds.pop(old))
+            path = os.path.join(self.directory, "bodies-%08d.bin" % gen)
+            fd = self.fds[gen] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        data = os.pread(fd, length, offset)
+        if len(data) != length:
+            raise OSError(f"the body is cut short in spool {gen} ({len(data)} of {length} bytes)")
+        return data
+
+
+def handle(line: str, specs: dict, opts: dict, spool: _Spool) -> bytes:
+    """One page's line: every analyzer run on one PageView; its answer line."""
+    try:
+        msg = parse_task(line)
+    except ValueError as exc:
+        raise SystemExit(f"larbin_py analysis: a bad task line: {exc}: {line[:200]!r}")
+    results: list = []
+    try:
+        body = spool.read(msg["g"], msg["o"], msg["l"])
+        headers = parse_headers(spool.read(msg["g"], msg["ho"], msg["hl"])) if msg["hl"] else []
+        page = PageView(msg["u"], msg["s"], msg["c"], msg["h"], body, msg["d"], msg["saved"], headers)
+    except Exception as exc:  # every analyzer of the page fails alike
+        return format_answer(msg["ids"][0], [exc] * len(msg["names"]))
+    for name in msg["names"]:
+        try:
+            results.append(run(specs[name], page, opts))
+        except Exception as exc:
+            results.append(exc)
+    return format_answer(msg["ids"][0], results)
 
 
 def main() -> int:
-    proto = os.fdopen(os.dup(1), "wb")
+    proto_fd = os.dup(1)
     os.dup2(2, 1)
-    stdin = sys.stdin.buffer
-    setup = json.loads(stdin.readline())
+    buf = b""
+    while b"\n" not in buf:
+        chunk = os.read(0, 1 << 16)
+        if not chunk:
+            return 0
+        buf += chunk
+    first, _, buf = buf.partition(b"\n")
+    setup = json.loads(first)
     specs = {d["name"]: AnalyzerSpec.from_json(d) for d in setup["analyzers"]}
     opts = setup["opts"]
     if opts.get("analysis_dir"):
         os.makedirs(opts["analysis_dir"], exist_ok=True)
+    spool = _Spool(setup.get("spool_dir") or ".")
     from .. import parse  # noqa: F401  (lxml imported before "ready": the first task's time is its own)
 
-    proto.write(b'{"ready":1}\n')
-    proto.flush()
-    fds: dict[str, int] = {}
-    for line in stdin:
-        msg = json.loads(line)
-        try:
-            spec = specs[msg["n"]]
-            body = _read_body(fds, msg["spool"], msg["o"], msg["l"])
-            page = PageView(msg["u"], msg.get("s"), msg.get("c"), msg.get("h"), body, msg.get("d", 0))
-            reply = {"id": msg["id"], "ok": True, **run(spec, page, opts)}
-        except Exception as exc:
-            tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-            reply = {"id": msg["id"], "ok": False, "error": f"{type(exc).__name__}: {exc}",
-                     "trace": "".join(tb)[-2000:]}
-        proto.write(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
-        proto.flush()
-    return 0
+    def write(data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(proto_fd, view):]
+
+    write(b'{"ready":1}\n')
+    while True:
+        if b"\n" not in buf:
+            chunk = os.read(0, 1 << 20)
+            if not chunk:
+                return 0
+            buf += chunk
+            continue
+        cut = buf.rfind(b"\n") + 1
+        lines, buf = buf[:cut].decode().split("\n")[:-1], buf[cut:]
+        out: list[bytes] = []
+        flushed = time.monotonic()
+        for line in lines:
+            out.append(handle(line, specs, opts, spool))
+            now = time.monotonic()
+            if now - flushed >= FLUSH_EVERY:
+                write(b"".join(out))
+                out, flushed = [], now
+        if out:
+            write(b"".join(out))
 
 
 if __name__ == "__main__":

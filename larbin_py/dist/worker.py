@@ -71,12 +71,15 @@ class DistFrontier(Frontier):
     """The frontier of a worker: idle only once the whole crawl has ended."""
 
     crawl_ended = False
+    #: The engine's analysis stage (analyzers configured), or None: its pending
+    #: tasks keep the worker from reporting idle (their links are still to come).
+    analysis = None
 
     def idle(self) -> bool:
         return self.crawl_ended and super().idle()
 
     def locally_idle(self) -> bool:
-        return super().idle()
+        return super().idle() and (self.analysis is None or self.analysis.idle())
 
 
 class WorkerMirrorOutput(MirrorOutput):
@@ -327,11 +330,18 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
         await io.close()
         return 2
     try:
+        if not config.analyzers:
+            # The link extractor runs on each worker's loop: the workers are the
+            # crawl's processes already (analysisWorkers is the embedded crawler's;
+            # and a page's ack goes to Redis before a process would hand its links back).
+            config = config.replace(analysis_workers=0)
         state = DistState(config, io, worker, membership=membership, err=err)
         output = None if (engine_kw or {}).get("output") else make_worker_output(config, worker)
         kw = dict(engine_kw or {})
         kw.setdefault("output", output)
         engine = Engine(config, crawl_state=state, err=err, **kw)
+        if engine.analysis is not None and isinstance(engine.frontier, DistFrontier):
+            engine.frontier.analysis = engine.analysis
         state.coordinator.on_ip_release = \
             lambda ip: engine.fetcher.close_idle(ip) if engine.fetcher is not None else 0
         coordinator = state.coordinator
