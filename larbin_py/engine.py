@@ -315,7 +315,7 @@ class Engine:
                 self.request_stop(f"limitPage {limit} reached")
             elif fr.idle() and not self._tasks:
                 self.request_stop("end of work")
-            elif fr.is_get and (len(fr.main) or len(fr.prio)):
+            elif fr.more_to_load():
                 self._pump_soon()  # the loader stopped at its batch size
         if self._stopping and not self._tasks:
             self._finish()
