@@ -86,7 +86,8 @@ class Engine:
             conn_per_ip=config.connexions_per_ip, agent=self.agent, obey_robots=not config.ignore_robots,
             rng=self.rng, on_forget=self.pages.on_forget, server_rtt_factor=config.server_rtt_factor,
             positions=st.frontier_positions(), private_networks=config.private_networks, stores=stores,
-            seen=self.seen, rules=self.rules, retries=config.retries,
+            seen=self.seen, rules=self.rules, retries=config.retries, prune_after=config.prune_after,
+            keep_sites=config.keep_sites,
         )
         st.attach(self.frontier)
         #: Links lately met, known to be in :attr:`seen` (the frontier's, checked before the rules).
