@@ -53,7 +53,8 @@ class Engine:
     """One crawl.  ``await Engine(config).run()`` returns its :class:`Summary`.
 
     ``resolver``, ``fetcher`` and ``output`` may be injected (tests, benchmarks);
-    otherwise they are built from the configuration.  So may the frontier's
+    otherwise they are built from the configuration (both kinds live in
+    :attr:`edge`, a :class:`~larbin_py.wiring.Edge`).  So may the frontier's
     stores: ``stores`` (a :data:`~larbin_py.frontier.interfaces.StoreFactory`)
     and ``seen`` (a :class:`~larbin_py.frontier.interfaces.SeenStore`), for a
     crawl that is not continued with ``--reload`` (``canReload`` off); and
