@@ -139,8 +139,8 @@ async def one_crawl(args, mode: str, tabs: int, seed_all: bool = False) -> dict:
 
                 def hook(e):
                     nonlocal real_fetch
-                    real_fetch = e.dynamic.fetch
-                    e.dynamic.fetch = timed
+                    real_fetch = e.edge.dynamic.fetch
+                    e.edge.dynamic.fetch = timed
                 engine.on_servers_started = hook
             t0, c0 = time.monotonic(), os.times()
             summary = await engine.run()

@@ -53,7 +53,7 @@ from common import median, peer_python, report, table
 
 from lxml import etree
 
-from larbin_py.config import format_config, parse_config_text
+from larbin_py.config import KEYS, format_config, parse_config_text
 from larbin_py.sim.dns import SimDNSServer
 from larbin_py.sim.export import export
 from larbin_py.sim.web import SimConfig, SimWeb
@@ -87,6 +87,18 @@ def run_child(args: list[str], cwd: str, source: str | None = None) -> dict:
             "code": proc.returncode, "stderr": err.read()}
 
 
+def changed_keys(config) -> str:
+    """larbin.conf text with only the keys ``config`` sets away from the defaults:
+    what a baseline tree reads even when this one has keys it does not know."""
+    default = parse_config_text("", require_start_urls=False)
+    lines = []
+    for key in KEYS:
+        value = getattr(config, key.attr)
+        if value != getattr(default, key.attr):
+            lines.extend(key.format(value) or [])
+    return "\n".join(lines) + "\n"
+
+
 def profiler(out: str) -> list[str]:
     """The py-spy command prefix that samples a child into ``out``."""
     spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
@@ -106,7 +118,7 @@ async def crawl_larbin(web: SimWeb, dns_port: int, work: str, profile: str | Non
         timeout_page=30.0, forbidden_extensions=(), http_parser=http_parser)
     conf = os.path.join(work, "larbin.conf")
     with open(conf, "w") as f:
-        f.write(format_config(config))
+        f.write(changed_keys(config) if source else format_config(config))
     env_python = sys.executable
     command = [env_python, "-m", "larbin_py", "-c", conf]
     if profile:

@@ -276,6 +276,8 @@ class Config:
     forbidden_extensions: tuple[str, ...] = DEFAULT_FORBIDDEN_EXTENSIONS
     max_urls_by_site: int = 40
     ram_urls: int = 100_000
+    prune_after: float = 120.0
+    keep_sites: int = 100_000
     seen_store: str = "auto"
     timeout_page: float = 30.0
     timeout_incr: int = 2000
@@ -825,6 +827,8 @@ KEYS: tuple[_Key, ...] = (
     _Int("maxUrlSize", "max_url_size", 16, 65_536),
     _Int("maxUrlsBySite", "max_urls_by_site", 1, 1_000_000),
     _Int("ramUrls", "ram_urls", 1, 100_000_000),
+    _Seconds("pruneAfter", "prune_after", 0, 86_400, above=True),
+    _Int("keepSites", "keep_sites", 0, 100_000_000),
     _Choice("seenStore", "seen_store", ("auto", "array", "disk")),
     _Proxy("proxy", "proxy"),
     _Int("bondWidth", "bond_width", 0, 1_000_000_000_000),

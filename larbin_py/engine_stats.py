@@ -1,8 +1,9 @@
 """The crawl's statistics: the end-of-crawl :class:`Summary` and the stats snapshot.
 
-:class:`EngineStats` reads the engine's parts (its frontier, resolver,
-fetcher, flow controller and counters) and never changes them, except for its
-own rate samples (the last 5 s of pages and bytes, for the "now" rates).
+:class:`EngineStats` reads the engine's parts (its frontier, its edge's
+resolver and fetcher, its flow controller, its counters, the crawl time its
+checkpoints keep) and never changes them, except for its own rate samples
+(the last 5 s of pages and bytes, for the "now" rates).
 The snapshot is the ``StatsSource`` interface of larbin_py.web (schema in
 docs/stats.md); ``/proc`` reads give the memory figures.
 """
@@ -127,9 +128,9 @@ class EngineStats:
         """What the crawl did so far: printed at the end, returned by ``Engine.run``."""
         e = self.engine
         fr = e.frontier
-        elapsed = e._elapsed()
-        stats = getattr(e.resolver, "stats", None)
-        http = getattr(e.fetcher, "stats", None)
+        elapsed = e.checkpoints.elapsed()
+        stats = getattr(e.edge.resolver, "stats", None)
+        http = getattr(e.edge.fetcher, "stats", None)
         return Summary(
             pages=fr.fetched,
             bytes=e.counts.bytes,
@@ -145,13 +146,13 @@ class EngineStats:
             requests=e.counts.requests,
             robots_requests=e.counts.robots_requests,
             stop_reason=e.stop_reason,
-            failed=e.failed,
+            failed=e.failures.message,
             peak_rss=_peak_rss(),
             connections_opened=_stat(http, "connections_opened"),
             reuses=_stat(http, "reuses"),
             h11_handovers=_stat(http, "h11_handovers"),
             cookies=e.crawl_state.cookies.stats if e.crawl_state.cookies is not None else None,
-            dynamic=e.dynamic.stats if getattr(e, "dynamic", None) is not None else None,
+            dynamic=e.edge.dynamic.stats if e.edge.dynamic is not None else None,
         )
 
     def _flow_snapshot(self) -> dict:
@@ -182,7 +183,7 @@ class EngineStats:
         dt = loop_now - t0
         rate_now = (fr.fetched - p0) / dt if dt > 0 else 0.0
         bytes_rate = (e.counts.bytes - b0) / dt if dt > 0 else 0.0
-        dns = getattr(e.resolver, "stats", None)
+        dns = getattr(e.edge.resolver, "stats", None)
         st = fr.stats()
         sites = st["sites"]
         return {
@@ -224,7 +225,7 @@ class EngineStats:
             "hosts": st["hosts"],
             "last": list(e.counts.last),
             "limit_time": e.config.limit_time or None,
-            "dynamic": e.dynamic.stats if getattr(e, "dynamic", None) is not None else None,
+            "dynamic": e.edge.dynamic.stats if e.edge.dynamic is not None else None,
         }
 
 

@@ -12,7 +12,10 @@ The frontier hands the engine a robots.txt request as a site's first request;
   to another host resolves that name through the engine's one lookup method
   (never the resolver directly), and only to addresses the
   ``privateNetworks`` policy allows (``Frontier.allowed_addresses``; none
-  allowed counts ``privateAddress`` and leaves the rules unreadable);
+  allowed counts ``privateAddress`` and leaves the rules unreadable).  Not
+  through the frontier's per-site DNS state: the hop's host is most often
+  no site of the crawl, and would have to become one for a single request
+  (docs/architecture.md says more);
 * 4xx (429 aside), or a redirect that leads nowhere: no restriction;
 * 5xx, 429, or no answer: unavailable, the frontier disallows and retries
   later (``Frontier.robots_unavailable``).

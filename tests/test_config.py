@@ -136,6 +136,8 @@ NON_DEFAULTS = {
     "forbidden_extensions": (),
     "max_urls_by_site": 5,
     "ram_urls": 17,
+    "prune_after": 2.5,
+    "keep_sites": 0,
     "seen_store": "array",
     "timeout_page": 2.5,
     "timeout_incr": 0,
@@ -493,6 +495,15 @@ def test_flow_control_keys_are_checked_with_their_line():
     assert config.flow_control is False and config.rtt_alpha == 1.0
 
 
+def test_prune_after_and_keep_sites_default_to_the_frontiers_own():
+    from larbin_py.frontier.scheduler import KEEP_SITES, PRUNE_AFTER
+
+    config = parse_config_text("startUrl http://a.test/\n")
+    assert (config.prune_after, config.keep_sites) == (PRUNE_AFTER, KEEP_SITES)
+    config = parse_config_text("startUrl http://a.test/\npruneAfter 0.5\nkeepSites 0\n")
+    assert (config.prune_after, config.keep_sites) == (0.5, 0)
+
+
 def test_wait_jitter_is_a_fraction_from_zero_to_one():
     assert parse_config_text("startUrl http://a.test/\n").wait_jitter == 0.05
     assert parse_config_text("startUrl http://a.test/\nwaitJitter 0\n").wait_jitter == 0.0
@@ -520,7 +531,8 @@ BAD_NUMBERS = [
     ("connIncrease", "100001"), ("connDecrease", "-1"), ("timeoutIncr", "1000000001"),
     ("retries", "21"), ("retries", "99999999999999999999"), ("maxPageSize", "1000000001"),
     ("maxUrlSize", "15"), ("maxUrlSize", "65537"), ("maxUrlsBySite", "1000001"),
-    ("ramUrls", "100000001"), ("bondWidth", "1000000000001"), ("limitPage", "1000000000001"),
+    ("ramUrls", "100000001"), ("pruneAfter", "0"), ("pruneAfter", "86401"), ("pruneAfter", "nan"),
+    ("keepSites", "-1"), ("keepSites", "100000001"), ("bondWidth", "1000000000001"), ("limitPage", "1000000000001"),
     ("depthInSite", "10001"), ("depthInSite", "1" * 5000),
     ("maxRedirects", "-1"), ("maxRedirects", "101"),
     ("dynamicConnexions", "0"), ("dynamicConnexions", "65"), ("dynamicTimeout", "0"), ("dynamicTimeout", "601"),

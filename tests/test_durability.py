@@ -119,8 +119,8 @@ async def test_a_slow_disk_never_blocks_the_loop_and_the_gate_bounds_its_queue(t
                 now = time.monotonic()
                 gaps.append(now - last)
                 last = now
-                if engine._writer is not None:
-                    backlog.append(engine._writer.backlog)
+                if engine.edge.writer is not None:
+                    backlog.append(engine.edge.writer.backlog)
 
         tick = asyncio.ensure_future(ticker())
         try:

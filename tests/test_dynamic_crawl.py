@@ -139,7 +139,7 @@ async def test_killing_the_browser_mid_crawl_loses_nothing(tmp_path):
         run = asyncio.ensure_future(engine.run())
         # kill it while a page renders: its scripts have started asking for sub-requests
         await sim.log.wait_for(lambda log: any(r.path == "/app.js" for r in log.requests), 30)
-        engine.browser.kill()
+        engine.edge.browser.kill()
         summary = await run
         requested = set(pages_requested(sim, truth))
         assert requested == truth.must_request, sorted(requested ^ truth.must_request)

@@ -159,3 +159,33 @@ async def test_a_closed_durability_gate_starts_nothing(tmp_path):
     summary = await engine.run()
     assert fetcher.requests == [] and summary.requests == 0 and state.gate_asked > 0
     assert summary.stop_reason.startswith("limitTime")
+
+
+def test_the_frontier_is_built_with_the_configurations_pruning(tmp_path):
+    engine = Engine(config(tmp_path).replace(prune_after=7.5, keep_sites=3), resolver=FakeResolver(),
+                    fetcher=FakeFetcher(), stores=memory_stores(), seen=MemorySeen())
+    assert (engine.frontier.prune_after, engine.frontier.keep_sites) == (7.5, 3)
+    engine.frontier.close()
+
+
+def test_failures_keep_the_first_message_say_it_once_and_stop():
+    import errno
+    import io
+
+    from larbin_py.failures import Failures
+    from larbin_py.output import OutputError
+
+    err, stops = io.StringIO(), []
+    failures = Failures("/srv/state", err, stops.append)
+    failures.write_failed(OSError(errno.ENOSPC, "No space left on device"))
+    assert failures.state_broken and stops == ["failed"]
+    assert "/srv/state/frontier" in failures.message and "--reload" in failures.message
+    failures.on_io_error(OutputError("disk gone"))  # a consequence: not said again, still a stop
+    failures.note("output failed: late")
+    assert err.getvalue().count("larbin_py: ") == 1 and stops == ["failed", "failed"]
+    assert "/srv/state/frontier" in failures.message
+    late = Failures("/srv/state", io.StringIO(), stops.append)
+    late.note("output failed: at close")  # met at shutdown: kept, not printed, no stop
+    assert late.message == "output failed: at close" and late.err.getvalue() == "" and len(stops) == 2
+    late.fail("cannot open the output: x", stop=False)
+    assert late.message == "output failed: at close" and len(stops) == 2

@@ -181,6 +181,20 @@ def test_offer_url_answers_accepted_duplicate_or_the_rules_reason():
     assert f.rejected == {} and f.taken == 2
 
 
+def test_more_to_load_says_when_load_stopped_at_its_batch_with_room_left():
+    f = fake_frontier(ram_urls=30, max_urls_by_site=100)
+    assert not f.more_to_load()  # nothing queued
+    assert f.offer("http://a.test/", 3, [f"http://a.test/{i}" for i in range(10)]) == 10
+    f.offer_url("http://b.test/")  # the priority lane counts too
+    assert f.more_to_load()
+    assert f.load(0.0, max_reads=4) == 4 and f.more_to_load()  # the batch size stopped it
+    assert f.load(0.0) == 7 and not f.more_to_load()  # both lanes drained
+    assert f.offer("http://a.test/", 3, [f"http://a.test/x{i}" for i in range(40)]) == 40
+    f.load(0.0)
+    assert f.in_sites == 30 and not f.is_get and len(f.main) == 21
+    assert not f.more_to_load()  # the gate is closed: the frontier's own events reopen it
+
+
 def test_a_frontier_on_memory_stores_crawls_and_checkpoints_like_on_disk(tmp_path):
     f = fake_frontier(ram_urls=20, max_urls_by_site=3, wait_duration=0.01)
     urls = [f"http://h{i % 4}.test/{i}" for i in range(40)]

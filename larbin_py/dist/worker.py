@@ -343,7 +343,7 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
         if engine.analysis is not None and isinstance(engine.frontier, DistFrontier):
             engine.frontier.analysis = engine.analysis
         state.coordinator.on_ip_release = \
-            lambda ip: engine.fetcher.close_idle(ip) if engine.fetcher is not None else 0
+            lambda ip: engine.edge.fetcher.close_idle(ip) if engine.edge.fetcher is not None else 0
         coordinator = state.coordinator
 
         def snapshot() -> dict:  # written to stats:<w> at each heartbeat (the launcher's dashboard)

@@ -489,6 +489,12 @@ class Frontier:
             self._end_rotation()
         return placed
 
+    def more_to_load(self) -> bool:
+        """True when :meth:`load` stopped at its batch size with room left:
+        the gate is open and the priority or main lane still holds records
+        (the engine pumps again at once instead of waiting for a timer)."""
+        return self.in_sites < self.ram_urls and bool(len(self.prio) or len(self.main))
+
     def _load_due(self) -> bool:
         """True when :meth:`load` has work now: the gate is open and a store
         has records it would read (the wait store only while a rotation runs

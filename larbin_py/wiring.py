@@ -1,0 +1,165 @@
+"""Building a crawl's parts from its configuration: what the engine routes between.
+
+The engine builds nothing itself.  Its parts are made here, in two steps:
+
+* :func:`build_frontier`, when the engine is made: the frontier of the
+  crawl state's class (a worker's, a journal replay's, the plain one), on
+  the stores and seen store the state gives (or injected ones), with the
+  configuration's limits, politeness, retries and pruning;
+* :class:`Edge`, the I/O edge, once the event loop runs: the resolver, the
+  fetcher, the output (injected, or built from the configuration), the
+  writer thread when anything goes to disk (the output's files, the group
+  commits), robots.txt fetching, and with ``dynamicPages`` the renderer on
+  a Chromium started first (:meth:`Edge.start_browser`: a missing or
+  broken one stops the start, StartError, exit 2).  :meth:`Edge.build`
+  also opens the crawl state on them and starts the page handler and the
+  analysis stage with them.
+
+Closing is the edge's too, in two halves the engine's shutdown puts in the
+order durability needs: :meth:`Edge.close_output` (the pages still queued,
+the files' sync, the writer thread) before the crawl state's own files
+close, :meth:`Edge.close_network` (the browser, the connections, the
+resolver) after.
+"""
+
+from __future__ import annotations
+
+from .net.browser import Browser, BrowserUnavailable
+from .net.dns import Resolver
+from .net.dynamic import build_dynamic
+from .net.http import Fetcher
+from .output import OutputError, make_output
+from .output.writer import ThreadedOutput, WriterThread
+from .robots_fetch import RobotsFetch
+from .servers import StartError
+
+__all__ = ["Edge", "build_frontier"]
+
+#: Output modes that write files (behind the writer thread).
+DISK_MODES = ("mirror", "save", "warc")
+
+
+def build_frontier(config, crawl_state, *, rng, agent: str, rules, on_forget, stores=None):
+    """The frontier of ``config``, of ``crawl_state``'s class, on its positions and seen store.
+
+    ``stores``: a :data:`~larbin_py.frontier.interfaces.StoreFactory` to
+    use instead of stateDir's segment files; ``on_forget``: the hook told
+    each URL forgotten (``PageHandler.on_forget``).
+    """
+    c = config
+    frontier = crawl_state.frontier_class()(
+        c.state_dir + "/frontier", ram_urls=c.ram_urls, max_urls_by_site=c.max_urls_by_site,
+        max_requests=c.pages_connexions, wait_duration=c.wait_duration, jitter=c.wait_jitter,
+        conn_per_ip=c.connexions_per_ip, agent=agent, obey_robots=not c.ignore_robots,
+        rng=rng, on_forget=on_forget, server_rtt_factor=c.server_rtt_factor,
+        positions=crawl_state.frontier_positions(), private_networks=c.private_networks, stores=stores,
+        seen=crawl_state.seen, rules=rules, retries=c.retries, prune_after=c.prune_after,
+        keep_sites=c.keep_sites,
+    )
+    crawl_state.attach(frontier)
+    return frontier
+
+
+class Edge:
+    """The I/O edge of one crawl.
+
+    ``resolver``, ``fetcher`` and ``output`` may be given (tests,
+    benchmarks); :meth:`build` makes those missing.  Once built:
+    ``writer`` is the writer thread (page files, fsyncs, group commits) or
+    None when nothing goes to disk; ``robots`` the
+    :class:`~larbin_py.robots_fetch.RobotsFetch` the engine hands
+    robots.txt requests to; ``browser`` and ``dynamic`` dynamicPages'
+    Chromium and the fetcher that renders with it (None when off).
+    """
+
+    def __init__(self, config, *, resolver=None, fetcher=None, output=None) -> None:
+        self.config = config
+        self.resolver, self.fetcher, self.output = resolver, fetcher, output
+        self.writer: WriterThread | None = None
+        self.robots: RobotsFetch | None = None
+        self.browser: Browser | None = None
+        self.dynamic = None
+
+    async def start_browser(self) -> None:
+        """dynamicPages: Chromium starts before the crawl (missing or broken: StartError, exit 2)."""
+        if not self.config.dynamic_pages:
+            return
+        self.browser = Browser(self.config.state_dir)
+        try:
+            await self.browser.start()
+        except BrowserUnavailable as exc:
+            await self.browser.close()
+            self.browser = None
+            raise StartError(str(exc)) from None
+
+    def build(self, loop, *, crawl_state, frontier, pages, analysis, lookup, now, rejected, failures,
+              on_room) -> None:
+        """Make the missing parts and connect them (OutputError: the output cannot be opened).
+
+        ``pages``: the :class:`~larbin_py.pages.PageHandler`, started with
+        the fetcher and output; ``analysis``: the analysis stage or None;
+        ``lookup``: the engine's one path to the resolver (robots.txt
+        redirects to another host); ``now``: the scheduler's clock;
+        ``rejected``: the counter of refused URLs; ``failures``: where the
+        writer thread and the commits report (larbin_py.failures);
+        ``on_room()``: the writer's queue has room again, or an outcome
+        became durable (the engine pumps).
+        """
+        c, st = self.config, crawl_state
+        if self.resolver is None:
+            self.resolver = Resolver(list(c.dns_servers), max_in_flight=c.dns_connexions, timeout=c.dns_timeout,
+                                     valid_time=c.dns_valid_time, negative_ttl=1.0)
+        if self.fetcher is None:
+            self.fetcher = Fetcher(
+                user_agent=c.user_agent, from_addr=c.from_addr, connect_timeout=c.connect_timeout,
+                timeout_page=c.timeout_page, timeout_incr=c.timeout_incr, max_page_size=c.max_page_size,
+                proxy=c.proxy, bond_width=c.bond_width, keep_alive_idle=max(5.0, 2 * c.wait_duration),
+                keep_raw=c.output_mode == "warc", parser=c.http_parser,
+                clock=loop.time,  # the scheduler's clock: send times compare with starts
+            )
+        self.robots = RobotsFetch(frontier, self.fetcher, lookup, now=now, log=getattr(st, "robots_log", None),
+                                  on_answer=pages.robots_answered, rejected=rejected)
+        if self.output is None:
+            self.output = make_output(c, position=st.output_position())
+        disk = getattr(self.output, "mode", None) in DISK_MODES
+        if disk or c.can_reload:
+            self.writer = WriterThread(loop, on_error=failures.on_writer_error, on_room=on_room)
+            if disk and not isinstance(self.output, ThreadedOutput):
+                self.output = ThreadedOutput(self.output, self.writer, loop)
+        st.open(loop, self.writer, self.output, frontier=frontier, on_durable=on_room,
+                on_error=failures.on_io_error)
+        if self.browser is not None:
+            self.dynamic = build_dynamic(c, self.fetcher, frontier, self.browser, now=now, clock=loop.time,
+                                         on_sub_request=pages.sub_request, jar=st.cookies)
+        pages.start(self.fetcher, self.output, self.dynamic)
+        if analysis is not None:
+            analysis.start(loop)
+            committer = getattr(st, "committer", None)
+            if committer is not None:  # a checkpoint (and syncCommits) fsyncs the analysis queue too
+                committer.sync_also = analysis.queue.sync_paths
+
+    def full(self) -> bool:
+        """The writer thread's queue is full (the engine starts no request until it has room)."""
+        return self.writer is not None and self.writer.full()
+
+    async def close_output(self, failures) -> None:
+        """The output closed (the pages still queued written, then the files'
+        sync), then the writer thread; an output that fails is ``failures``' note."""
+        try:
+            if isinstance(self.output, ThreadedOutput):
+                await self.output.aclose()
+            else:
+                self.output.close()
+        except OutputError as exc:
+            failures.note(f"output failed: {exc}")
+        if self.writer is not None:
+            await self.writer.aclose()
+
+    async def close_network(self) -> None:
+        """The renderer (and its browser), the fetcher's connections, the resolver."""
+        if self.dynamic is not None:
+            await self.dynamic.close()
+        elif self.browser is not None:
+            await self.browser.close()
+        await self.fetcher.close()
+        self.resolver.close()
