@@ -31,12 +31,15 @@ Figures per crawl:
 * Redis bytes per seen URL: ``MEMORY USAGE`` of every ``seen:{p}:<b>`` bucket
   once the crawl has ended, over the URLs accepted (each accepted URL is in
   the seen set exactly once);
-* Redis bytes per queued URL: ``MEMORY USAGE`` of the partitions' streams
-  (entries, consumer group, pending list), sampled a few times during the
-  crawl (0.5, 1, 2, 4... s after its start; the sample with the most
-  entries kept), less what the same streams take once drained at the end
-  (each stream's fixed cost: key, group, consumers, about 0.5-1 kB), over
-  the entries the sample held.
+* Redis bytes per queued URL: Redis's ``used_memory`` less the seen
+  buckets' (``MEMORY USAGE``), sampled a few times during the crawl (0.5,
+  1, 2, 4... s after its start; the sample whose streams held the most
+  entries kept), less the same once the crawl has ended and the streams are
+  drained, over the entries the sample's streams held: what the queue takes
+  (stream entries with the acked ones XDEL leaves in their nodes until a
+  node is empty, the pending lists).  The JSON line also has the streams'
+  own ``MEMORY USAGE`` (``queued_stream_bytes_per_url``), an estimate that
+  counts a pending entry at several hundred bytes.
 
 Then, unless ``--no-takeover``: three workers crawl the same web with
 ``respawn false``; once worker w2 owns partitions with entries read and not
@@ -56,8 +59,8 @@ is chosen for), and the table says so.
 
 ``--membership zookeeper`` runs the workers with ``membership zookeeper`` on
 a private ZooKeeper (Debian's jars, as tests/zk_support.py starts it).
-``--quick``: 20 hosts x 10 pages, one round, N = 1 and 2, a takeover run
-(what CI runs through bench/run_all.py --quick; it keeps the script working,
+``--quick``: 20 hosts x 10 pages, one round, N = 1 and 2, leaseTtl 2 s, a
+takeover run (what CI runs through bench/run_all.py --quick; it keeps the script working,
 its figures judge nothing).  Ends with one JSON line.
 """
 
@@ -127,6 +130,18 @@ class Zk:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
 
+    def was_used(self, zk_path: str) -> bool:
+        """True when the workers joined through ZooKeeper (they created ``<zkPath>/<crawl>/members``)."""
+        from kazoo.client import KazooClient
+
+        client = KazooClient(hosts=self.hosts, timeout=10)
+        client.start(timeout=10)
+        try:
+            return client.exists(f"{zk_path}/{CRAWL}/members") is not None
+        finally:
+            client.stop()
+            client.close()
+
     def stop(self) -> None:
         self.server.stop()
 
@@ -134,13 +149,15 @@ class Zk:
 # --- the crawls ----------------------------------------------------------------------
 
 def write_config(web: SimWeb, dns_port: int, work: str, args, **changes) -> str:
-    config = parse_config_text("", require_start_urls=False).replace(
+    values = dict(
         start_urls=tuple(web.seeds), dns_servers=(("127.0.0.1", dns_port),), save_dir=os.path.join(work, "save"),
         private_networks="allow", state_dir=os.path.join(work, "state"), http_port=0, output_mode="mirror",
         wait_duration=0.0, depth_in_site=web.max_depth(True) + 1, depth_by_site=True, get_cgi=True,
         pages_connexions=100, timeout_page=30.0, forbidden_extensions=(), crawl_name=CRAWL,
         partitions=PARTITIONS, seen_buckets=args.seen_buckets, lease_ttl=args.lease_ttl,
-        membership=args.membership, **changes)
+        membership=args.membership, ip_lease_hold=args.ip_lease_hold)
+    values.update(changes)
+    config = parse_config_text("", require_start_urls=False).replace(**values)
     path = os.path.join(work, "larbin.conf")
     with open(path, "w") as f:
         f.write(format_config(config))
@@ -165,6 +182,25 @@ async def crawl_embedded(web: SimWeb, dns_port: int, work: str, args) -> dict:
     return res
 
 
+async def crawl_embedded_twice(web: SimWeb, dns_port: int, work: str, args) -> dict:
+    """Two embedded crawls of the web at once (a control: what sharing the 2 cores costs a page)."""
+    dirs = [os.path.join(work, "a"), os.path.join(work, "b")]
+    for d in dirs:
+        os.makedirs(d)
+    a, b = await asyncio.gather(*(crawl_embedded(web, dns_port, d, args) for d in dirs))
+    return {"pages": a["pages"] + b["pages"], "wall_s": max(a["wall_s"], b["wall_s"]),
+            "cpu_s": a["cpu_s"] + b["cpu_s"], "crawler_cpu_s": a["cpu_s"] + b["cpu_s"],
+            "user_s": a["user_s"] + b["user_s"], "sys_s": a["sys_s"] + b["sys_s"], "code": 0}
+
+
+def process_start_cpu() -> float:
+    """CPU seconds of starting one crawler process: the imports of ``python -m larbin_py``."""
+    with tempfile.TemporaryDirectory(prefix="larbin-bench-start-") as work:
+        res = run_child([sys.executable, "-c", "import larbin_py.cli, larbin_py.engine, larbin_py.dist.worker, "
+                         "larbin_py.dist.launcher"], work)
+    return res["cpu_s"]
+
+
 async def redis_figures(io: RedisIO) -> dict:
     stats, cpu, mem = await io.info("stats"), await io.info("cpu"), await io.info("memory")
     return {"reads": int(stats["total_reads_processed"]),
@@ -183,21 +219,30 @@ async def memory_of(io: RedisIO, keys: list[str]) -> int:
     return total
 
 
-async def queue_sample(io: RedisIO, keys: Keys) -> dict:
-    """The streams' memory and entries, in one pipeline."""
+async def queue_sample(io: RedisIO, keys: Keys, seen_buckets: int) -> dict:
+    """Redis's used memory, the seen buckets' and the streams' (MEMORY USAGE) and
+    the entries the streams hold, in one pipeline."""
     pipe = io.client.pipeline(transaction=False)
+    pipe.info("memory")
     for p in range(PARTITIONS):
         pipe.execute_command("MEMORY", "USAGE", keys.queue(p), "SAMPLES", "0")
         pipe.xlen(keys.queue(p))
+    for p in range(PARTITIONS):
+        for b in range(seen_buckets):
+            pipe.execute_command("MEMORY", "USAGE", keys.seen(p, b), "SAMPLES", "0")
     out = await pipe.execute()
     io.round_trips += 1
-    return {"bytes": sum(int(x or 0) for x in out[0::2]), "entries": sum(int(x or 0) for x in out[1::2])}
+    streams = out[1:1 + 2 * PARTITIONS]
+    return {"used_memory": int(out[0]["used_memory"]),
+            "stream_bytes": sum(int(x or 0) for x in streams[0::2]),
+            "entries": sum(int(x or 0) for x in streams[1::2]),
+            "seen_bytes": sum(int(x or 0) for x in out[1 + 2 * PARTITIONS:])}
 
 
-async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk: Zk | None) -> dict:
+async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk: Zk | None, **overrides) -> dict:
     server = RedisServer(os.path.join(work, "redis")).start()
     try:
-        changes = {"redis_url": server.url}
+        changes = {"redis_url": server.url, **overrides}
         if zk is not None:
             changes.update(zk_hosts=zk.hosts, zk_path=f"/larbin_bench_{os.getpid()}_{n}_{int(time.time() * 1000)}")
         conf = write_config(web, dns_port, work, args, **changes)
@@ -210,19 +255,35 @@ async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk:
             None, run_child, [sys.executable, "-m", "larbin_py", "-c", conf, "--workers", str(n)], work)
         t0 = time.monotonic()
         samples, at = [], 0.5
+        spies = []
+        if args.profile:  # py-spy on each worker once they run (collapsed stacks, one file each)
+            await asyncio.sleep(1.5)
+            launcher = [pid for pid in children_of(os.getpid())
+                        if b"--workers" in open(f"/proc/{pid}/cmdline", "rb").read()]
+            for pid in children_of(launcher[0]) if launcher else []:
+                out = os.path.join(args.profile, f"N{n}-{pid}.txt")
+                spies.append(subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "py-spy"), "record",
+                                               "--format", "raw", "--rate", "200", "--nonblocking", "--idle",
+                                               "-o", out, "--pid", str(pid)],
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         while not run.done():
             await asyncio.wait([run], timeout=max(0.0, t0 + at - time.monotonic()))
             if run.done():
                 break
-            samples.append(await queue_sample(io, keys))
+            samples.append(await queue_sample(io, keys, args.seen_buckets))
             at *= 2
         res = await run
+        for spy in spies:
+            spy.wait()
         res["pages"] = pages_of(res)
         zk1 = zk.cpu_seconds() if zk is not None else 0.0
+        if zk is not None and not zk.was_used(changes["zk_path"]):
+            raise RuntimeError("membership zookeeper: the workers never joined through ZooKeeper "
+                               "(this build's workers do not use the membership key yet)")
         mine = io.round_trips - trips0 + 3  # the three INFO calls below
         after = await redis_figures(io)
         view = await io.view()
-        empty = await queue_sample(io, keys)  # the streams once drained: their fixed cost
+        empty = await queue_sample(io, keys, args.seen_buckets)  # the streams drained: their fixed cost
         seen_bytes = await memory_of(io, [keys.seen(p, b) for p in range(PARTITIONS)
                                           for b in range(args.seen_buckets)])
         await io.close()
@@ -239,8 +300,12 @@ async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk:
             seen_bytes=seen_bytes, seen_bytes_per_url=seen_bytes / t.accepted if t.accepted else None,
             used_memory_end=after["used_memory"],
             queued_sample=best, drained_streams=empty,
-            stream_fixed_bytes=empty["bytes"] / PARTITIONS,
-            queued_bytes_per_url=((best["bytes"] - empty["bytes"]) / best["entries"]) if best and best["entries"] else None,
+            stream_fixed_bytes=empty["stream_bytes"] / PARTITIONS,
+            # all but the seen set, at the sample against the end (streams drained)
+            queued_bytes_per_url=(((best["used_memory"] - best["seen_bytes"]) - (empty["used_memory"] - empty["seen_bytes"]))
+                                  / best["entries"]) if best and best["entries"] else None,
+            queued_stream_bytes_per_url=((best["stream_bytes"] - empty["stream_bytes"]) / best["entries"])
+            if best and best["entries"] else None,
         )
         res["cpu_s"] = res["crawler_cpu_s"] + res["redis_cpu_s"] + res["zk_cpu_s"]
         res["trips_per_page"] = res["redis_reads"] / res["pages"]
@@ -250,11 +315,17 @@ async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk:
 
 
 def children_of(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(x) for x in f.read().split()]
-    except OSError:
-        return []
+    """The processes whose parent is ``pid`` (any of its threads)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
 
 
 def worker_pid(launcher_pid: int, wid: str) -> int | None:
@@ -337,9 +408,15 @@ async def main_async(args) -> int:
     if args.seen_buckets is None:
         urls = sum(len(h.resources) for h in web.hosts.values())
         args.seen_buckets = max(1, min(128, round(urls / (PARTITIONS * DESIGN_URLS_PER_BUCKET))))
-    settings = [("embedded", 0)] + [(f"N = {n}", n) for n in args.workers]
-    runs: dict[int, list[dict]] = {n: [] for _l, n in settings}
+    settings = [("embedded", "embedded", 0, {})]
+    if args.controls:
+        settings.append(("embedded x 2 at once", "embedded2", 0, {}))
+    settings += [(f"N = {n}", "workers", n, {}) for n in args.workers]
+    if args.controls and 4 in args.workers and args.lease_ttl != 2.0:
+        settings.append(("N = 4, leaseTtl 2", "workers", 4, {"lease_ttl": 2.0}))
+    runs: dict[str, list[dict]] = {label: [] for label, *_ in settings}
     take = None
+    start_cpu = median([process_start_cpu() for _ in range(3)])
     with tempfile.TemporaryDirectory(prefix="larbin-bench-dist-web-") as site_dir:
         os.chmod(site_dir, 0o755)
         export(web, site_dir)
@@ -359,11 +436,16 @@ async def main_async(args) -> int:
             if args.membership == "zookeeper":
                 zk = Zk(tempfile.mkdtemp(prefix="larbin-bench-zk-"))
             for r in range(args.rounds):
-                for label, n in settings:
+                for label, kind, n, changes in settings:
                     with tempfile.TemporaryDirectory(prefix="larbin-bench-dist-") as work:
-                        res = (await crawl_embedded(web, dns.port, work, args) if n == 0
-                               else await crawl_workers(web, dns.port, work, n, args, zk))
-                    runs[n].append(res)
+                        if kind == "embedded":
+                            res = await crawl_embedded(web, dns.port, work, args)
+                        elif kind == "embedded2":
+                            res = await crawl_embedded_twice(web, dns.port, work, args)
+                        else:
+                            res = await crawl_workers(web, dns.port, work, n, args, zk, **changes)
+                    res["processes"] = {"embedded": 1, "embedded2": 2}.get(kind, n + 1)  # + the launcher
+                    runs[label].append(res)
                     print(f"round {r + 1}, {label}: {res['pages']} pages in {res['wall_s']:.1f} s, "
                           f"CPU {res['cpu_s']:.1f} s" + (f" (Redis {res['redis_cpu_s']:.1f} s, "
                                                         f"{res['trips_per_page']:.3f} round trips/page)"
@@ -378,24 +460,29 @@ async def main_async(args) -> int:
             if zk is not None:
                 zk.stop()
 
-    def med(n, key):
-        return median([r.get(key) for r in runs[n]])
+    def med(label, key):
+        return median([r.get(key) for r in runs[label]])
 
     figures, rows = {}, []
-    for label, n in settings:
-        f = {k: med(n, k) for k in ("pages", "wall_s", "cpu_s", "crawler_cpu_s", "redis_cpu_s", "zk_cpu_s",
+    for label, kind, n, _changes in settings:
+        f = {k: med(label, k) for k in ("pages", "wall_s", "cpu_s", "crawler_cpu_s", "redis_cpu_s", "zk_cpu_s",
                                     "trips_per_page", "seen_bytes_per_url", "queued_bytes_per_url", "accepted")}
         f["pages_s"] = f["pages"] / f["wall_s"]
         f["pages_per_cpu_s"] = f["pages"] / f["cpu_s"]
-        f["runs"] = runs[n]
+        f["processes"] = runs[label][0]["processes"]
+        f["start_cpu_s"] = f["processes"] * start_cpu
+        f["pages_per_cpu_s_after_starts"] = f["pages"] / (f["cpu_s"] - f["start_cpu_s"])
+        f["runs"] = runs[label]
         figures[label] = f
     base = figures["embedded"]
-    for label, n in settings:
+    for label, kind, n, _changes in settings:
         f = figures[label]
         f["cpu_ratio"] = f["pages_per_cpu_s"] / base["pages_per_cpu_s"]
+        f["cpu_ratio_after_starts"] = f["pages_per_cpu_s_after_starts"] / base["pages_per_cpu_s_after_starts"]
         f["speed_ratio"] = f["pages_s"] / base["pages_s"]
         rows.append([label, int(f["pages"]), f["wall_s"], f["pages_s"], f["cpu_s"],
-                     f["redis_cpu_s"] if n else None, f["pages_per_cpu_s"], f["cpu_ratio"], f["speed_ratio"],
+                     f["redis_cpu_s"] if n else None, f["pages_per_cpu_s"], f["cpu_ratio"],
+                     f["cpu_ratio_after_starts"], f["speed_ratio"],
                      f["trips_per_page"] if n else None, f["seen_bytes_per_url"] if n else None,
                      f["queued_bytes_per_url"] if n else None])
     print()
@@ -403,11 +490,14 @@ async def main_async(args) -> int:
                 f"membership {args.membership}, leaseTtl {args.lease_ttl:g} s, seenBuckets {args.seen_buckets} "
                 f"({args.rounds} rounds, medians)",
                 ["crawler", "pages", "wall s", "pages/s", "CPU s (all)", "Redis CPU s", "pages/CPU-s",
-                 "CPU-s x embedded", "pages/s x embedded", "Redis trips/page", "Redis B/seen URL",
-                 "Redis B/queued URL"], rows))
-    worker_labels = [label for label, n in settings if n]
-    worst_trips = max(figures[label]["trips_per_page"] for label in worker_labels)
-    worst_seen = max(figures[label]["seen_bytes_per_url"] for label in worker_labels)
+                 "CPU-s x embedded", "same, less process starts", "pages/s x embedded", "Redis trips/page",
+                 "Redis B/seen URL", "Redis B/queued URL"], rows))
+    print(f"a process start (the imports of python -m larbin_py): {start_cpu:.2f} CPU s, "
+          "counted once per process in 'less process starts' (the launcher is one)")
+    worker_labels = [label for label, kind, *_ in settings if kind == "workers"]
+    judged_labels = [label for label, kind, _n, changes in settings if kind == "workers" and not changes]
+    worst_trips = max(figures[label]["trips_per_page"] for label in judged_labels)
+    worst_seen = max(figures[label]["seen_bytes_per_url"] for label in judged_labels)
     aims = {"trips_per_page": {"worst": worst_trips, "aim": AIM_TRIPS, "met": worst_trips <= AIM_TRIPS},
             "seen_bytes_per_url": {"worst": worst_seen, "aim": AIM_SEEN_BYTES, "met": worst_seen <= AIM_SEEN_BYTES}}
     judged = not args.quick
@@ -421,6 +511,12 @@ async def main_async(args) -> int:
               f"{verdict(aims['cpu_ratio_n4']['met']) if judged else 'quick run, not judged'})")
     else:
         print("pages per CPU-second at N = 4: no N = 4 in this run (not judged)")
+    if "embedded x 2 at once" in figures:
+        two = figures["embedded x 2 at once"]
+        print(f"control: two embedded crawls at once make {two['cpu_ratio']:.3f} x the pages per CPU-second of "
+              f"one alone (what sharing the 2 cores costs a page here)"
+              + (f"; N = 4 against it: {figures['N = 4']['pages_per_cpu_s'] / two['pages_per_cpu_s']:.3f} x"
+                 if "N = 4" in figures else ""))
     print(f"Redis bytes per seen URL, worst: {worst_seen:.1f} at seenBuckets {args.seen_buckets} "
           f"({figures[worker_labels[0]]['accepted']:,.0f} URLs, "
           f"{figures[worker_labels[0]]['accepted'] / (PARTITIONS * args.seen_buckets):.1f} per bucket) "
@@ -452,15 +548,26 @@ def main() -> int:
     p.add_argument("--pages", type=int, default=100)
     p.add_argument("--workers", default="1,2,4", help="the N to run, comma-separated (default 1,2,4)")
     p.add_argument("--membership", choices=("redis", "zookeeper"), default="redis")
-    p.add_argument("--lease-ttl", type=float, default=10.0, help="leaseTtl of the workers (default 10 s)")
+    p.add_argument("--lease-ttl", type=float, default=None,
+                   help="leaseTtl of the workers (default 10 s, larbin.conf's; 2 s with --quick)")
+    p.add_argument("--ip-lease-hold", type=float, default=0.0,
+                   help="ipLeaseHold of the workers (default 0: larbin.conf's max(10 s, 5 x waitDuration))")
     p.add_argument("--seen-buckets", type=int, default=None,
                    help="seenBuckets of the crawls (default: as many URLs per bucket as 128 gives 1 M URLs)")
     p.add_argument("--no-takeover", dest="takeover", action="store_false")
+    p.add_argument("--no-controls", dest="controls", action="store_false",
+                   help="skip the control rows (two embedded crawls at once; N = 4 with leaseTtl 2)")
+    p.add_argument("--profile", metavar="DIR", help="sample each worker with py-spy into DIR (figures not comparable)")
     args = p.parse_args()
     if args.quick:
         args.rounds, args.hosts, args.pages = 1, 20, 10
         if args.workers == "1,2,4":
             args.workers = "1,2"
+        args.controls = False
+        if args.lease_ttl is None:
+            args.lease_ttl = 2.0  # joins, the end and the takeover in seconds: CI keeps the script working
+    if args.lease_ttl is None:
+        args.lease_ttl = 10.0
     args.workers = [int(x) for x in args.workers.split(",")]
     import uvloop
 
