@@ -263,7 +263,7 @@ async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk:
             for pid in children_of(launcher[0]) if launcher else []:
                 out = os.path.join(args.profile, f"N{n}-{pid}.txt")
                 spies.append(subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "py-spy"), "record",
-                                               "--format", "raw", "--rate", "200", "--nonblocking", "--idle",
+                                               "--format", "raw", "--rate", "200", "--nonblocking",
                                                "-o", out, "--pid", str(pid)],
                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         while not run.done():
