@@ -119,6 +119,7 @@ class Zk:
         java = shutil.which("java")
         if java is None or not os.path.exists(ZK_JAR):
             raise RuntimeError("membership zookeeper needs Debian's zookeeper and a java (apt-get install zookeeper)")
+        self.directory = directory
         self.server = ZkServer(directory, java).start()
 
     @property
@@ -143,7 +144,10 @@ class Zk:
             client.close()
 
     def stop(self) -> None:
+        import shutil
+
         self.server.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 # --- the crawls ----------------------------------------------------------------------
@@ -577,6 +581,9 @@ def main() -> int:
     except RedisServerError as exc:
         print(f"distributed: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:  # a crawl that failed, or a membership not used: said in one paragraph
+        print(f"distributed: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
