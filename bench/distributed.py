@@ -2,7 +2,7 @@
 
     python bench/distributed.py [--quick] [--workers 1,2,4] [--rounds R] [--hosts H] [--pages P]
                                 [--membership redis|zookeeper] [--lease-ttl S] [--seen-buckets B]
-                                [--no-takeover]
+                                [--ip-lease-hold S] [--no-takeover] [--no-controls] [--profile DIR]
 
 The web of bench/throughput.py (by default 200 hosts x 100 pages of 10-60 KB,
 30-150 links each) is exported as static files and served by nginx on 50
@@ -40,6 +40,15 @@ Figures per crawl:
   node is empty, the pending lists).  The JSON line also has the streams'
   own ``MEMORY USAGE`` (``queued_stream_bytes_per_url``), an estimate that
   counts a pending entry at several hundred bytes.
+
+Two control rows (``--no-controls`` skips them): two embedded crawls at
+once (what sharing the machine's cores costs a page: the workers share them
+too), and N = 4 with leaseTtl 2 (five times the heartbeats).  The CPU of
+starting one process (the imports of ``python -m larbin_py``, measured
+apart) is reported, and each row's ratio is also given without it, counted
+once per process (the launcher is one).  ``--profile DIR`` samples each
+worker with py-spy (collapsed stacks, one file per worker; those figures
+are not comparable).
 
 Then, unless ``--no-takeover``: three workers crawl the same web with
 ``respawn false``; once worker w2 owns partitions with entries read and not
