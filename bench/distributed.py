@@ -28,6 +28,9 @@ Figures per crawl:
 * Redis round trips per page, server side: the growth of INFO's
   ``total_reads_processed`` over the crawl, less this script's own calls,
   divided by the pages;
+* links sent to Redis's seen test per page: the growth of INFO
+  commandstats' SADD calls (``lb_enqueue`` makes one per link it gets), the
+  links that got past each worker's cache of recently met links;
 * Redis bytes per seen URL: ``MEMORY USAGE`` of every ``seen:{p}:<b>`` bucket
   once the crawl has ended, over the URLs accepted (each accepted URL is in
   the seen set exactly once);
@@ -216,7 +219,11 @@ def process_start_cpu() -> float:
 
 async def redis_figures(io: RedisIO) -> dict:
     stats, cpu, mem = await io.info("stats"), await io.info("cpu"), await io.info("memory")
+    cmds = await io.info("commandstats")
+    sadd = cmds.get("cmdstat_sadd") or {}
     return {"reads": int(stats["total_reads_processed"]),
+            # lb_enqueue makes one SADD per link it is sent: the links that got past the workers' local caches
+            "sadds": int(sadd.get("calls", 0)) if isinstance(sadd, dict) else 0,
             "cpu_s": float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
             "used_memory": int(mem["used_memory"])}
 
@@ -293,7 +300,7 @@ async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk:
         if zk is not None and not zk.was_used(changes["zk_path"]):
             raise RuntimeError("membership zookeeper: the workers never joined through ZooKeeper "
                                "(this build's workers do not use the membership key yet)")
-        mine = io.round_trips - trips0 + 3  # the three INFO calls below
+        mine = io.round_trips - trips0 + 4  # the four INFO calls below
         after = await redis_figures(io)
         view = await io.view()
         empty = await queue_sample(io, keys, args.seen_buckets)  # the streams drained: their fixed cost
@@ -309,6 +316,7 @@ async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk:
             redis_cpu_s=after["cpu_s"] - before["cpu_s"],
             zk_cpu_s=zk1 - zk0,
             redis_reads=after["reads"] - before["reads"] - mine,
+            links_to_redis=after["sadds"] - before["sadds"],
             accepted=t.accepted, fetched=t.fetched, forgotten=sum(t.forgotten.values()),
             seen_bytes=seen_bytes, seen_bytes_per_url=seen_bytes / t.accepted if t.accepted else None,
             used_memory_end=after["used_memory"],
@@ -322,6 +330,7 @@ async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk:
         )
         res["cpu_s"] = res["crawler_cpu_s"] + res["redis_cpu_s"] + res["zk_cpu_s"]
         res["trips_per_page"] = res["redis_reads"] / res["pages"]
+        res["links_to_redis_per_page"] = res["links_to_redis"] / res["pages"]
         return res
     finally:
         server.stop()
@@ -479,7 +488,8 @@ async def main_async(args) -> int:
     figures, rows = {}, []
     for label, kind, n, _changes in settings:
         f = {k: med(label, k) for k in ("pages", "wall_s", "cpu_s", "crawler_cpu_s", "redis_cpu_s", "zk_cpu_s",
-                                    "trips_per_page", "seen_bytes_per_url", "queued_bytes_per_url", "accepted")}
+                                    "trips_per_page", "seen_bytes_per_url", "queued_bytes_per_url", "accepted",
+                                    "links_to_redis_per_page")}
         f["pages_s"] = f["pages"] / f["wall_s"]
         f["pages_per_cpu_s"] = f["pages"] / f["cpu_s"]
         f["processes"] = runs[label][0]["processes"]
@@ -505,6 +515,9 @@ async def main_async(args) -> int:
                 ["crawler", "pages", "wall s", "pages/s", "CPU s (all)", "Redis CPU s", "pages/CPU-s",
                  "CPU-s x embedded", "same, less process starts", "pages/s x embedded", "Redis trips/page",
                  "Redis B/seen URL", "Redis B/queued URL"], rows))
+    print("links sent to Redis's seen test per page (past each worker's cache of recent links): "
+          + ", ".join(f"{label} {figures[label]['links_to_redis_per_page']:.1f}" for label in
+                      [lb for lb, kind, *_ in settings if kind == "workers"]))
     print(f"a process start (the imports of python -m larbin_py): {start_cpu:.2f} CPU s, "
           "counted once per process in 'less process starts' (the launcher is one)")
     worker_labels = [label for label, kind, *_ in settings if kind == "workers"]
