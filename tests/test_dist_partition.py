@@ -109,3 +109,20 @@ def test_only_the_joiner_gains_when_loads_allow():
     to_joiner = sum(1 for p in range(P) if joined[p] == "w4")
     assert to_joiner >= P // 5 - 5
     assert moved(base, joined) - to_joiner <= P // 20
+
+
+def test_assign_is_cached_per_member_set_and_its_maps_are_the_callers_own():
+    from larbin_py.dist.partition import _owners
+
+    workers = ["w3", "w1", "w2", "w4"]
+    first = assign(256, workers)
+    # the map computed without the cache is the same
+    uncached = dict(enumerate(_owners.__wrapped__(256, tuple(sorted(workers)), 0.1)))
+    assert first == uncached
+    hits = _owners.cache_info().hits
+    again = assign(256, reversed(workers))  # any order, same set: a cache hit
+    assert _owners.cache_info().hits == hits + 1 and again == first
+    # a caller that changes its map does not change the next caller's
+    again[0] = "intruder"
+    assert assign(256, workers)[0] == first[0] != "intruder"
+    assert assign(256, workers, epsilon=0.5) == dict(enumerate(_owners.__wrapped__(256, tuple(sorted(workers)), 0.5)))

@@ -19,6 +19,7 @@ so no worker ever needs to ask another (DISTRIBUTED.md §3):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from typing import Iterable
@@ -77,11 +78,19 @@ def assign(partitions: int, workers: Iterable[str], epsilon: float = 0.1) -> dic
     (worst trial 1.37×), where taking partitions in index order cascades
     (1.38×, worst 1.79× at N=16).  No workers: an empty map.
     """
-    members = sorted(set(workers))
+    members = tuple(sorted(set(workers)))
     if not members:
         return {}
     if partitions <= 0:
         raise ValueError("partitions must be positive")
+    return dict(enumerate(_owners(partitions, members, epsilon)))
+
+
+@functools.lru_cache(maxsize=16)
+def _owners(partitions: int, members: tuple[str, ...], epsilon: float) -> tuple[str, ...]:
+    """The owner of each partition, in partition order (cached: a worker asks at each
+    heartbeat for a member set that seldom changes, and one map costs P x N blake2b
+    digests and a sort, 3 ms at P = 256 and N = 4)."""
     bound = load_bound(partitions, len(members), epsilon)
     pairs = sorted(((score(w, p), w, p) for p in range(partitions) for w in members), reverse=True)
     load = dict.fromkeys(members, 0)
@@ -93,7 +102,7 @@ def assign(partitions: int, workers: Iterable[str], epsilon: float = 0.1) -> dic
         load[w] += 1
         if len(out) == partitions:
             break
-    return out
+    return tuple(out[p] for p in range(partitions))
 
 
 def moved(before: dict[int, str], after: dict[int, str]) -> int:
