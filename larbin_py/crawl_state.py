@@ -67,6 +67,12 @@ class CrawlState(Protocol):
     checkpoints: int
     #: State found damaged and dropped on --reload, by file (counts).
     damaged: dict[str, int]
+    #: A page's outcome is made final (acked) before an analysis process could
+    #: hand its links back (the distributed mode): the link extractor then runs
+    #: on the loop, and only the user analyzers go to the processes.
+    links_on_loop: bool
+    #: The analysis queue's folder under stateDir (one per worker in the distributed mode).
+    analysis_queue: str
 
     def frontier_class(self) -> type[Frontier]: ...
 
@@ -113,6 +119,8 @@ class LocalState:
         self._carry: list[UrlRecord] = []
         self._replay = None
         self.damaged: dict[str, int] = {}
+        self.links_on_loop = False  # done() follows the links' offer or their durable analysis task
+        self.analysis_queue = "analysis"
         if reload:
             self._doc, self._carry, bad_carry = read_checkpoint(state_dir)
             # Outcomes committed after that checkpoint; the state is cut back to the last commit.
@@ -383,6 +391,8 @@ class MemoryState:
         self.cookies = None
         self.checkpoints = 0
         self.damaged: dict[str, int] = {}
+        self.links_on_loop = False
+        self.analysis_queue = "analysis"
         #: ``(url, outcome, from_request)`` in the order told.
         self.outcomes: list[tuple[str, str, bool]] = []
         self.sections: list[dict] = []

@@ -93,7 +93,8 @@ class Engine:
         #: The analysis stage (issue 22): None when analysisWorkers is 0 (analysis inline, on the loop).
         self.analysis: AnalysisStage | None = None
         if config.analysis_workers > 0 or config.analyzers:  # analyzers need a process: at least one
-            self.analysis = AnalysisStage(config, reload=reload, err=self.err, durable=config.can_reload)
+            self.analysis = AnalysisStage(config, reload=reload, err=self.err, durable=config.can_reload,
+                                          links=not st.links_on_loop, queue_dir=st.analysis_queue)
             self.analysis.attach(self.frontier, self.counts, self._spawn)
             self.pages.analysis = self.analysis
         #: The I/O edge (larbin_py.wiring): resolver, fetcher, output injected, or built once the loop runs.

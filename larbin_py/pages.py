@@ -185,12 +185,14 @@ class PageHandler:
 
     def analyze(self, req: Request, res) -> None:
         """The page's links to the frontier (the analysis seam: see the module)."""
-        if self.analysis is not None and self.analysis.submit(
+        st = self.analysis
+        if st is not None and st.submit(
                 req.url, req.record.depth, res.body, status=res.status, content_type=res.content_type,
-                charset=res.charset, headers=res.headers):
+                charset=res.charset, headers=res.headers) and st.with_links:
             return  # to the analysis processes; the links come back through offer
-        # Inline: analysisWorkers 0, or every analysis process's line is full
-        # and no user analyzer wants the page (the loop shares the parse).
+        # Inline: analysisWorkers 0, every analysis process's line is full and no
+        # user analyzer wants the page (the loop shares the parse), or the links
+        # stay on the loop (the stage's with_links off: the distributed mode).
         c = self.config
         page = parse_mod.extract(res.body, req.url, res.charset, get_images=c.get_image,
                                  max_url_size=c.max_url_size)

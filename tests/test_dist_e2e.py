@@ -16,6 +16,7 @@ restarted loses nothing either.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -29,7 +30,7 @@ from larbin_py.config import format_config
 from larbin_py.demo import crawl_rules
 from larbin_py.dist.redisio import RedisIO
 from larbin_py.dist.worker import WORKERS_DIR, merge_index
-from larbin_py.output.base import INDEX_NAME
+from larbin_py.output.base import INDEX_NAME, parse_index_line
 from larbin_py.sim import Sim, SimConfig
 from larbin_py.sim.web import DEFAULT_ROBOTS_MIX
 
@@ -225,6 +226,26 @@ async def test_workers_share_the_crawl_politely(tmp_path, redis_server, n, membe
     save = os.path.join(str(tmp_path / "save"), WORKERS_DIR)
     sizes = {f"w{i}": os.path.getsize(os.path.join(save, f"w{i}", INDEX_NAME)) for i in range(n)}
     assert all(sizes.values()), sizes
+
+
+@pytest.mark.async_timeout(150)
+async def test_workers_with_an_analyzer_extract_links_on_their_loop_and_analyse_each_page_once(tmp_path,
+                                                                                             redis_server):
+    """analysisWorkers 1 and the ``meta`` analyzer on two workers: a page's ack
+    reaches Redis before an analysis process would answer, so the links are
+    extracted on each worker's loop (coverage exact, checked by crawl_with);
+    the processes run ``meta`` only, each worker's tasks in a queue of its own
+    (stateDir/analysis-<workerId>, removed once empty: two workers on one
+    queue would lose or repeat records)."""
+    analysis_dir = tmp_path / "analysis"
+    await crawl_with(tmp_path, redis_server, 2, analysis_workers=1, analysis_dir=str(analysis_dir),
+                     analyzers=(("meta", "meta"),))
+    with open(os.path.join(str(tmp_path / "save"), INDEX_NAME), encoding="utf-8") as f:
+        html = {parse_index_line(line.rstrip("\n"))["url"] for line in f
+                if (parse_index_line(line.rstrip("\n"))["content_type"] or "").startswith("text/html")}
+    with open(analysis_dir / "meta.jsonl", encoding="utf-8") as f:
+        analysed = [json.loads(line)["url"] for line in f]
+    assert html and sorted(analysed) == sorted(html)  # every HTML page once, nothing else
 
 
 @pytest.mark.async_timeout(150)

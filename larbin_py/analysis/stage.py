@@ -99,20 +99,23 @@ class AnalysisStage:
     ``queue``: the analysis queue (an :class:`AnalysisQueue`; default the
     :class:`TaskQueue` in stateDir).  ``share``: the loop parses a page
     itself when every process's line is full (see the module); default the
-    configuration's ``analysisShare``.
+    configuration's ``analysisShare``.  ``links``: False when the caller
+    extracts every page's links itself (the distributed mode, whose acks must
+    follow the links' offer); the processes then run the user analyzers only.
     """
 
     def __init__(self, config, *, reload: bool = False, err=None, durable: bool = True,
                  pool: WorkerPool | None = None, specs: list[AnalyzerSpec] | None = None,
                  queue_dir: str = ANALYSIS_DIR, queue: AnalysisQueue | None = None,
-                 share: bool | None = None) -> None:
+                 share: bool | None = None, links: bool = True) -> None:
         self.config = config
         self.err = err
         self.durable = durable
         self.specs = specs if specs is not None else specs_from_config(config)
         self.user = [s for s in self.specs if s.kind != "links"]
-        #: The crawl's link extractor runs on every page (the ``analyze`` command runs without it).
-        self.with_links = any(s.kind == "links" for s in self.specs)
+        #: The crawl's link extractor runs in the processes (the ``analyze`` command runs
+        #: without it; ``links=False``: the caller extracts the links on the loop).
+        self.with_links = links and any(s.kind == "links" for s in self.specs)
         self.share = getattr(config, "analysis_share", True) if share is None else share
         self.backoff = Backoff(config.analysis_retries, config.analysis_backoff)
         self.queue: AnalysisQueue = queue if queue is not None else TaskQueue(

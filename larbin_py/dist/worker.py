@@ -158,6 +158,13 @@ class DistState:
         self.cookies = None
         self.checkpoints = 0
         self.damaged: dict[str, int] = {}
+        #: A page's ack reaches Redis once its output is durable; its links must be
+        #: offered by then, so they are extracted on the loop (analysis processes run
+        #: the user analyzers only; their tasks wait in this worker's stateDir).
+        self.links_on_loop = True
+        #: Kept across restarts (the scratch folder is not): a worker restarted with
+        #: --reload (the launcher's respawn) resumes its analysis tasks.
+        self.analysis_queue = f"analysis-{worker}"
         self.scratch = os.path.join(config.state_dir, worker)
         shutil.rmtree(self.scratch, ignore_errors=True)
         os.makedirs(self.scratch, exist_ok=True)
