@@ -224,6 +224,48 @@ async def test_a_task_is_retried_with_backoff_then_alerted_once_and_marked_faile
     assert not os.path.exists(tmp_path / "state" / "analysis")  # nothing live is left
 
 
+class HeldPool(ScriptedPool):
+    """A pool that answers only when the test says (``answer(i)``), synchronously."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.jobs = []
+
+    def submit(self, line, job, done):
+        self.jobs.append((parse_task(line.decode().rstrip("\n")), job, done))
+        return True
+
+    def answer(self, i: int) -> None:
+        msg, job, done = self.jobs[i]
+        done(job, format_answer(msg["ids"][0], [{"links": [], "nofollow": 0, "meta_nofollow": False,
+                                                 "error": None}]))
+
+
+async def test_the_last_answer_between_two_drain_tasks_ends_the_wait(tmp_path):
+    """An answer that comes after one drain task ended and before the next one
+    first ran still wakes it: with nothing pending, no task is left waiting
+    (it was: the crawl never ended)."""
+    import types
+
+    config = parse_config_text("", require_start_urls=False).replace(
+        state_dir=str(tmp_path / "state"), save_dir=str(tmp_path / "save"))
+    pool = HeldPool()
+    stage = AnalysisStage(config, pool=pool, durable=False)
+    counts = types.SimpleNamespace(page_errors=collections.Counter(), rejected=collections.Counter())
+    tasks = []
+    stage.attach(Offers(), counts, lambda coro: tasks.append(asyncio.get_running_loop().create_task(coro)))
+    stage.submit("http://a/", 1, b"<html></html>")
+    stage.submit("http://b/", 1, b"<html></html>")
+    await asyncio.sleep(0)  # the first drain task waits
+    pool.answer(0)
+    await asyncio.sleep(0)  # it ends and spawns the next, whose first step comes after this one's
+    assert len(tasks) == 2 and not tasks[1].done()
+    pool.answer(1)
+    assert stage.pending == 0
+    await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    await stage.close()
+
+
 def test_metrics_count_alerts_and_failed_tries():
     from larbin_py.web.metrics import render_metrics
 

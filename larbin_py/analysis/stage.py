@@ -234,14 +234,16 @@ class AnalysisStage:
     def _ensure_drain(self) -> None:
         if not self._draining and self._spawn is not None:
             self._draining = True
-            self._spawn(self._drain())
+            # The future exists before the task first runs: an answer that comes
+            # in between wakes it (a poke with no future was lost, and the task
+            # then waited for ever with nothing pending: the crawl never ended).
+            self._wake = asyncio.get_running_loop().create_future()
+            self._spawn(self._drain(self._wake))
 
-    async def _drain(self) -> None:
+    async def _drain(self, wake: asyncio.Future) -> None:
         """Alive while tasks are pending; ends after each batch of answers (the engine pumps)."""
-        loop = asyncio.get_running_loop()
-        self._wake = loop.create_future()
         try:
-            await self._wake
+            await wake
         except asyncio.CancelledError:  # the crawl stops: what is pending stays in the queue
             self._draining = False
             self._wake = None
