@@ -8,7 +8,9 @@ The frontier hands the engine a robots.txt request as a site's first request;
 * 3xx: the Location is followed, up to :data:`larbin_py.robots.MAX_REDIRECTS`
   hops (``robots_decision(status, redirects=n)`` says when to stop: a 3xx
   past the limit means no restriction).  Every hop is a request like any
-  other, spaced politely from the last (``Frontier.follow_up_delay``).  A hop
+  other, spaced politely from the last (``Frontier.follow_up_delay``), and
+  started only while the IP's lease allows it (``Frontier.follow_up_allowed``,
+  the distributed mode; otherwise unavailable, as no answer).  A hop
   to another host resolves that name through the engine's one lookup method
   (never the resolver directly), and only to addresses the
   ``privateNetworks`` policy allows (``Frontier.allowed_addresses``; none
@@ -73,6 +75,11 @@ class RobotsFetch:
                 delay = fr.follow_up_delay(req, self.now())
                 if delay > 0:
                     await self.sleep(delay)
+                if not fr.follow_up_allowed(req, self.now()):
+                    # The IP's lease lapsed meanwhile (distributed mode): as no answer,
+                    # asked again later, by whoever holds the site then.
+                    fr.robots_unavailable(req, self.now())
+                    return
                 fr.follow_up_started(req, self.now())
             res = await self.fetcher.fetch(url, ip, port)
             if self.on_answer is not None:

@@ -271,3 +271,24 @@ def test_no_request_starts_past_the_lease_deadline():
     assert f.next_wakeup() is None  # no timer spinning until the renewal
     f.ip_lease_deadline = 3.0  # renewed
     assert f.next_request(1.2) is not None
+
+
+def test_a_follow_up_starts_only_while_the_ips_lease_allows():
+    """A robots.txt hop or a dynamic page's sub-request follows a running request:
+    past the lease deadline, or with the lease suspended, it must not start."""
+    f = make(ip_leases=True, wait_duration=0.2, obey_robots=False)
+    f.push("http://a.test/0", 3, 0)
+    f.load(0.0)
+    f.dns_resolved(f.take_dns_requests()[0], ("10.0.0.1",), 300.0, 0.0)
+    f.ip_lease_granted("10.0.0.1", 0.0, None, 0.0)
+    f.ip_lease_deadline = 1.0
+    req = f.next_request(0.5)
+    assert req is not None and f.follow_up_allowed(req, 0.9)
+    assert not f.follow_up_allowed(req, 1.1)  # renewal late
+    f.ip_lease_deadline = 3.0
+    f.ip_leases_suspend()
+    assert not f.follow_up_allowed(req, 1.2)  # suspended (a ZooKeeper session lapsed, say)
+    f.ip_leases_resume(1.3)
+    assert f.follow_up_allowed(req, 1.3)
+    g = make(wait_duration=0.2, obey_robots=False)  # one process: no leases, always
+    assert g.follow_up_allowed(req, 1e9)

@@ -26,12 +26,16 @@ class FakeFetcher:
 class FakeFrontier:
     """Records what the robots fetch tells it; spaces follow-ups by 0.5 s."""
 
-    def __init__(self, private_refused=frozenset()):
+    def __init__(self, private_refused=frozenset(), allowed=True):
         self.calls: list[tuple] = []
         self.private_refused = private_refused
+        self.allowed = allowed
 
     def follow_up_delay(self, req, now):
         return 0.5
+
+    def follow_up_allowed(self, req, now):
+        return self.allowed
 
     def follow_up_started(self, req, now):
         self.calls.append(("follow_up_started",))
@@ -65,8 +69,8 @@ def answer(url, status=None, *, body=b"", location=None, error=None):
     return FetchResult(url=url, ip="", status=status, body=body, location=location, error=error)
 
 
-def run(answers, *, dns=None, private_refused=frozenset()):
-    fetcher, frontier, log = FakeFetcher(answers), FakeFrontier(private_refused), FakeLog()
+def run(answers, *, dns=None, private_refused=frozenset(), allowed=True):
+    fetcher, frontier, log = FakeFetcher(answers), FakeFrontier(private_refused, allowed), FakeLog()
     sleeps, answered, lookups, rejected = [], [], [], Counter()
 
     async def sleep(delay):
@@ -130,6 +134,15 @@ def test_a_same_host_redirect_keeps_the_address_and_follows():
     assert r.fetcher.requests == [(ROBOTS, "10.0.0.1", 80), (target, "10.0.0.1", 80)]
     assert r.lookups == []
     assert not known_rules(r).allowed("larbin", "/x")
+
+
+def test_a_hop_the_ips_lease_no_longer_allows_is_not_made_and_leaves_robots_unavailable():
+    """Distributed mode: the lease lapsed while the hop waited its turn: no request."""
+    target = "http://a.test/real-robots.txt"
+    r = run({ROBOTS: answer(ROBOTS, 302, location="/real-robots.txt"),
+             target: answer(target, 200, body=b"User-agent: *\nDisallow: /\n")}, allowed=False)
+    assert r.fetcher.requests == [(ROBOTS, "10.0.0.1", 80)]
+    assert r.frontier.calls == [("unavailable",)] and r.log.records == []
 
 
 def test_a_cross_host_redirect_resolves_through_the_lookup_method():

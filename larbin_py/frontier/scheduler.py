@@ -1012,6 +1012,22 @@ class Frontier:
             wait = max(wait, ip.next_allowed - now)
         return max(0.0, wait)
 
+    def follow_up_allowed(self, req: Request, now: float) -> bool:
+        """A follow-up of ``req`` may start at ``now``: in the distributed mode,
+        its IP's lease is held and fresh (:meth:`next_request`'s own rule).
+
+        A request already running made the follow-up (a robots.txt redirect,
+        a dynamic page's sub-request); past the lease deadline, or with the
+        lease suspended or given up, it must not start: another worker may
+        own the IP by then.
+        """
+        if now > self.ip_lease_deadline:
+            return False
+        if self.ip_leases:
+            ip = self.ips.get(req.ip)
+            return ip is not None and ip.lease is LeaseState.HELD
+        return True
+
     def follow_up_started(self, req: Request, now: float) -> None:
         """A follow-up request of ``req`` starts now: push the next allowed times."""
         site = req.site

@@ -38,6 +38,8 @@ One page, step by step:
      between.  So a host sees its requests ``waitDuration`` apart whether
      they come from pages or from the scripts of a page -- and a page with
      many sub-requests takes ``waitDuration`` per sub-request to render.
+     In the distributed mode a sub-request starts only while the IP's lease
+     allows (``Frontier.follow_up_allowed``; refused ``paused`` otherwise).
    * with ``useCookies`` a sub-request carries the crawl's cookies and its
      Set-Cookie goes to the crawl's jar, as for a page;
    * every sub-request made is counted in the engine's requests and bytes
@@ -235,6 +237,8 @@ class FrontierGate:
             if delay <= 0:
                 break
             await self.sleep(delay)
+        if not fr.follow_up_allowed(slot, self.now()):
+            return "paused"  # the IP's lease lapsed (distributed mode): no request starts
         fr.follow_up_started(slot, self.now())
         return ip, site.port
 
