@@ -270,7 +270,10 @@ class Coordinator:
                 await self.io.listen_notes(self.holder, self._note, subscribed=self._notes_subscribed)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # Redis away: the main loop says so; re-asks ride the heartbeats
+            except Exception as exc:  # Redis away: the main loop says so; re-asks ride the heartbeats
+                if self.notes_up and not isinstance(exc, RedisUnavailable):
+                    print(f"larbin_py: worker {self.worker}: IP lease notes: {exc!r}; "
+                          "denied IPs asked again at each heartbeat meanwhile", file=self.err)
                 self.notes_up = False
                 await asyncio.sleep(backoff)
                 backoff = min(5.0, backoff * 2)
