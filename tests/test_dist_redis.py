@@ -330,6 +330,83 @@ async def test_an_expired_ip_lease_is_not_clean(redis_server):
     await io.close()
 
 
+class Notes:
+    """One holder's IP lease notes, heard through RedisIO.listen_notes."""
+
+    def __init__(self, io: RedisIO, holder: str) -> None:
+        self.heard: list[tuple[str, str]] = []
+        self.arrived = asyncio.Event()
+        self.ready = asyncio.Event()
+        self.task = asyncio.ensure_future(io.listen_notes(holder, self._on, subscribed=self.ready.set))
+
+    def _on(self, kind: str, ip: str) -> None:
+        self.heard.append((kind, ip))
+        self.arrived.set()
+
+    async def next(self, timeout: float = 5.0) -> tuple[str, str]:
+        while not self.heard:
+            self.arrived.clear()
+            await asyncio.wait_for(self.arrived.wait(), timeout)
+        return self.heard.pop(0)
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await self.task
+
+
+async def test_a_denial_notes_the_holder_and_a_release_notes_every_waiter(redis_server):
+    io = await connect(redis_server)
+    a, b, c = Notes(io, "w1:a"), Notes(io, "w2:b"), Notes(io, "w3:c")
+    for n in (a, b, c):
+        await asyncio.wait_for(n.ready.wait(), 5)
+    assert (await io.ip_acquire("10.0.0.5", "w1:a", 5)).granted
+    assert not (await io.ip_acquire("10.0.0.5", "w2:b", 5)).granted
+    assert await a.next() == ("W", "10.0.0.5")  # the holder hears it at once, not at its renewal
+    assert not (await io.ip_acquire("10.0.0.5", "w3:c", 5)).granted
+    assert await a.next() == ("W", "10.0.0.5")
+    assert (await io.ip_acquire("10.0.0.5", "w1:a", 5)).wanted
+    assert await io.ip_release("10.0.0.5", "w1:a", 1764063000123, b"{}") is True
+    assert await b.next() == ("F", "10.0.0.5") and await c.next() == ("F", "10.0.0.5")
+    second = await io.ip_acquire("10.0.0.5", "w2:b", 5)  # the first to ask wins
+    assert second.granted and second.last_start_ms == 1764063000123
+    assert second.wanted  # w3 still waits: the new holder knows it from its grant
+    assert not (await io.ip_acquire("10.0.0.5", "w3:c", 5)).granted
+    assert await b.next() == ("W", "10.0.0.5")
+    assert await io.ip_release("10.0.0.5", "w2:b", 1764063000200, b"{}") is True
+    assert await c.next() == ("F", "10.0.0.5")
+    assert (await io.ip_acquire("10.0.0.5", "w3:c", 5)).granted
+    assert await io.ip_release("10.0.0.5", "w3:c", 1764063000300, b"{}") is True  # nobody waits
+    assert await io.ip_release("10.0.0.5", "w3:c", 1, b"{}") is False  # not held: no note either
+    # Markers (a channel's notes arrive in order): nothing came before them, so the
+    # release nobody waited for noted no one.
+    assert (await io.ip_acquire("10.0.0.6", "w2:b", 5)).granted
+    assert not (await io.ip_acquire("10.0.0.6", "w1:a", 5)).granted
+    assert not (await io.ip_acquire("10.0.0.6", "w3:c", 5)).granted
+    assert await b.next() == ("W", "10.0.0.6") and await b.next() == ("W", "10.0.0.6")
+    assert await io.ip_release("10.0.0.6", "w2:b", 1, b"{}") is True
+    assert await a.next() == ("F", "10.0.0.6") and await c.next() == ("F", "10.0.0.6")
+    assert a.heard == b.heard == c.heard == []  # the releaser hears nothing of its own
+    for n in (a, b, c):
+        await n.stop()
+    await io.close()
+
+
+async def test_a_waiter_expires_from_ipwant_and_an_old_string_value_is_replaced(redis_server):
+    io = await connect(redis_server)
+    r = raw(redis_server)
+    keys = Keys("t")
+    await r.set(keys.ipwant("10.0.0.7"), "w9:old")  # a crawl of an earlier version
+    assert (await io.ip_acquire("10.0.0.7", "w1:a", 5)).granted
+    assert not (await io.ip_acquire("10.0.0.7", "w2:b", 0.05)).granted
+    assert await r.type(keys.ipwant("10.0.0.7")) == b"zset"
+
+    async def gone():
+        return not (await io.ip_acquire("10.0.0.7", "w1:a", 5)).wanted
+    await wait_until(gone)  # w2's wish lasted its own lease time
+    await io.close()
+
+
 # --- robots, site waits, stats -------------------------------------------------------
 
 async def test_robots_and_site_waits_move_with_the_partition(redis_server):

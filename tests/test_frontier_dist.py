@@ -292,3 +292,81 @@ def test_a_follow_up_starts_only_while_the_ips_lease_allows():
     assert f.follow_up_allowed(req, 1.3)
     g = make(wait_duration=0.2, obey_robots=False)  # one process: no leases, always
     assert g.follow_up_allowed(req, 1e9)
+
+
+def _held(f, urls, ip="10.0.0.1", now=0.0):
+    """A frontier holding ``ip``'s lease with ``urls`` of a.test on it, robots.txt off."""
+    f.obey_robots = False
+    for u in urls:
+        f.push(u, 3, 0)
+    f.load(now)
+    f.dns_resolved(f.take_dns_requests()[0], (ip,), 300.0, now)
+    f.ip_lease_granted(ip, now, None, now)
+    return f.ips[ip]
+
+
+def test_a_wanted_lease_with_nothing_ready_is_let_go_as_its_last_request_ends():
+    f = make(ip_leases=True, wait_duration=0.2, ip_lease_hold=10.0)
+    woken = []
+    f.on_ip_releasable = lambda: woken.append(True)
+    ip = _held(f, ["http://a.test/1"])
+    req = f.next_request(0.0)
+    assert req is not None
+    f.ip_lease_contended("10.0.0.1")
+    assert f.ip_lease_next_release() is None  # a request runs: the tick waits for its end
+    f.fetched_ok(req, 0.05)
+    assert woken == [True]  # the coordinator is woken: nothing ready, another worker waits
+    assert f.ip_lease_next_release() == -math.inf
+    # released at once, not IP_IDLE_RELEASE delays after its last start (nor after the hold)
+    (addr, last_start, _), = f.ip_leases_to_release(0.06)
+    assert addr == "10.0.0.1" and last_start == 0.0
+    assert ip.lease is LeaseState.NONE and f.ip_lease_next_release() is None
+
+
+def test_an_uncontended_lease_with_nothing_ready_is_kept_a_little():
+    f = make(ip_leases=True, wait_duration=0.2, ip_lease_hold=10.0)
+    woken = []
+    f.on_ip_releasable = lambda: woken.append(True)
+    _held(f, ["http://a.test/1"])
+    req = f.next_request(0.0)
+    f.fetched_ok(req, 0.05)
+    assert woken == [] and f.ip_lease_next_release() is None
+    assert f.ip_leases_to_release(0.1) == []  # nobody waits: kept for the next link a while
+    assert [o[0] for o in f.ip_leases_to_release(0.5)] == ["10.0.0.1"]
+
+
+def test_a_wanted_lease_past_its_hold_starts_nothing_more_and_is_let_go():
+    f = make(ip_leases=True, wait_duration=0.0, ip_lease_hold=1.0)
+    woken = []
+    f.on_ip_releasable = lambda: woken.append(True)
+    ip = _held(f, [f"http://a.test/{i}" for i in range(10)])
+    f.ip_lease_contended("10.0.0.1")
+    req = f.next_request(0.5)  # within the hold: work goes on
+    assert req is not None
+    f.fetched_ok(req, 0.6)
+    assert woken == []  # work is ready and the hold runs until 1.0
+    assert f.ip_lease_next_release() == 1.0
+    assert f.ip_leases_to_release(0.7) == []
+    req = f.next_request(0.9)
+    f.fetched_ok(req, 1.05)  # ends past the hold
+    assert woken == [True]
+    assert f.next_request(1.06) is None  # its turn is over: the waiter goes next
+    (addr, last_start, _), = f.ip_leases_to_release(1.07)
+    assert addr == "10.0.0.1" and last_start == 0.9
+    assert ip.lease is LeaseState.WANTED and ip.lease_retry > 1.07  # asked again after the waiter
+
+
+def test_a_release_note_brings_a_denied_ask_forward_but_not_an_awaited_one():
+    f = make(ip_leases=True, wait_duration=0.2)
+    f.obey_robots = False
+    f.push("http://a.test/1", 3, 0)
+    f.load(0.0)
+    f.dns_resolved(f.take_dns_requests()[0], ("10.0.0.1",), 300.0, 0.0)
+    assert f.ip_leases_wanted(0.0) == ["10.0.0.1"]
+    assert f.ip_lease_freed("10.0.0.1", 0.01) is False  # asked, answer awaited
+    f.ip_lease_denied("10.0.0.1", 2.0)  # retry with the next heartbeat
+    assert f.ip_lease_next_ask() == 2.0
+    assert f.ip_leases_wanted(0.5) == []
+    assert f.ip_lease_freed("10.0.0.1", 0.5) is True
+    assert f.ip_lease_next_ask() == 0.5 and f.ip_leases_wanted(0.5) == ["10.0.0.1"]
+    assert f.ip_lease_freed("10.0.0.2", 0.5) is False  # not wanted here
