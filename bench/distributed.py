@@ -50,9 +50,8 @@ too), and N = 4 with leaseTtl 2 (five times the heartbeats).  The CPU of
 starting one process (the imports of ``python -m larbin_py``, measured
 apart) is reported, and each row's ratio is also given without it, counted
 once per process (the launcher is one).  ``--profile DIR`` samples each
-worker, and the embedded engine with its analysis processes, with py-spy
-(collapsed stacks, one file per worker or embedded crawl; those figures are
-not comparable).
+worker with py-spy (collapsed stacks, one file per worker; those figures
+are not comparable).
 
 Then, unless ``--no-takeover``: three workers crawl the same web with
 ``respawn false``; once worker w2 owns partitions with entries read and not
@@ -192,12 +191,8 @@ def pages_of(res: dict) -> int:
 
 async def crawl_embedded(web: SimWeb, dns_port: int, work: str, args) -> dict:
     conf = write_config(web, dns_port, work, args)
-    cmd = [sys.executable, "-m", "larbin_py", "-c", conf]
-    if args.profile:  # py-spy runs the engine (and its analysis processes): one file, collapsed stacks
-        out = os.path.join(args.profile, f"embedded-{os.path.basename(work)}-{time.monotonic_ns()}.txt")
-        cmd = [os.path.join(os.path.dirname(sys.executable), "py-spy"), "record", "--format", "raw", "--rate",
-               "200", "--nonblocking", "--subprocesses", "-o", out, "--", *cmd]
-    res = await asyncio.get_running_loop().run_in_executor(None, run_child, cmd, work)
+    res = await asyncio.get_running_loop().run_in_executor(
+        None, run_child, [sys.executable, "-m", "larbin_py", "-c", conf], work)
     res["pages"] = pages_of(res)
     res["crawler_cpu_s"] = res["cpu_s"]
     return res

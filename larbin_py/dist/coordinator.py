@@ -19,20 +19,15 @@ tick is one pipeline (one round trip) carrying, in this order:
    of the partitions :func:`~larbin_py.dist.partition.assign` gives this
    worker, and fenced reads (``lb_read``) while the frontier's gate is open
    and the inbox below half its capacity;
-5. IP lease requests and releases (``lb_ip_acquire`` / ``lb_ip_release``:
-   a denial tells the holder ``W<ip>``, a release tells each waiter
-   ``F<ip>``, on the workers' note channels, heard on a pub/sub connection
-   of their own: a holder lets a wanted IP go as soon as nothing is ready
-   on it, and the waiter asks in its next tick, not at its next heartbeat);
+5. IP lease requests and releases (``lb_ip_acquire`` / ``lb_ip_release``);
 6. the release of drained partitions (their site waits written first).
 
 A tick is sent when links reach ``redisBatch``, when the oldest link has
 waited ``redisFlushInterval``, when an ack cycle is due (``ack_interval``:
 acks wait for the output's sync anyway), when the frontier starves, when an
 IP lease is first wanted, and at every heartbeat (``leaseTtl / 5``), which
-also carries the re-asks of denied IP leases whose release note was lost
-and the polls of partitions found empty: a worker at work sends a few ticks
-a second whatever its rate.
+also carries the re-asks of denied IP leases and the polls of partitions
+found empty: a worker at work sends a few ticks a second whatever its rate.
 
 **Ownership.**  Partition -> worker is :func:`assign` over the live members
 (the same pure function in every worker).  A partition given to this worker
@@ -194,13 +189,7 @@ class Coordinator:
         self._wake = asyncio.Event()
         self._stop = False
         self._last_tick = 0.0
-        #: IP lease notes: the listener task, and when each IP's release was last heard.
-        self._notes: asyncio.Task | None = None
-        self.notes_up = False
-        self._freed_at: dict[str, float] = {}
-        self.notes_heard = 0
         frontier.on_ip_wanted = self.wake
-        frontier.on_ip_releasable = self.wake
 
     # ------------------------------------------------------------------
     # Hooks the engine's parts call
@@ -259,45 +248,6 @@ class Coordinator:
         self.view_members = self.membership.members()
         self.view_since = now
         self.next_hb = now + self.hb_interval
-        self._notes = asyncio.ensure_future(self._listen_notes())
-
-    async def _listen_notes(self) -> None:
-        """The IP lease notes (hints; see RedisIO.listen_notes): listened to until stop,
-        resubscribed with backoff when the connection fails (meanwhile heartbeats re-ask)."""
-        backoff = 0.1
-        while not self._stop:
-            try:
-                await self.io.listen_notes(self.holder, self._note, subscribed=self._notes_subscribed)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # Redis away: the main loop says so; re-asks ride the heartbeats
-                if self.notes_up and not isinstance(exc, RedisUnavailable):
-                    print(f"larbin_py: worker {self.worker}: IP lease notes: {exc!r}; "
-                          "denied IPs asked again at each heartbeat meanwhile", file=self.err)
-                self.notes_up = False
-                await asyncio.sleep(backoff)
-                backoff = min(5.0, backoff * 2)
-
-    def _notes_subscribed(self) -> None:
-        self.notes_up = True
-
-    def _note(self, kind: str, ip: str) -> None:
-        """``F``: an IP this worker waits for was released: ask now.  ``W``: another worker
-        waits for an IP held here: let it go once nothing is ready on it (or after the hold)."""
-        self.notes_heard += 1
-        now = self.clock()
-        fr = self.fr
-        if kind == "F":
-            self._freed_at[ip] = now
-            if len(self._freed_at) > 10_000:
-                self._freed_at.clear()
-            if fr.ip_lease_freed(ip, now):
-                self._wake.set()
-        elif kind == "W":
-            fr.ip_lease_contended(ip)
-            due = fr.ip_lease_next_release()
-            if due is not None and due <= now:
-                self._wake.set()
 
     async def run(self) -> None:
         """Tick until :meth:`stop`; Redis lost: retry with backoff, leases lapse by themselves."""
@@ -343,9 +293,6 @@ class Coordinator:
         ask = self.fr.ip_lease_next_ask()
         if ask is not None:
             t = min(t, now + max(0.0, ask - now))
-        release = self.fr.ip_lease_next_release()
-        if release is not None:
-            t = min(t, now + max(0.0, release - now))
         if self._reads_wanted(now) or self.to_claim or self.acquire_now:
             t = min(t, now)
         if self.draining:
@@ -376,12 +323,6 @@ class Coordinator:
         finally:
             if self._mhb is not None and not self._mhb.done():
                 self._mhb.cancel()
-            if self._notes is not None and not self._notes.done():
-                self._notes.cancel()
-                try:
-                    await self._notes
-                except BaseException:  # cancelled (or its connection failed)
-                    pass
             if self.external:
                 try:
                     await self.membership.leave()
@@ -489,7 +430,7 @@ class Coordinator:
             asked_ips = fr.ip_leases_wanted(now)
             for ip in asked_ips:
                 handlers.append((t.ip_acquire(ip, self.holder, self._ip_ttl()),
-                                 lambda r, ip=ip: self._ip_answer(ip, r, now)))
+                                 lambda r, ip=ip: self._ip_answer(ip, r)))
         # 6. releases of drained partitions
         for p in self._drained(final):
             token = self.held.get(p)
@@ -721,21 +662,13 @@ class Coordinator:
     # ------------------------------------------------------------------
     # IP leases
     # ------------------------------------------------------------------
-    def _ip_answer(self, ip: str, g, asked_at: float | None = None) -> None:
+    def _ip_answer(self, ip: str, g) -> None:
         fr = self.fr
         now = self.clock()
         if not g.granted:
-            freed = self._freed_at.pop(ip, None)
-            if freed is not None and asked_at is not None and freed >= asked_at:
-                # Released while the denial was on its way (its note came first): ask again now.
-                fr.ip_lease_denied(ip, now)
-                self._wake.set()
-                return
-            # The holder's release note says when to ask again; the next heartbeat re-asks
-            # anyway (a note is lost while the listener is away): no round trip of its own.
+            # Asked again with the next heartbeat: no round trip of its own.
             fr.ip_lease_denied(ip, max(self.next_hb, now + MIN_GAP))
             return
-        self._freed_at.pop(ip, None)
         pace = None
         if g.pace:
             try:
@@ -858,7 +791,6 @@ class Coordinator:
             "worker": self.worker, "partitions": len(self.held), "draining": len(self.draining),
             "ticks": self.ticks, "round_trips": self.io.round_trips, "takeovers": self.takeovers,
             "claimed": self.claimed_entries, "acked": self.acked, "fenced": self.fenced,
-            "ip_leases": len(self.fr.ip_leases_held()), "ip_notes": self.notes_heard,
-            "redis_down": self.redis_down,
+            "ip_leases": len(self.fr.ip_leases_held()), "redis_down": self.redis_down,
             "membership": membership_snapshot(self.membership),
         }

@@ -23,10 +23,7 @@ key                      what it holds
 ``sitewait:{p}``         hash: host → next allowed fetch (written at handover)
 ``ip:{X}``               the IP lease (the holder's worker id), ``PX``
 ``iplast:{X}``           hash: start (wall ms of the last request), pace
-``ipwant:{X}``           zset: waiter (worker:instance) -> expiry ms (asks
-                         the holder to let go; each hears the release)
-``ipnote:<holder>``      pub/sub channel (no key): ``F<ip>`` the IP it waits
-                         for was released, ``W<ip>`` an IP it holds is wanted
+``ipwant:{X}``           a waiter's worker id, ``PX`` (asks the holder to let go)
 ``stats:<w>``            the worker's stats snapshot (JSON), ``PX``
 ``outpos:<w>``           the worker's output position at its last ack
 =======================  ===================================================
@@ -127,14 +124,6 @@ class Keys:
 
     def ipwant(self, addr: str) -> str:
         return f"{self.prefix}ipwant:{{{addr}}}"
-
-    @property
-    def ipnote_prefix(self) -> str:
-        """The note channels' prefix (a channel per lease holder; see ipnote)."""
-        return self.prefix + "ipnote:"
-
-    def ipnote(self, holder: str) -> str:
-        return self.ipnote_prefix + holder
 
     def pattern(self) -> str:
         """A SCAN pattern for every key of the crawl (its removal, the tests)."""

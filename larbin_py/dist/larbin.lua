@@ -212,76 +212,43 @@ local function lb_leave(keys, args)
   return 1
 end
 
--- The waiters of an IP: ipwant:{X} is a zset, waiter -> expiry (ms, Redis's
--- clock).  An older crawl's string value is replaced.
-local function waiters(key, now)
-  local t = redis.call('TYPE', key)
-  if type(t) == 'table' then t = t.ok end
-  if t ~= 'zset' and t ~= 'none' then redis.call('DEL', key) end
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. ms(now))
-  return redis.call('ZRANGE', key, 0, -1)
-end
-
-local function others(list, holder)
-  for _, w in ipairs(list) do
-    if w ~= holder then return 1 end
-  end
-  return 0
-end
-
--- lb_ip_acquire(ip, iplast, ipwant; holder, ttl_ms, note prefix): the IP
--- lease.  Answers {granted, last start ms or '', pace or '', retry in ms,
--- wanted by another, clean}: a fresh grant carries the previous holder's
--- last start and server pace; clean is 0 when the previous lease expired
--- instead of being released (its last requests are unknown: wait a full
--- delay).  A renewal (already ours) answers last start '' and whether
--- another worker waits for the IP.  A denial records the caller in ipwant
--- (for ttl_ms) and, when a note prefix is given, publishes 'W<ip>' on the
--- holder's channel <prefix><holder>: the holder learns at once that the IP
--- is wanted (a hint: the renewal's 'wanted' says it too).
+-- lb_ip_acquire(ip, iplast, ipwant; holder, ttl_ms): the IP lease.  Answers
+-- {granted, last start ms or '', pace or '', retry in ms, wanted by
+-- another, clean}: a fresh grant carries the previous holder's last start
+-- and server pace; clean is 0 when the previous lease expired instead of
+-- being released (its last requests are unknown: wait a full delay).  A
+-- renewal (already ours) answers last start '' and whether another worker
+-- waits for the IP.  A denial records the caller in ipwant.
 local function lb_ip_acquire(keys, args)
   local holder, ttl = args[1], args[2]
-  local prefix = args[3] or ''
-  local now = now_ms()
   local cur = redis.call('GET', keys[1])
   if cur == holder then
     redis.call('PEXPIRE', keys[1], ttl)
-    return {1, '', '', 0, others(waiters(keys[3], now), holder), 1}
+    local want = redis.call('GET', keys[3])
+    return {1, '', '', 0, (want and want ~= holder) and 1 or 0, 1}
   end
   if cur then
-    waiters(keys[3], now)
-    redis.call('ZADD', keys[3], ms(now + tonumber(ttl)), holder)
-    redis.call('PEXPIRE', keys[3], ttl)
-    if prefix ~= '' then redis.call('PUBLISH', prefix .. cur, 'W' .. args[4]) end
+    redis.call('SET', keys[3], holder, 'PX', ttl)
     return {0, '', '', redis.call('PTTL', keys[1]), 0, 1}
   end
   redis.call('SET', keys[1], holder, 'PX', ttl)
-  local list = waiters(keys[3], now)
-  redis.call('ZREM', keys[3], holder)
+  local want = redis.call('GET', keys[3])
+  if want == holder then redis.call('DEL', keys[3]) end
   local last = redis.call('HMGET', keys[2], 'start', 'pace', 'rel')
   local clean = 1
   if last[3] == '0' then clean = 0 end
   redis.call('HSET', keys[2], 'rel', '0')
   redis.call('PEXPIRE', keys[2], 3600000)
-  return {1, last[1] or '', last[2] or '', 0, others(list, holder), clean}
+  return {1, last[1] or '', last[2] or '', 0, (want and want ~= holder) and 1 or 0, clean}
 end
 
--- lb_ip_release(ip, iplast, ipwant; holder, last start ms, pace, keep_ms,
--- note prefix, ip): let go of the IP, leaving the last start and the server
--- pace for the next holder; with a note prefix, each live waiter hears 'F<ip>'
--- on its channel <prefix><waiter> and asks at once instead of at its next
--- heartbeat (a hint: its ask is an ordinary lb_ip_acquire).
+-- lb_ip_release(ip, iplast; holder, last start ms, pace, keep_ms): let go of
+-- the IP, leaving the last start and the server pace for the next holder.
 local function lb_ip_release(keys, args)
   if redis.call('GET', keys[1]) ~= args[1] then return 0 end
   redis.call('DEL', keys[1])
   redis.call('HSET', keys[2], 'start', args[2], 'pace', args[3], 'rel', '1')
   redis.call('PEXPIRE', keys[2], args[4])
-  local prefix = args[5] or ''
-  if prefix ~= '' and keys[3] then
-    for _, w in ipairs(waiters(keys[3], now_ms())) do
-      if w ~= args[1] then redis.call('PUBLISH', prefix .. w, 'F' .. args[6]) end
-    end
-  end
   return 1
 end
 

@@ -363,20 +363,13 @@ class Tick:
             return IpGrant(bool(int(r[0])), int(last) if last else None, pace, int(r[3]) if int(r[3]) > 0 else 0,
                            bool(int(r[4])), bool(int(r[5])))
         keys = self.keys
-        return self._fcall("lb_ip_acquire", [keys.ip(ip), keys.iplast(ip), keys.ipwant(ip)],
-                           [holder, _ms(ttl), keys.ipnote_prefix, ip], parse)
+        return self._fcall("lb_ip_acquire", [keys.ip(ip), keys.iplast(ip), keys.ipwant(ip)], [holder, _ms(ttl)], parse)
 
     def ip_release(self, ip: str, holder: str, last_start_ms: int, pace: bytes | str = b"") -> int:
-        """Let go of ``ip``, leaving the last request start and the server pace: True, or False when not ours.
-
-        The workers waiting for ``ip`` hear ``F<ip>`` on their note channel
-        (:meth:`RedisIO.listen_notes`); a denied ``ip_acquire`` tells the
-        holder ``W<ip>`` the same way.
-        """
+        """Let go of ``ip``, leaving the last request start and the server pace: True, or False when not ours."""
         keys = self.keys
-        return self._fcall("lb_ip_release", [keys.ip(ip), keys.iplast(ip), keys.ipwant(ip)],
-                           [holder, int(last_start_ms), pace, IPLAST_KEEP_MS, keys.ipnote_prefix, ip],
-                           lambda r: bool(int(r)))
+        return self._fcall("lb_ip_release", [keys.ip(ip), keys.iplast(ip)],
+                           [holder, int(last_start_ms), pace, IPLAST_KEEP_MS], lambda r: bool(int(r)))
 
     # --- partition side data ---------------------------------------------
     def put_robots(self, p: int, worker: str, token: int, answers: dict[str, bytes | str]) -> int:
@@ -683,48 +676,6 @@ class RedisIO:
             self.round_trips += 1
         woke = {_s(k) for k, _ in (r or [])}
         return [p for p in parts if self.keys.queue(p) in woke]
-
-    # --- IP lease notes (pub/sub, a third connection) --------------------------
-    async def listen_notes(self, holder: str, on_note: Callable[[str, str], None],
-                           subscribed: Callable[[], None] | None = None) -> None:
-        """Hear this process's IP lease notes until cancelled: ``on_note(kind, ip)`` with kind
-        ``"F"`` (an IP this worker waits for was released) or ``"W"`` (another worker waits for
-        an IP this one holds).  ``subscribed`` is called once the subscription is in place.
-
-        Notes are hints (pub/sub keeps nothing for a subscriber away): a lost one only
-        delays the ask to the next heartbeat, which re-asks denied IPs anyway.  One round
-        trip per (re)subscription; the messages themselves are the server's pushes.
-        Raises :class:`RedisUnavailable` when the connection fails (the caller retries).
-        """
-        client = self._make_client(None)
-        pubsub = client.pubsub()
-        channel = self.keys.ipnote(holder)
-        try:
-            try:
-                await pubsub.subscribe(channel)
-                self.round_trips += 1
-                if subscribed is not None:
-                    # The subscription is confirmed by its first message.
-                    while True:
-                        msg = await pubsub.get_message(timeout=None)
-                        if msg is not None and msg.get("type") == "subscribe":
-                            break
-                    subscribed()
-                while True:
-                    msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
-                    if msg is None or msg.get("type") != "message":
-                        continue
-                    data = _s(msg.get("data") or b"")
-                    if len(data) > 1 and data[0] in "FW":
-                        on_note(data[0], data[1:])
-            except _CONNECTION_ERRORS as exc:
-                raise RedisUnavailable(f"Redis at {self.url_shown} unreachable: {exc}") from exc
-        finally:
-            try:
-                await pubsub.aclose()
-                await client.aclose()
-            except Exception:  # closing a broken connection
-                pass
 
     async def info(self, section: str | None = None) -> dict:
         """``INFO`` (used_memory, total_reads_processed, ...): one round trip."""

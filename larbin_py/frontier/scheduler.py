@@ -321,9 +321,6 @@ class Frontier:
         self.ip_leases = ip_leases
         self.ip_lease_hold = ip_lease_hold
         self.on_ip_wanted = on_ip_wanted  # called when an IP starts wanting its lease
-        #: Called when a lease another worker waits for can be released now (its last
-        #: request here ended with nothing ready, or after ip_lease_hold): a tick is due.
-        self.on_ip_releasable: Callable[[], None] | None = None
         self._ip_wanted: dict[str, IPSite] = {}  # lease WANTED
         self._ip_held: dict[str, IPSite] = {}  # lease HELD or EXPIRING
         #: With leases on: no request starts after this time (loop time), until
@@ -884,8 +881,6 @@ class Frontier:
                 continue  # rescheduled when a request to it ends
             if self.ip_leases and ip.lease is not LeaseState.HELD:
                 continue  # rescheduled when the lease is granted again
-            if ip.contended and ip.lease_since + self.ip_lease_hold <= now:
-                continue  # held its turn and another worker waits: released at the next tick
             if ip.next_allowed > now:
                 self._schedule_ip(ip, ip.next_allowed)
                 continue
@@ -976,9 +971,6 @@ class Frontier:
         if ip is not None:
             self._make_ready(site, now)
             self._schedule_ip(ip, now)
-            if (ip.contended and not ip.busy and self.on_ip_releasable is not None
-                    and self._ip_release_at(ip) <= now):
-                self.on_ip_releasable()
         if not site.fifo and not site.active and not site.in_flight:
             self._note_idle(site, now)
 
@@ -1333,34 +1325,11 @@ class Frontier:
         ip.lease_retry = now
         self._schedule_ip(ip, now)  # wanted again if sites are ready
 
-    def ip_lease_freed(self, addr: str, now: float) -> bool:
-        """The holder of ``addr`` released it (a note): a WANTED lease waiting for its retry
-        is asked for now.  True when it was (the coordinator's next tick asks)."""
-        ip = self._ip_wanted.get(addr)
-        if ip is None or ip.lease is not LeaseState.WANTED or not ip.ready:
-            return False
-        if ip.lease_retry == math.inf or ip.lease_retry <= now:
-            return False  # an answer is awaited, or the ask is due anyway
-        ip.lease_retry = now
-        return True
-
     def ip_lease_contended(self, addr: str) -> None:
-        """Another worker waits for ``addr``: release it once no request to it runs and either
-        nothing is ready on it or it was held ``ip_lease_hold``."""
+        """Another worker waits for ``addr``: release it once held ``ip_lease_hold`` and idle."""
         ip = self._ip_held.get(addr)
         if ip is not None:
             ip.contended = True
-
-    def _ip_release_at(self, ip: IPSite) -> float:
-        """When a contended lease is to be released (its requests ended): at once with nothing
-        ready on it, else once held ``ip_lease_hold``."""
-        return ip.lease_since + self.ip_lease_hold if ip.ready else -math.inf
-
-    def ip_lease_next_release(self) -> float | None:
-        """When :meth:`ip_leases_to_release` next gives back a lease another worker waits
-        for (None: none to give, or only once a running request ends)."""
-        times = [self._ip_release_at(ip) for ip in self._ip_held.values() if ip.contended and not ip.busy]
-        return min(times) if times else None
 
     def ip_leases_suspend(self) -> None:
         """The leases may have lapsed (the heartbeat is late): start no request on any."""
@@ -1381,13 +1350,11 @@ class Frontier:
     def ip_leases_to_release(self, now: float, *, every: bool = False) -> list[tuple[str, float, dict]]:
         """Leases to give back now: ``(ip, last_start, pace)`` each, and NONE here.
 
-        An IP is released when no request to it runs and either another
-        worker waits for it and nothing is ready on it here or it was held at
-        least ``ip_lease_hold``, or nothing has been ready on it for
-        ``IP_IDLE_RELEASE`` waitDurations since its last start; ``every``:
-        each one with no request running (a worker that stops).  The next
-        holder waits the delay from ``last_start`` anyway, so a waiter is not
-        kept waiting for an IP idle here.  ``last_start`` (loop time, -1 when none) and the
+        An IP is released when no request to it runs and either nothing has
+        been ready on it for ``IP_IDLE_RELEASE`` waitDurations since its last
+        start, or another worker waits for it and it was held at least
+        ``ip_lease_hold``; ``every``: each one with no request running (a
+        worker that stops).  ``last_start`` (loop time, -1 when none) and the
         pace go to ``iplast`` for the next holder.
         """
         out = []
@@ -1397,10 +1364,9 @@ class Frontier:
                 continue
             since = max(ip.last_start, ip.lease_since)
             if not every:
-                if ip.contended:
-                    if self._ip_release_at(ip) > now:
-                        continue
-                elif ip.ready or now - since < idle_after:
+                if ip.ready and not (ip.contended and now - ip.lease_since >= self.ip_lease_hold):
+                    continue
+                if not ip.ready and now - since < idle_after:
                     continue
             del self._ip_held[key]
             ip.lease = LeaseState.NONE
