@@ -83,22 +83,20 @@ import asyncio
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 from common import median, report, table
-from throughput import NGINX, free_port, run_child
+from distributed_redis import memory_of
+from throughput import bench_web, run_child, served
 
 from larbin_py.config import format_config, parse_config_text
 from larbin_py.dist.keys import Keys
 from larbin_py.dist.redis_server import RedisServer, RedisServerError
 from larbin_py.dist.redisio import RedisIO
-from larbin_py.sim.dns import SimDNSServer
-from larbin_py.sim.export import export
-from larbin_py.sim.web import SimConfig, SimWeb
+from larbin_py.sim.web import SimWeb
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -228,17 +226,6 @@ async def redis_figures(io: RedisIO) -> dict:
             "used_memory": int(mem["used_memory"])}
 
 
-async def memory_of(io: RedisIO, keys: list[str]) -> int:
-    total = 0
-    for i in range(0, len(keys), 2000):
-        pipe = io.client.pipeline(transaction=False)
-        for k in keys[i:i + 2000]:
-            pipe.execute_command("MEMORY", "USAGE", k, "SAMPLES", "0")
-        total += sum(int(x or 0) for x in await pipe.execute())
-        io.round_trips += 1
-    return total
-
-
 async def queue_sample(io: RedisIO, keys: Keys, seen_buckets: int) -> dict:
     """Redis's used memory, the seen buckets' and the streams' (MEMORY USAGE) and
     the entries the streams hold, in one pipeline."""
@@ -298,8 +285,7 @@ async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk:
         res["pages"] = pages_of(res)
         zk1 = zk.cpu_seconds() if zk is not None else 0.0
         if zk is not None and not zk.was_used(changes["zk_path"]):
-            raise RuntimeError("membership zookeeper: the workers never joined through ZooKeeper "
-                               "(this build's workers do not use the membership key yet)")
+            raise RuntimeError("membership zookeeper: the workers never joined through ZooKeeper")
         mine = io.round_trips - trips0 + 4  # the four INFO calls below
         after = await redis_figures(io)
         view = await io.view()
@@ -418,15 +404,7 @@ async def takeover(web: SimWeb, dns_port: int, work: str, args, zk: Zk | None, v
 # --- the run ---------------------------------------------------------------------------
 
 async def main_async(args) -> int:
-    if NGINX is None:
-        sys.exit("bench: nginx is needed (apt-get install nginx-light)")
-    ip_base = "127.0.5.1"
-    port = free_port(ip_base)
-    cfg = SimConfig(seed=12, hosts=args.hosts, pages_per_host=(args.pages, args.pages),
-                    body_size=(10_000, 60_000), links_per_page=(30, 150), hosts_per_ip=4, ip_base=ip_base,
-                    extras=False, trap=False, p_loop=0.0, robots_mix={"absent": 3.0, "rules": 1.0, "allow": 1.0},
-                    robots_agent="larbin_py")
-    web = SimWeb.generate(cfg, port)
+    web, port = bench_web(args.hosts, args.pages)
     if args.seen_buckets is None:
         urls = sum(len(h.resources) for h in web.hosts.values())
         args.seen_buckets = max(1, min(128, round(urls / (PARTITIONS * DESIGN_URLS_PER_BUCKET))))
@@ -439,33 +417,20 @@ async def main_async(args) -> int:
     runs: dict[str, list[dict]] = {label: [] for label, *_ in settings}
     take = None
     start_cpu = median([process_start_cpu() for _ in range(3)])
-    with tempfile.TemporaryDirectory(prefix="larbin-bench-dist-web-") as site_dir:
-        os.chmod(site_dir, 0o755)
-        export(web, site_dir)
-        nginx = subprocess.Popen([NGINX, "-p", site_dir, "-e", os.path.join(site_dir, "logs", "error.log"),
-                                  "-c", os.path.join(site_dir, "nginx.conf"), "-g", "daemon off;"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        dns = SimDNSServer(web.dns_records(), host="127.0.0.1", port=0)
-        await dns.start()
+    async with served(web, port, prefix="larbin-bench-dist-web-") as dns_port:
         zk = None
         try:
-            for _ in range(500):  # until nginx listens (it gives no readiness signal)
-                try:
-                    socket.create_connection((web.hosts["h0.sim.test"].ip, port), timeout=1).close()
-                    break
-                except OSError:
-                    await asyncio.sleep(0.02)
             if args.membership == "zookeeper":
                 zk = Zk(tempfile.mkdtemp(prefix="larbin-bench-zk-"))
             for r in range(args.rounds):
                 for label, kind, n, changes in settings:
                     with tempfile.TemporaryDirectory(prefix="larbin-bench-dist-") as work:
                         if kind == "embedded":
-                            res = await crawl_embedded(web, dns.port, work, args)
+                            res = await crawl_embedded(web, dns_port, work, args)
                         elif kind == "embedded2":
-                            res = await crawl_embedded_twice(web, dns.port, work, args)
+                            res = await crawl_embedded_twice(web, dns_port, work, args)
                         else:
-                            res = await crawl_workers(web, dns.port, work, n, args, zk, **changes)
+                            res = await crawl_workers(web, dns_port, work, n, args, zk, **changes)
                     res["processes"] = {"embedded": 1, "embedded2": 2}.get(kind, n + 1)  # + the launcher
                     runs[label].append(res)
                     print(f"round {r + 1}, {label}: {res['pages']} pages in {res['wall_s']:.1f} s, "
@@ -474,11 +439,8 @@ async def main_async(args) -> int:
                                                         if n else ""), flush=True)
             if args.takeover:
                 with tempfile.TemporaryDirectory(prefix="larbin-bench-dist-") as work:
-                    take = await takeover(web, dns.port, work, args, zk)
+                    take = await takeover(web, dns_port, work, args, zk)
         finally:
-            await dns.close()
-            nginx.terminate()
-            nginx.wait()
             if zk is not None:
                 zk.stop()
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -217,18 +218,25 @@ def floor_costs(web: SimWeb, port: int, work: str) -> dict:
     return out
 
 
-async def main_async(args) -> None:
+def bench_web(hosts: int, pages: int) -> tuple[SimWeb, int]:
+    """The benchmarks' web: ``hosts`` x ``pages`` pages like real ones (10-60 kB,
+    30-150 links), 4 hosts an IP, on 127.0.5.x, and the port nginx will serve it on."""
     if NGINX is None:
         sys.exit("bench: nginx is needed (apt-get install nginx-light)")
     ip_base = "127.0.5.1"
     port = free_port(ip_base)
-    cfg = SimConfig(seed=12, hosts=args.hosts, pages_per_host=(args.pages, args.pages),
+    cfg = SimConfig(seed=12, hosts=hosts, pages_per_host=(pages, pages),
                     body_size=(10_000, 60_000), links_per_page=(30, 150), hosts_per_ip=4, ip_base=ip_base,
                     extras=False, trap=False, p_loop=0.0, robots_mix={"absent": 3.0, "rules": 1.0, "allow": 1.0},
                     robots_agent="larbin_py")
-    web = SimWeb.generate(cfg, port)
-    python = None if args.no_peer else peer_python("scrapy")
-    with tempfile.TemporaryDirectory(prefix="larbin-bench-web-") as site_dir:
+    return SimWeb.generate(cfg, port), port
+
+
+@contextlib.asynccontextmanager
+async def served(web: SimWeb, port: int, prefix: str = "larbin-bench-web-"):
+    """``web`` exported to a temporary folder and served by nginx, its names by a
+    sim DNS server; yields the DNS server's port once nginx listens."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as site_dir:
         os.chmod(site_dir, 0o755)
         export(web, site_dir)
         nginx_args = ["-p", site_dir, "-e", os.path.join(site_dir, "logs", "error.log"),
@@ -244,29 +252,36 @@ async def main_async(args) -> None:
                     break
                 except OSError:
                     await asyncio.sleep(0.02)
-            settings = [("larbin_py", "larbin")] \
-                + ([(f"larbin_py, baseline {args.baseline}", "larbin_base")] if args.baseline else []) \
-                + ([("larbin_py, h11 reader", "larbin_h11")] if args.h11 else []) \
-                + ([("scrapy", "scrapy")] if python else [])
-            runs: dict[str, list[dict]] = {key: [] for _l, key in settings}
-            floors: list[dict] = []
-            for _round in range(args.rounds):
-                for _label, key in settings:
-                    with tempfile.TemporaryDirectory(prefix="larbin-bench-") as work:
-                        if key == "larbin":
-                            runs[key].append(await crawl_larbin(web, dns.port, work, args.profile))
-                        elif key == "larbin_base":
-                            runs[key].append(await crawl_larbin(web, dns.port, work, source=args.baseline))
-                        elif key == "larbin_h11":
-                            runs[key].append(await crawl_larbin(web, dns.port, work, http_parser="h11"))
-                        else:
-                            runs[key].append(await crawl_scrapy(python, web, work))
-                with tempfile.TemporaryDirectory(prefix="larbin-bench-floor-") as work:
-                    floors.append(floor_costs(web, port, work))
+            yield dns.port
         finally:
             await dns.close()
             nginx.terminate()
             nginx.wait()
+
+
+async def main_async(args) -> None:
+    web, port = bench_web(args.hosts, args.pages)
+    python = None if args.no_peer else peer_python("scrapy")
+    async with served(web, port) as dns_port:
+        settings = [("larbin_py", "larbin")] \
+            + ([(f"larbin_py, baseline {args.baseline}", "larbin_base")] if args.baseline else []) \
+            + ([("larbin_py, h11 reader", "larbin_h11")] if args.h11 else []) \
+            + ([("scrapy", "scrapy")] if python else [])
+        runs: dict[str, list[dict]] = {key: [] for _l, key in settings}
+        floors: list[dict] = []
+        for _round in range(args.rounds):
+            for _label, key in settings:
+                with tempfile.TemporaryDirectory(prefix="larbin-bench-") as work:
+                    if key == "larbin":
+                        runs[key].append(await crawl_larbin(web, dns_port, work, args.profile))
+                    elif key == "larbin_base":
+                        runs[key].append(await crawl_larbin(web, dns_port, work, source=args.baseline))
+                    elif key == "larbin_h11":
+                        runs[key].append(await crawl_larbin(web, dns_port, work, http_parser="h11"))
+                    else:
+                        runs[key].append(await crawl_scrapy(python, web, work))
+            with tempfile.TemporaryDirectory(prefix="larbin-bench-floor-") as work:
+                floors.append(floor_costs(web, port, work))
     figures, rows = {}, []
     for label, key in settings:
         f = {name: median([r[name] for r in runs[key]]) for name in ("pages", "wall_s", "cpu_s", "user_s", "sys_s", "peak_rss_mb")}
