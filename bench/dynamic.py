@@ -133,7 +133,7 @@ async def one_crawl(args, mode: str, tabs: int, seed_all: bool = False) -> dict:
                     if getattr(res, "rendered", False):
                         renders.append(res.render_time)
                         c = time.process_time()
-                        rss.append(tree_memory(engine.browser.pid))
+                        rss.append(tree_memory(engine.edge.browser.pid))
                         sampling[0] += time.process_time() - c  # not the crawler's: taken off below
                     return res
 
