@@ -23,8 +23,10 @@ from typing import Callable
 class Request:
     """One request as the server saw it.
 
-    ``t`` is ``time.monotonic()`` when the request head was complete, ``wall``
-    ``time.time()``.  ``host`` is the Host header lower-cased without its port
+    ``t`` is ``time.monotonic()`` when the request head was complete: when
+    the kernel received its last bytes (``late``: how long before the server
+    read them, 0.0 when under 10 ms; see :mod:`larbin_py.sim.server`),
+    ``wall`` the same in ``time.time()``.  ``host`` is the Host header lower-cased without its port
     (``raw_host`` as sent).  ``status`` is the status served (0 when none was:
     reset, stall).  ``fault`` names the faults applied, '+'-joined, or "".
     """
@@ -41,6 +43,7 @@ class Request:
     target: str
     status: int
     fault: str = ""
+    late: float = 0.0
 
     @property
     def url(self) -> str:
