@@ -34,6 +34,7 @@ from .crawl_state import LocalState, StateDirInUse
 from .engine_stats import Counters, EngineStats, Summary
 from .failures import Failures
 from .frontier.scheduler import PAGE, site_key
+from .loopclock import clock_step
 from .output import OutputError
 from .pages import PageHandler
 from .rules import UrlRules
@@ -109,6 +110,7 @@ class Engine:
         self._pump_handle: asyncio.Handle | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
+        self._clock_step = 0.0
         self._stopping = False
         self._done: asyncio.Future | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -254,7 +256,10 @@ class Engine:
                 return
             self._timer.cancel()
         self._timer_at = t
-        self._timer = self._loop.call_at(t, self._on_timer)
+        # One clock step late: a uvloop timer armed for t fires up to 1 ms before
+        # loop.time() reaches t, and the pump would find nothing due and spin
+        # (larbin_py.loopclock).
+        self._timer = self._loop.call_at(t + self._clock_step, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -316,6 +321,7 @@ class Engine:
     # ------------------------------------------------------------------
     async def run(self) -> Summary:
         self._loop = asyncio.get_running_loop()
+        self._clock_step = clock_step(self._loop)
         self._started = self._loop.time()
         self._done = self._loop.create_future()
         self.checkpoints.begin(self._loop, stopping=lambda: self._stopping)
