@@ -26,6 +26,8 @@ import json
 import signal
 import sys
 
+from ..loopclock import clock_step
+
 __all__ = ["TaskFailed", "WorkerPool", "DEPTH"]
 
 #: How long a new analysis process may take to import its analyzers, seconds.
@@ -281,7 +283,7 @@ class WorkerPool:
             p.expired = True
             p.kill()
         else:
-            p.timer = loop.call_at(due, self._check, p)
+            p.timer = loop.call_at(due + clock_step(loop), self._check, p)  # never early (larbin_py.loopclock)
 
     def _answers(self, p: _Proc, lines: list[bytes]) -> None:
         """Answer lines from ``p``, in the order of its line."""

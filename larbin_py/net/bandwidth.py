@@ -15,6 +15,8 @@ import asyncio
 import time
 from typing import Callable
 
+from ..loopclock import clock_step
+
 __all__ = ["TokenBucket"]
 
 
@@ -49,7 +51,7 @@ class TokenBucket:
         if self.tokens <= 0 and not self.paused:
             self.paused = True
             self._pause()
-            self._timer = self._loop.call_later((1.0 - self.tokens) / self.rate, self._tick)
+            self._timer = self._loop.call_later((1.0 - self.tokens) / self.rate + clock_step(self._loop), self._tick)
 
     def _tick(self) -> None:
         self._timer = None
@@ -58,7 +60,7 @@ class TokenBucket:
             self.paused = False
             self._resume()
         else:
-            self._timer = self._loop.call_later((1.0 - self.tokens) / self.rate, self._tick)
+            self._timer = self._loop.call_later((1.0 - self.tokens) / self.rate + clock_step(self._loop), self._tick)
 
     def close(self) -> None:
         """Cancel the timer (the fetcher is closing)."""
