@@ -415,24 +415,36 @@ async def test_serves_at_least_3000_pages_per_second():
 @pytest.mark.async_timeout(30)
 async def test_a_request_read_late_is_timed_by_its_arrival():
     """The sim's process busy when a request arrives (here: its loop blocked for
-    80 ms) logs the kernel's arrival time, not its own late read."""
+    80 ms) logs the kernel's arrival time, not its own late read; the same for
+    the client's FIN, the connection's end.  A plain socket: its send and
+    shutdown reach the kernel at once (uvloop's close would wait for the loop)."""
+    loop = asyncio.get_running_loop()
     async with Sim(SimConfig(hosts=2, seed=3)) as sim:
         h = sim.web.hosts["h0.sim.test"]
-        reader, writer = await asyncio.open_connection(h.ip, sim.port)
-        await asyncio.sleep(0.05)  # the sim accepts it (connection_made) first
-        head = f"GET / HTTP/1.1\r\nHost: {h.name}\r\nAccept-Encoding: identity\r\n\r\n".encode()
-        writer.write(head)  # into the kernel at once (the socket's buffer is empty)
-        sent = time.monotonic()
-        time.sleep(0.08)  # the loop the sim runs on is blocked: it reads the request late
-        await sim.log.wait_for(lambda log: len(log.requests) == 1, 5)
-        read = time.monotonic()
-        r = sim.log.requests[0]
-        assert read - sent >= 0.08
-        assert abs(r.t - sent) <= 0.01, (r.t - sent, r.late)  # timed by the read: 0.08 s later
-        assert 0.06 <= r.late <= read - sent
-        assert abs(r.wall - (time.time() - (time.monotonic() - r.t))) <= 0.01
-        writer.close()
-        await writer.wait_closed()
+        sock = socket.create_connection((h.ip, sim.port))
+        sock.setblocking(False)
+        try:
+            await sim.log.wait_for(lambda log: len(log.connections) == 1, 5)  # accepted first
+            sock.send(f"GET / HTTP/1.1\r\nHost: {h.name}\r\nAccept-Encoding: identity\r\n\r\n".encode())
+            sent = time.monotonic()
+            time.sleep(0.08)  # the loop the sim runs on is blocked: it reads the request late
+            await sim.log.wait_for(lambda log: len(log.requests) == 1, 5)
+            read = time.monotonic()
+            r = sim.log.requests[0]
+            assert read - sent >= 0.08
+            assert abs(r.t - sent) <= 0.01, (r.t - sent, r.late)  # timed by the read: 0.08 s later
+            assert 0.06 <= r.late <= read - sent
+            assert abs(r.wall - (time.time() - (time.monotonic() - r.t))) <= 0.01
+            answer = b""
+            while b"</html>" not in answer:  # the answer, whole (the client acks it)
+                answer += await loop.sock_recv(sock, 1 << 16)
+            sock.shutdown(socket.SHUT_WR)  # the FIN
+            fin = time.monotonic()
+            time.sleep(0.08)  # read late too
+            await sim.log.wait_for(lambda log: log.connections[r.conn].closed is not None, 5)
+            assert abs(sim.log.connections[r.conn].closed - fin) <= 0.01
+        finally:
+            sock.close()
         # a request read at once keeps the read time (late 0.0)
         c = await Client.connect(h.ip, sim.port)
         before = time.monotonic()

@@ -32,7 +32,8 @@ What is served:
 Every request and connection is recorded in a
 :class:`~larbin_py.sim.log.RequestLog`, timed by its arrival: when the
 kernel received the request's last bytes (``TCP_INFO``'s
-``tcpi_last_data_recv``), not when this process got to read them.  A test
+``tcpi_last_data_recv``; a connection's end closed by the client: its FIN,
+``tcpi_last_ack_recv``), not when this process got to read them.  A test
 process busy elsewhere (another test's service starting, a CPU shared with
 the crawler's processes) reads a request late; timed by the read, two
 requests sent a waitDuration apart would look closer, and a polite crawler
@@ -62,21 +63,25 @@ MAX_HEAD = 64 * 1024
 #: A read this late (seconds after the kernel got the data) or more is timed by the arrival.
 READ_LATE_MIN = 0.010
 _TCP_INFO = getattr(socket, "TCP_INFO", None)  # Linux
-_LAST_DATA_RECV = 52  # struct tcp_info: 8 one-byte fields, then u32s; tcpi_last_data_recv is the 12th
+# struct tcp_info: 8 one-byte fields, then u32s; tcpi_last_data_recv is the 12th,
+# tcpi_last_ack_recv the 13th (a FIN carries no data: its arrival is the last ACK's).
+_LAST_DATA_RECV = 52
+_LAST_ACK_RECV = 56
 
 
-def read_late(sock) -> float:
+def read_late(sock, field: int = _LAST_DATA_RECV) -> float:
     """Seconds since the kernel last received data on ``sock`` (on a new connection:
-    since its handshake ended); 0.0 under :data:`READ_LATE_MIN` or where TCP_INFO is not."""
+    since its handshake ended; ``_LAST_ACK_RECV``: any segment, a FIN included);
+    0.0 under :data:`READ_LATE_MIN` or where TCP_INFO is not."""
     if sock is None or _TCP_INFO is None:
         return 0.0
     try:
         info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 104)
     except (OSError, AttributeError):
         return 0.0
-    if len(info) < _LAST_DATA_RECV + 4:
+    if len(info) < field + 4:
         return 0.0
-    late = struct.unpack_from("I", info, _LAST_DATA_RECV)[0] / 1000
+    late = struct.unpack_from("I", info, field)[0] / 1000
     return late if late >= READ_LATE_MIN else 0.0
 
 
@@ -212,7 +217,7 @@ class _HTTPConn(asyncio.Protocol):
     """One server-side connection: parse, decide, answer, in order."""
 
     __slots__ = ("srv", "transport", "id", "ip", "client_port", "buf", "busy", "closed",
-                 "loop", "conn", "skip", "stalled", "sock", "arrived", "late")
+                 "loop", "conn", "skip", "stalled", "sock", "arrived", "late", "fin_at")
 
     def __init__(self, srv: SimServer):
         self.srv = srv
@@ -224,6 +229,7 @@ class _HTTPConn(asyncio.Protocol):
         self.sock = None
         self.arrived = 0.0  # monotonic arrival of the last bytes read (see read_late)
         self.late = 0.0  # how long after it they were read
+        self.fin_at: float | None = None  # monotonic arrival of the client's FIN
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -244,7 +250,13 @@ class _HTTPConn(asyncio.Protocol):
             self.srv.in_flight_ip[self.ip] -= 1
             self.stalled = None
         self.srv._conns.discard(self)
-        self.srv.log.close(self.id, time.monotonic())
+        self.srv.log.close(self.id, self.fin_at if self.fin_at is not None else time.monotonic())
+
+    def eof_received(self):
+        """The client closed its side: its FIN's arrival is when the connection ended
+        (the transport then closes it)."""
+        self.fin_at = time.monotonic() - read_late(self.sock, _LAST_ACK_RECV)
+        return None
 
     def data_received(self, data: bytes) -> None:
         self.late = read_late(self.sock)
