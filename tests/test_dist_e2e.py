@@ -34,7 +34,7 @@ from larbin_py.output.base import INDEX_NAME, parse_index_line
 from larbin_py.sim import Sim, SimConfig
 from larbin_py.sim.web import DEFAULT_ROBOTS_MIX
 
-from test_e2e import SLACK, make_config, page_requests
+from test_e2e import SLACK, make_config, page_requests, check_politeness as e2e_politeness
 from zk_support import TICK_MS, own_zk_server, zk_server  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slow
@@ -134,29 +134,8 @@ async def totals(redis_url: str):
 
 
 def check_politeness(sim, wait: float) -> None:
-    """Per host and per IP across workers: >= 0.95 x wait; one connection per IP.
-    A failure names the two requests (arrival time, connection, target, how late
-    the sim read them) and the worker's client port of each."""
-    log = sim.log
-    floor = 0.95 * wait - SLACK
-    for label, groups in (("host", log.by_host()), ("IP", _by_ip(log))):
-        for key, reqs in groups.items():
-            reqs = sorted(reqs, key=lambda r: r.t)
-            close = [(a, b) for a, b in zip(reqs, reqs[1:]) if b.t - a.t < floor]
-            assert not close, f"{label} {key} asked too often: " + "; ".join(
-                f"{b.t - a.t:.3f} s between " + " and ".join(
-                    f"[t {r.t:.3f} conn {r.conn} port {r.client_port} {r.target} late {r.late:.3f}]" for r in (a, b))
-                for a, b in close[:3])
-    for ip, spans in log.spans_by_ip().items():
-        for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
-            assert b0 >= a1 - SLACK, f"two connections open to {ip} at once"
-
-
-def _by_ip(log) -> dict:
-    out: dict[str, list] = {}
-    for r in log.requests:
-        out.setdefault(r.server_ip, []).append(r)
-    return out
+    """Per host and per IP across workers: >= 0.95 x wait; one connection per IP."""
+    e2e_politeness(sim, wait, floor=0.95 * wait - SLACK)
 
 
 def robots_repeated(sim) -> list:

@@ -72,12 +72,17 @@ def check_conservation(engine, summary):
     assert summary.queued == 0 and summary.in_flight == 0
 
 
-def check_politeness(sim: Sim, wait: float):
+def check_politeness(sim: Sim, wait: float, floor: float | None = None):
+    """Requests to one host or one IP at least ``floor`` (default ``wait - SLACK``)
+    apart; one connection per IP at a time.  A failure names the two requests
+    (arrival time, connection, client port, target, how late the sim read them)."""
     log = sim.log
-    for host, starts in log.starts_by_host().items():
-        assert log.min_gap(starts) >= wait - SLACK, f"host {host} asked too often"
-    for ip, starts in log.starts_by_ip().items():
-        assert log.min_gap(starts) >= wait - SLACK, f"IP {ip} asked too often"
+    floor = wait - SLACK if floor is None else floor
+    close = log.too_close(floor)
+    assert not close, "asked too often: " + "; ".join(
+        f"{label} {key}: {b.t - a.t:.3f} s between " + " and ".join(
+            f"[t {r.t:.3f} conn {r.conn} port {r.client_port} {r.target} late {r.late:.3f}]" for r in (a, b))
+        for label, key, a, b in close[:3])
     for ip, spans in log.spans_by_ip().items():
         for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
             assert b0 >= a1 - SLACK, f"two connections open to {ip} at once"

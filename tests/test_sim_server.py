@@ -451,3 +451,22 @@ async def test_a_request_read_late_is_timed_by_its_arrival():
         assert (await c.get(h.name, "/")).status == 200
         assert sim.log.requests[1].late == 0.0 and sim.log.requests[1].t >= before
         await c.close()
+
+
+def test_too_close_names_the_pairs_under_the_floor_per_host_and_per_ip():
+    from larbin_py.sim.log import Request, RequestLog
+
+    log = RequestLog()
+
+    def req(t, host, ip):
+        return Request(t, t, 1, 1000, ip, 80, host, host, "GET", f"/{t}", 200)
+    for r in (req(1.0, "a", "10.0.0.1"), req(1.5, "b", "10.0.0.1"), req(1.05, "c", "10.0.0.2"),
+              req(1.3, "a", "10.0.0.1"), req(2.0, "c", "10.0.0.2")):
+        log.add(r)
+    def pairs(floor):
+        return sorted((label, key, a.t, b.t) for label, key, a, b in log.too_close(floor))
+    # per IP 10.0.0.1: 1.0, 1.3, 1.5 (a, a, b); per host a: 1.0, 1.3; c's two are 0.95 s apart
+    assert pairs(0.25) == [("IP", "10.0.0.1", 1.3, 1.5)]
+    assert pairs(0.35) == [("IP", "10.0.0.1", 1.0, 1.3), ("IP", "10.0.0.1", 1.3, 1.5), ("host", "a", 1.0, 1.3)]
+    assert pairs(0.1) == []
+    assert log.starts_by_ip() == {"10.0.0.1": [1.0, 1.3, 1.5], "10.0.0.2": [1.05, 2.0]}

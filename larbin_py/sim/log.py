@@ -148,12 +148,25 @@ class RequestLog:
         """Monotonic request times per host name, sorted."""
         return {h: sorted(r.t for r in rs) for h, rs in self.by_host().items()}
 
+    def by_ip(self) -> dict[str, list[Request]]:
+        out: dict[str, list[Request]] = {}
+        for r in self.requests:
+            out.setdefault(r.server_ip, []).append(r)
+        return out
+
     def starts_by_ip(self) -> dict[str, list[float]]:
         """Monotonic request times per server IP, sorted."""
-        out: dict[str, list[float]] = {}
-        for r in self.requests:
-            out.setdefault(r.server_ip, []).append(r.t)
-        return {ip: sorted(ts) for ip, ts in out.items()}
+        return {ip: sorted(r.t for r in rs) for ip, rs in self.by_ip().items()}
+
+    def too_close(self, floor: float) -> list[tuple[str, str, Request, Request]]:
+        """Consecutive requests to one host or one IP less than ``floor`` seconds
+        apart: ``("host" | "IP", name, earlier, later)`` each (politeness checks)."""
+        out = []
+        for label, groups in (("host", self.by_host()), ("IP", self.by_ip())):
+            for key, reqs in groups.items():
+                reqs = sorted(reqs, key=lambda r: r.t)
+                out.extend((label, key, a, b) for a, b in zip(reqs, reqs[1:]) if b.t - a.t < floor)
+        return out
 
     @staticmethod
     def min_gap(times: list[float]) -> float:
