@@ -208,6 +208,11 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def _hash(r: list) -> dict[str, Any]:
+    """An HGETALL reply (field, value, ...) as ``{field: value}``."""
+    return {_s(r[i]): r[i + 1] for i in range(0, len(r), 2)}
+
+
 def _is_fenced(res: Any) -> bool:
     return res == b"FENCED" or res == "FENCED"
 
@@ -389,12 +394,12 @@ class Tick:
     def get_robots(self, p: int) -> int:
         """The partition's robots.txt answers: ``{host: bytes}`` (read at takeover)."""
         self._cmds.append(("HGETALL", self.keys.robots(p)))
-        return self._add(lambda r: {_s(k): v for k, v in r.items()})
+        return self._add(_hash)
 
     def get_sitewait(self, p: int) -> int:
         """The partition's site waits: ``{host: bytes}`` (read at takeover)."""
         self._cmds.append(("HGETALL", self.keys.sitewait(p)))
-        return self._add(lambda r: {_s(k): v for k, v in r.items()})
+        return self._add(_hash)
 
     # --- stats, output position, termination ------------------------------
     def put_stats(self, worker: str, snapshot: dict | str | bytes, ttl: float = 3.0) -> int:
@@ -477,11 +482,8 @@ class Tick:
         return out
 
     async def _send(self) -> list[Any]:
-        pipe = self.io.client.pipeline(transaction=False)
-        for cmd in self._cmds:
-            pipe.execute_command(*cmd)
         try:
-            return await pipe.execute(raise_on_error=False)
+            return await self.io.pipe.execute(self._cmds)
         except _CONNECTION_ERRORS as exc:
             raise RedisUnavailable(f"Redis at {self.io.url_shown} unreachable: {exc}") from exc
         finally:
@@ -514,6 +516,7 @@ class RedisIO:
         self.round_trips = 0
         self.instance = secrets.token_hex(6)  # this process, for member and IP lease values
         self.client = None
+        self.pipe = None  # the ticks' connection (larbin_py.dist.resp)
         self._blocking = None  # the second connection (XREAD BLOCK)
 
     @property
@@ -533,7 +536,10 @@ class RedisIO:
         """Connect, check the server, load the function library (one round trip each)."""
         if not self.url.startswith(("redis://", "rediss://", "unix://")):
             raise RedisUnavailable(f"redisUrl {self.url!r}: expected redis://host:port/db or unix:///path")
+        from .resp import Pipe
+
         self.client = self._make_client(self.timeout)
+        self.pipe = Pipe(self.url, self.timeout)
         try:
             info = await self.client.info("server")
             self.round_trips += 1
@@ -559,7 +565,9 @@ class RedisIO:
                     await c.aclose()
                 except Exception:  # closing a broken connection
                     pass
-        self.client = self._blocking = None
+        if self.pipe is not None:
+            self.pipe.close()
+        self.client = self._blocking = self.pipe = None
 
     async def __aenter__(self) -> "RedisIO":
         return await self.connect()
