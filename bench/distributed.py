@@ -271,7 +271,7 @@ async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk:
             await asyncio.sleep(1.5)
             launcher = [pid for pid in children_of(os.getpid())
                         if b"--workers" in open(f"/proc/{pid}/cmdline", "rb").read()]
-            for pid in children_of(launcher[0]) if launcher else []:
+            for pid in worker_pids(launcher[0]) if launcher else []:
                 out = os.path.join(args.profile, f"N{n}-{pid}.txt")
                 spies.append(subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "py-spy"), "record",
                                                "--format", "raw", "--rate", "200", "--nonblocking",
@@ -340,16 +340,31 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
-def worker_pid(launcher_pid: int, wid: str) -> int | None:
-    for pid in children_of(launcher_pid):
+def worker_pids(launcher_pid: int) -> dict[str, int]:
+    """The launcher's workers, ``{workerId: pid}``: the zygote's children, named
+    ``larbin <wid>`` (larbin_py.dist.zygote), or exec'd with ``--worker-id``."""
+    out = {}
+    todo = children_of(launcher_pid)
+    while todo:
+        pid = todo.pop()
         try:
+            with open(f"/proc/{pid}/comm") as f:
+                comm = f.read().strip()
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if b"--worker-id" in argv and argv[argv.index(b"--worker-id") + 1].decode() == wid:
-            return pid
-    return None
+        if comm == "larbin zygote":
+            todo += children_of(pid)
+        elif comm.startswith("larbin "):
+            out[comm[len("larbin "):]] = pid
+        elif b"--worker-id" in argv:
+            out[argv[argv.index(b"--worker-id") + 1].decode()] = pid
+    return out
+
+
+def worker_pid(launcher_pid: int, wid: str) -> int | None:
+    return worker_pids(launcher_pid).get(wid)
 
 
 def takeover_bound(args, zk: Zk | None) -> float:
@@ -460,7 +475,10 @@ async def main_async(args) -> int:
                             res = await crawl_embedded_twice(web, dns_port, work, args)
                         else:
                             res = await crawl_workers(web, dns_port, work, n, args, zk, **changes)
-                    res["processes"] = {"embedded": 1, "embedded2": 2}.get(kind, n + 1)  # + the launcher
+                    # processes that start Python and import the crawler: the
+                    # launcher's workers are forked from its zygote (the
+                    # launcher and the zygote's imports make about one start)
+                    res["processes"] = {"embedded": 1, "embedded2": 2}.get(kind, 1)
                     runs[label].append(res)
                     print(f"round {r + 1}, {label}: {res['pages']} pages in {res['wall_s']:.1f} s, "
                           f"CPU {res['cpu_s']:.1f} s" + (f" (Redis {res['redis_cpu_s']:.1f} s, "
@@ -510,7 +528,8 @@ async def main_async(args) -> int:
           + ", ".join(f"{label} {figures[label]['links_to_redis_per_page']:.1f}" for label in
                       [lb for lb, kind, *_ in settings if kind == "workers"]))
     print(f"a process start (the imports of python -m larbin_py): {start_cpu:.2f} CPU s, "
-          "counted once per process in 'less process starts' (the launcher is one)")
+          "counted once per crawl in 'less process starts' (the workers are forked from the launcher's "
+          "zygote, which has imported them)")
     worker_labels = [label for label, kind, *_ in settings if kind == "workers"]
     judged_labels = [label for label, kind, _n, changes in settings if kind == "workers" and not changes]
     worst_trips = max(figures[label]["trips_per_page"] for label in judged_labels)

@@ -190,11 +190,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.demo:
                 from .demo import demo_workers_main
 
-                code = demo_workers_main(config, args.workers)
+                code = demo_workers_main(config, args.workers, cli_main=main)
             else:
                 from .dist.launcher import launch_main
 
-                code = launch_main(config, args.workers, reload=args.reload)
+                code = launch_main(config, args.workers, reload=args.reload, cli_main=main)
         else:
             code = crawl_main(config, reload=args.reload, demo=args.demo)
     except KeyboardInterrupt:

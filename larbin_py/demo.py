@@ -120,7 +120,8 @@ async def run_demo(config, *, hosts: int = 30, seed: int = 7, out=None) -> int:
     return code
 
 
-async def run_demo_workers(config, workers: int, *, hosts: int = 30, seed: int = 7, out=None) -> int:
+async def run_demo_workers(config, workers: int, *, hosts: int = 30, seed: int = 7, out=None,
+                           zygote=None) -> int:
     """``--demo --workers N``: the synthetic web served by the launcher, crawled by N workers.
 
     As ``--demo`` (:func:`run_demo`), with the sim on the launcher's loop (it
@@ -152,7 +153,7 @@ async def run_demo_workers(config, workers: int, *, hosts: int = 30, seed: int =
         print(f"larbin_py demo: a synthetic web of {len(sim.web.hosts)} hosts on {len(sim.ips)} loopback IPs "
               f"(HTTP port {sim.port}, DNS port {sim.dns_port}); crawling {len(demo.start_urls)} start URLs "
               f"with {workers} workers, waitDuration {demo.wait_duration:g} s", file=out)
-        code = await Launcher(demo, workers, out=out).run()
+        code = await Launcher(demo, workers, out=out, zygote=zygote).run()
         truth = sim.truth(crawl_rules(demo, sim.seeds))
         requested = set(sim.log.urls())
         hit = truth.must_request & requested
@@ -163,11 +164,9 @@ async def run_demo_workers(config, workers: int, *, hosts: int = 30, seed: int =
     return code
 
 
-def demo_workers_main(config, workers: int) -> int:
-    """``--demo --workers N`` on uvloop: the process exit code."""
-    import asyncio
+def demo_workers_main(config, workers: int, cli_main=None) -> int:
+    """``--demo --workers N`` on uvloop: the process exit code (``cli_main``: see
+    larbin_py.dist.launcher.launch_main)."""
+    from .dist.launcher import run_with_zygote
 
-    import uvloop
-
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(run_demo_workers(config, workers))
+    return run_with_zygote(lambda zygote: run_demo_workers(config, workers, zygote=zygote), cli_main)

@@ -15,7 +15,10 @@ The launcher (DISTRIBUTED.md §10):
 3. writes the workers' configuration, ``stateDir/launcher.conf`` (the
    effective configuration with the resolved redisUrl, no servers), and
    starts each worker as ``python -m larbin_py -c stateDir/launcher.conf
-   --worker --worker-id wK``, its output prefixed ``[wK]``;
+   --worker --worker-id wK`` would run, its output prefixed ``[wK]``: forked
+   from the zygote that :func:`launch_main` started before its event loop
+   (:mod:`larbin_py.dist.zygote`: the imports are paid once), or with
+   ``exec`` when there is none;
 4. supervises them: a worker that dies (a crash, a kill) is started again
    with the same workerId when ``respawn`` is on (at most
    :data:`MAX_RESPAWNS` times in :data:`RESPAWN_WINDOW` seconds), else its
@@ -46,13 +49,14 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Awaitable, Callable, Sequence
 
 from .redis_server import RedisServer, RedisServerError
 from .redisio import CrawlExists, CrawlMeta, DistError, RedisIO, Totals
+from .zygote import Zygote, set_pdeathsig
 
 __all__ = ["Launcher", "WorkerProc", "resolve_redis_url", "crawl_meta", "default_worker_id",
-           "ip_lease_hold", "worker_main", "launch_main", "SHARED_KEYS", "MAX_RESPAWNS", "RESPAWN_WINDOW"]
+           "ip_lease_hold", "worker_main", "launch_main", "run_with_zygote", "SHARED_KEYS", "MAX_RESPAWNS", "RESPAWN_WINDOW"]
 
 #: A worker that dies this many times within RESPAWN_WINDOW seconds is left dead.
 MAX_RESPAWNS = 5
@@ -122,16 +126,6 @@ class WorkerProc:
         return max(0, len(self.starts) - 1)
 
 
-def _set_pdeathsig() -> None:
-    """In the child: die with SIGTERM when the launcher dies (Linux)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-
-
 def _exit_text(code: int) -> str:
     if code < 0:
         try:
@@ -146,13 +140,15 @@ class Launcher:
 
     def __init__(self, config, workers: int, *, reload: bool = False, out=None,
                  command: Callable[[str, str, bool], Sequence[str]] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, zygote: Zygote | None = None) -> None:
         self.config = config
         self.n = workers
         self.reload = reload
         self.out = out if out is not None else sys.stderr
         self.command = command or self.default_command
         self.env = env
+        # a zygote forks the default command only (a test's command or env is exec'd)
+        self.zygote = zygote if command is None and env is None else None
         self.workers = [WorkerProc(f"w{k}") for k in range(1, workers + 1)]
         self.redis: RedisServer | None = None
         self.io: RedisIO | None = None
@@ -168,9 +164,13 @@ class Launcher:
         self._changed = asyncio.Event()
 
     # --- the worker command -------------------------------------------------
+    @staticmethod
+    def worker_args(wid: str, conf_path: str, reload: bool) -> list[str]:
+        """A worker's command line after ``python -m larbin_py``."""
+        return ["-c", conf_path, "--worker", "--worker-id", wid] + (["--reload"] if reload else [])
+
     def default_command(self, wid: str, conf_path: str, reload: bool) -> list[str]:
-        argv = [sys.executable, "-m", "larbin_py", "-c", conf_path, "--worker", "--worker-id", wid]
-        return argv + (["--reload"] if reload else [])
+        return [sys.executable, "-m", "larbin_py", *self.worker_args(wid, conf_path, reload)]
 
     def say(self, message: str) -> None:
         print(f"larbin_py: {message}", file=self.out, flush=True)
@@ -260,10 +260,18 @@ class Launcher:
         return await self._finish()
 
     async def _start(self, w: WorkerProc) -> None:
-        argv = list(self.command(w.wid, self.conf_path, self.reload or bool(w.starts)))
-        w.proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=_set_pdeathsig, env=self.env)
+        reload = self.reload or bool(w.starts)
+        w.proc = None
+        if self.zygote is not None and self.zygote.alive:
+            try:
+                w.proc = await self.zygote.spawn(w.wid, self.worker_args(w.wid, self.conf_path, reload))
+            except OSError as exc:
+                self.say(f"worker {w.wid}: {exc}; starting it with exec")
+        if w.proc is None:
+            w.proc = await asyncio.create_subprocess_exec(
+                *self.command(w.wid, self.conf_path, reload), stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+                preexec_fn=set_pdeathsig, env=self.env)
         w.starts.append(time.monotonic())
         w.state = "running"
         self._state(w)
@@ -425,12 +433,27 @@ class Launcher:
             self.redis.stop()
 
 
-def launch_main(config, workers: int, *, reload: bool = False) -> int:
-    """``--workers N`` on uvloop: the process exit code."""
+def run_with_zygote(main: Callable[[Zygote | None], Awaitable[int]],
+                    cli_main: Callable[[list[str]], int] | None) -> int:
+    """Start the zygote (before any loop or thread; its children run
+    ``cli_main(argv)``, None: no zygote), run ``main(zygote)`` on uvloop, then
+    wait for the zygote: the exit code of ``main``."""
     import uvloop
 
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(Launcher(config, workers, reload=reload).run())
+    zygote = Zygote.start(cli_main) if cli_main is not None else None
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(main(zygote))
+    finally:
+        if zygote is not None:
+            zygote.close()
+
+
+def launch_main(config, workers: int, *, reload: bool = False,
+                cli_main: Callable[[list[str]], int] | None = None) -> int:
+    """``--workers N`` on uvloop: the process exit code.  ``cli_main`` is the
+    command line's ``main``, which the workers forked from the zygote run."""
+    return run_with_zygote(lambda zygote: Launcher(config, workers, reload=reload, zygote=zygote).run(), cli_main)
 
 
 def worker_main(config, *, reload: bool = False) -> int:
