@@ -219,3 +219,18 @@ async def test_the_launchers_workers_are_forked_from_its_zygote_and_crawl_exactl
         assert set(requested) == truth.must_request and len(requested) == len(set(requested))
         assert sorted(index_urls(config.save_dir)) == sorted(truth.saved)
         assert process_tree(proc.pid) == {}  # the zygote and the workers were all waited for
+
+
+async def test_the_zygote_ignores_sigterm_and_sigint_the_launcher_forwards_them(zygote):
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        os.kill(zygote.pid, sig)
+    code, out, _ = await run(zygote, "w1", "echo", "0")  # still serving
+    assert code == 0 and out == "out: 0\n"
+
+
+async def test_a_child_that_ends_before_its_spawn_returns_is_still_reported(zygote):
+    """The zygote's "exit" can be read before spawn() has taken its "started"
+    (a child that ends at once): the code is kept for the process that comes."""
+    procs = [await zygote.spawn(f"w{k}", ["echo", str(k % 5)]) for k in range(20)]
+    codes = await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), WAIT)
+    assert codes == [k % 5 for k in range(20)]

@@ -26,10 +26,17 @@ child's stdin, stdout and stderr
 
 **The child** (:func:`_child`) starts a session of its own (a Ctrl-C reaches
 it once, through the launcher), dies with the zygote
-(``PR_SET_PDEATHSIG``; the zygote itself dies with the launcher), names
-itself ``larbin <wid>`` (``ps -o comm``; ``/proc/<pid>/comm``), puts the
-three fds on 0, 1 and 2, restores the default signal handlers and runs the
-command line.  ``random`` is reseeded by CPython at every fork.
+(``PR_SET_PDEATHSIG``), names itself ``larbin <wid>`` (``ps -o comm``;
+``/proc/<pid>/comm``), puts the three fds on 0, 1 and 2 (with new
+``sys.stdin``, ``sys.stdout`` and ``sys.stderr`` on them), restores the
+default signal handlers and runs the command line.  ``random`` is reseeded
+by CPython at every fork.
+
+**The zygote's end.**  It ignores SIGINT and SIGTERM (the launcher forwards
+signals to the workers, and a SIGTERM to every process of a service must not
+lose the workers' exit codes).  When the launcher ends, however it ends, the
+kernel closes its socket: the zygote sends SIGTERM to the children still
+running, waits for them and exits.
 
 **Accounting.**  The zygote waits for each child (``pidfd_open``: Linux 5.3)
 and the launcher waits for the zygote (:meth:`Zygote.close`), so the
@@ -199,14 +206,11 @@ def _serve(sock: socket.socket, parent: int, target: Callable[[list[str]], int])
                         pass
 
 
-def _zygote_main(sock: socket.socket, parent: int, preload: Sequence[str],
-                 target: Callable[[list[str]], int]) -> None:
+def _zygote_main(sock: socket.socket, preload: Sequence[str], target: Callable[[list[str]], int]) -> None:
     code = 0
     try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the launcher's to forward
-        set_pdeathsig(signal.SIGTERM)
-        if os.getppid() != parent:
-            os._exit(1)
+        for sig in (signal.SIGINT, signal.SIGTERM):  # the launcher's to forward; its end is our EOF
+            signal.signal(sig, signal.SIG_IGN)
         _prctl(PR_SET_NAME, b"larbin zygote")
         import importlib
 
@@ -266,6 +270,7 @@ class Zygote:
         self.pid = pid
         self.sock = sock
         self.procs: dict[int, ForkedProc] = {}
+        self._early: dict[int, int] = {}  # exits read before spawn() saw its "started"
         self.alive = True
         self._replies: asyncio.Queue | None = None
         self._reader: asyncio.Task | None = None
@@ -290,7 +295,6 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sys.stdout.flush()
         sys.stderr.flush()
-        parent = os.getpid()
         try:
             pid = os.fork()
         except OSError:
@@ -299,7 +303,7 @@ class Zygote:
             return None
         if pid == 0:
             ours.close()
-            _zygote_main(theirs, parent, preload, target)
+            _zygote_main(theirs, preload, target)
         theirs.close()
         return cls(pid, ours)
 
@@ -322,6 +326,8 @@ class Zygote:
                     proc = self.procs.pop(msg["exit"], None)
                     if proc is not None:
                         proc._set_exit(int(msg["code"]))
+                    else:  # a child that ended before spawn() took its "started" from the queue
+                        self._early[int(msg["exit"])] = int(msg["code"])
                 else:
                     self._replies.put_nowait(msg)
         except (OSError, ValueError):
@@ -367,7 +373,10 @@ class Zygote:
                                              os.fdopen(fd, "rb", buffering=0))
                 streams.append(reader)
             proc = ForkedProc(int(reply["pid"]), *streams)
-            self.procs[proc.pid] = proc
+            if proc.pid in self._early:
+                proc._set_exit(self._early.pop(proc.pid))
+            else:
+                self.procs[proc.pid] = proc
             return proc
 
     def close(self) -> int | None:
