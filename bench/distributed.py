@@ -25,7 +25,8 @@ Figures per crawl:
 
 * pages (the summary's ``pages fetched``), wall seconds, pages/s;
 * CPU seconds of every process: the crawler's from ``wait4`` (the launcher's
-  rusage includes its workers, which it reaps), plus redis-server's
+  rusage includes its zygote's and the workers', which the zygote reaps
+  and the launcher waits for), plus redis-server's
   ``used_cpu_user + used_cpu_sys`` (INFO, the whole process with its
   threads), plus ZooKeeper's JVM (``/proc/<pid>/stat``) with
   ``--membership zookeeper``; pages per CPU-second over all of them;
@@ -53,7 +54,8 @@ once (what sharing the machine's cores costs a page: the workers share them
 too), and N = 4 with leaseTtl 2 (five times the heartbeats).  The CPU of
 starting one process (the imports of ``python -m larbin_py``, measured
 apart) is reported, and each row's ratio is also given without it, counted
-once per process (the launcher is one).  ``--profile DIR`` samples each
+once per crawl: the workers are forked from the launcher's zygote, which
+has imported them (larbin_py/dist/zygote.py).  ``--profile DIR`` samples each
 worker with py-spy (collapsed stacks, one file per worker; those figures
 are not comparable).
 

@@ -133,6 +133,18 @@ async def totals(redis_url: str):
         await io.close()
 
 
+async def start_launcher(tmp_path, config, n: int) -> asyncio.subprocess.Process:
+    """``python -m larbin_py -c tmp_path/launch.conf --workers n``, its output in
+    ``tmp_path/launcher.out``."""
+    path = tmp_path / "launch.conf"
+    path.write_text(format_config(config))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(tmp_path / "launcher.out", "wb") as out:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "larbin_py", "-c", str(path), "--workers", str(n),
+            stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT, env=env)
+
+
 def check_politeness(sim, wait: float) -> None:
     """Per host and per IP across workers: >= 0.95 x wait; one connection per IP."""
     e2e_politeness(sim, wait, floor=0.95 * wait - SLACK)
@@ -505,14 +517,7 @@ async def test_the_launchers_dashboard_shows_the_zookeeper_membership(tmp_path, 
         port = free_port()
         config = worker_config(tmp_path, sim, redis_server.url, "", http_port=port,
                                **membership_keys(request, "zookeeper", server=zk_server))
-        path = tmp_path / "launch.conf"
-        path.write_text(format_config(config))
-        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        out = open(tmp_path / "launcher.out", "wb")
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "larbin_py", "-c", str(path), "--workers", "2", stdin=asyncio.subprocess.DEVNULL,
-            stdout=out, stderr=asyncio.subprocess.STDOUT, env=env)
-        out.close()
+        proc = await start_launcher(tmp_path, config, 2)
         seen = None
         try:
             deadline = time.monotonic() + 60

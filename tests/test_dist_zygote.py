@@ -179,22 +179,14 @@ async def test_the_launchers_workers_are_forked_from_its_zygote_and_crawl_exactl
     """``python -m larbin_py --workers 2``: two processes named ``larbin w1`` and
     ``larbin w2``, children of ``larbin zygote``, a child of the launcher; exit 0,
     the ground truth requested and indexed once."""
-    from larbin_py.config import format_config
     from larbin_py.demo import crawl_rules
     from larbin_py.sim import Sim
 
-    from test_dist_e2e import index_urls, page_requests, sim_config, worker_config
+    from test_dist_e2e import index_urls, page_requests, sim_config, start_launcher, worker_config
 
     async with Sim(sim_config(seed=3, hosts=12)) as sim:
         config = worker_config(tmp_path, sim, redis_server.url, "")
-        path = tmp_path / "launch.conf"
-        path.write_text(format_config(config))
-        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        out = open(tmp_path / "launcher.out", "wb")
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "larbin_py", "-c", str(path), "--workers", "2", stdin=asyncio.subprocess.DEVNULL,
-            stdout=out, stderr=asyncio.subprocess.STDOUT, env=env)
-        out.close()
+        proc = await start_launcher(tmp_path, config, 2)
         try:
             deadline = time.monotonic() + 30
             tree = {}

@@ -136,8 +136,8 @@ def _child(sock: socket.socket, parent: int, wid: str, argv: list[str], fds: lis
         sys.argv = [sys.argv[0], *argv]
         code = target(argv)
         code = code if isinstance(code, int) and not isinstance(code, bool) else 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+    except SystemExit as exc:  # as the interpreter reads it: None is 0, a message is 1
+        code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
     except BaseException:
         import traceback
 
@@ -256,7 +256,10 @@ class ForkedProc:
 
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
-            os.kill(self.pid, sig)
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:  # ended, its exit not read yet
+                pass
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
