@@ -53,9 +53,9 @@ Two control rows (``--no-controls`` skips them): two embedded crawls at
 once (what sharing the machine's cores costs a page: the workers share them
 too), and N = 4 with leaseTtl 2 (five times the heartbeats).  The CPU of
 starting one process (the imports of ``python -m larbin_py``, measured
-apart) is reported, and each row's ratio is also given without it, counted
-once per crawl: the workers are forked from the launcher's zygote, which
-has imported them (larbin_py/dist/zygote.py).  ``--profile DIR`` samples each
+apart) is reported: what each worker would pay if it were exec'd; they are
+forked from the launcher's zygote, which has imported them
+(larbin_py/dist/zygote.py).  ``--profile DIR`` samples each
 worker with py-spy (collapsed stacks, one file per worker; those figures
 are not comparable).
 
@@ -477,10 +477,6 @@ async def main_async(args) -> int:
                             res = await crawl_embedded_twice(web, dns_port, work, args)
                         else:
                             res = await crawl_workers(web, dns_port, work, n, args, zk, **changes)
-                    # processes that start Python and import the crawler: the
-                    # launcher's workers are forked from its zygote (the
-                    # launcher and the zygote's imports make about one start)
-                    res["processes"] = {"embedded": 1, "embedded2": 2}.get(kind, 1)
                     runs[label].append(res)
                     print(f"round {r + 1}, {label}: {res['pages']} pages in {res['wall_s']:.1f} s, "
                           f"CPU {res['cpu_s']:.1f} s" + (f" (Redis {res['redis_cpu_s']:.1f} s, "
@@ -503,20 +499,16 @@ async def main_async(args) -> int:
                                     "links_to_redis_per_page")}
         f["pages_s"] = f["pages"] / f["wall_s"]
         f["pages_per_cpu_s"] = f["pages"] / f["cpu_s"]
-        f["processes"] = runs[label][0]["processes"]
-        f["start_cpu_s"] = f["processes"] * start_cpu
-        f["pages_per_cpu_s_after_starts"] = f["pages"] / (f["cpu_s"] - f["start_cpu_s"])
         f["runs"] = runs[label]
         figures[label] = f
     base = figures["embedded"]
     for label, kind, n, _changes in settings:
         f = figures[label]
         f["cpu_ratio"] = f["pages_per_cpu_s"] / base["pages_per_cpu_s"]
-        f["cpu_ratio_after_starts"] = f["pages_per_cpu_s_after_starts"] / base["pages_per_cpu_s_after_starts"]
         f["speed_ratio"] = f["pages_s"] / base["pages_s"]
         rows.append([label, int(f["pages"]), f["wall_s"], f["pages_s"], f["cpu_s"],
                      f["redis_cpu_s"] if n else None, f["pages_per_cpu_s"], f["cpu_ratio"],
-                     f["cpu_ratio_after_starts"], f["speed_ratio"],
+                     f["speed_ratio"],
                      f["trips_per_page"] if n else None, f["seen_bytes_per_url"] if n else None,
                      f["queued_bytes_per_url"] if n else None])
     print()
@@ -524,14 +516,13 @@ async def main_async(args) -> int:
                 f"membership {args.membership}, leaseTtl {args.lease_ttl:g} s, seenBuckets {args.seen_buckets} "
                 f"({args.rounds} rounds, medians)",
                 ["crawler", "pages", "wall s", "pages/s", "CPU s (all)", "Redis CPU s", "pages/CPU-s",
-                 "CPU-s x embedded", "same, less process starts", "pages/s x embedded", "Redis trips/page",
+                 "CPU-s x embedded", "pages/s x embedded", "Redis trips/page",
                  "Redis B/seen URL", "Redis B/queued URL"], rows))
     print("links sent to Redis's seen test per page (past each worker's cache of recent links): "
           + ", ".join(f"{label} {figures[label]['links_to_redis_per_page']:.1f}" for label in
                       [lb for lb, kind, *_ in settings if kind == "workers"]))
-    print(f"a process start (the imports of python -m larbin_py): {start_cpu:.2f} CPU s, "
-          "counted once per crawl in 'less process starts' (the workers are forked from the launcher's "
-          "zygote, which has imported them)")
+    print(f"a process start (the imports of python -m larbin_py): {start_cpu:.2f} CPU s, paid once per crawl "
+          "(the workers are forked from the launcher's zygote, which has imported them)")
     worker_labels = [label for label, kind, *_ in settings if kind == "workers"]
     judged_labels = [label for label, kind, _n, changes in settings if kind == "workers" and not changes]
     worst_trips = max(figures[label]["trips_per_page"] for label in judged_labels)
@@ -575,7 +566,7 @@ async def main_async(args) -> int:
             r.pop("stderr", None)
     report("distributed", {"quick": args.quick, "hosts": args.hosts, "pages": args.pages, "rounds": args.rounds,
                            "membership": args.membership, "lease_ttl": args.lease_ttl,
-                           "seen_buckets": args.seen_buckets, "partitions": PARTITIONS,
+                           "seen_buckets": args.seen_buckets, "partitions": PARTITIONS, "process_start_cpu_s": start_cpu,
                            "crawlers": figures, "aims": aims, "judged": judged, "takeover": take})
     return 0
 

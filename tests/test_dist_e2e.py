@@ -16,6 +16,7 @@ restarted loses nothing either.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -133,16 +134,23 @@ async def totals(redis_url: str):
         await io.close()
 
 
-async def start_launcher(tmp_path, config, n: int) -> asyncio.subprocess.Process:
+@contextlib.asynccontextmanager
+async def launched(tmp_path, config, n: int):
     """``python -m larbin_py -c tmp_path/launch.conf --workers n``, its output in
-    ``tmp_path/launcher.out``."""
+    ``tmp_path/launcher.out``; killed on the way out if it still runs."""
     path = tmp_path / "launch.conf"
     path.write_text(format_config(config))
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(tmp_path / "launcher.out", "wb") as out:
-        return await asyncio.create_subprocess_exec(
+        proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "larbin_py", "-c", str(path), "--workers", str(n),
             stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT, env=env)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
 
 
 def check_politeness(sim, wait: float) -> None:
@@ -517,9 +525,8 @@ async def test_the_launchers_dashboard_shows_the_zookeeper_membership(tmp_path, 
         port = free_port()
         config = worker_config(tmp_path, sim, redis_server.url, "", http_port=port,
                                **membership_keys(request, "zookeeper", server=zk_server))
-        proc = await start_launcher(tmp_path, config, 2)
         seen = None
-        try:
+        async with launched(tmp_path, config, 2) as proc:
             deadline = time.monotonic() + 60
             while seen is None:
                 assert time.monotonic() < deadline and proc.returncode is None, \
@@ -535,10 +542,6 @@ async def test_the_launchers_dashboard_shows_the_zookeeper_membership(tmp_path, 
                         seen = m
                 await asyncio.sleep(0.1)
             code = await asyncio.wait_for(proc.wait(), 90)
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
         log = (tmp_path / "launcher.out").read_text()
         assert code == 0, log[-3000:]
         assert seen["source"] == "zookeeper" and seen["out"] == []

@@ -182,12 +182,11 @@ async def test_the_launchers_workers_are_forked_from_its_zygote_and_crawl_exactl
     from larbin_py.demo import crawl_rules
     from larbin_py.sim import Sim
 
-    from test_dist_e2e import index_urls, page_requests, sim_config, start_launcher, worker_config
+    from test_dist_e2e import index_urls, page_requests, launched, sim_config, worker_config
 
     async with Sim(sim_config(seed=3, hosts=12)) as sim:
         config = worker_config(tmp_path, sim, redis_server.url, "")
-        proc = await start_launcher(tmp_path, config, 2)
-        try:
+        async with launched(tmp_path, config, 2) as proc:
             deadline = time.monotonic() + 30
             tree = {}
             while sorted(c for _p, c in tree.values() if c.startswith("larbin w")) != ["larbin w1", "larbin w2"]:
@@ -199,10 +198,6 @@ async def test_the_launchers_workers_are_forked_from_its_zygote_and_crawl_exactl
             assert len(zygotes) == 1, tree
             assert all(tree[pid][0] == zygotes[0] for pid in tree if tree[pid][1].startswith("larbin w"))
             code = await asyncio.wait_for(proc.wait(), 90)
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
         log = (tmp_path / "launcher.out").read_text()
         assert code == 0, log[-3000:]
         assert "worker w1       exit 0" in log and "worker w2       exit 0" in log, log[-3000:]

@@ -53,7 +53,8 @@ from typing import Awaitable, Callable, Sequence
 
 from .redis_server import RedisServer, RedisServerError
 from .redisio import CrawlExists, CrawlMeta, DistError, RedisIO, Totals
-from .zygote import Zygote, set_pdeathsig
+from .prctl import set_pdeathsig
+from .zygote import Zygote
 
 __all__ = ["Launcher", "WorkerProc", "resolve_redis_url", "crawl_meta", "default_worker_id",
            "ip_lease_hold", "worker_main", "launch_main", "run_with_zygote", "SHARED_KEYS", "MAX_RESPAWNS", "RESPAWN_WINDOW"]

@@ -20,21 +20,11 @@ import socket
 import subprocess
 import time
 
+from .prctl import set_pdeathsig
+
 __all__ = ["RedisServer", "RedisServerError", "INSTALL_HINT"]
 
 INSTALL_HINT = "redis-server is not installed: apt-get install redis-server"
-
-
-def _die_with_parent() -> None:
-    """In the child: SIGTERM (a clean shutdown, the AOF written) when the parent
-    thread dies, so a killed launcher leaves no server behind (Linux)."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
 
 
 class RedisServerError(Exception):
@@ -77,9 +67,11 @@ class RedisServer:
         # Its own session: a Ctrl-C in the terminal (SIGINT to the foreground
         # process group) must not stop Redis under the workers' last acks; it
         # is stopped by stop() once they are done, or dies with its parent.
+        # It dies with the thread that started it by SIGTERM (a clean shutdown,
+        # the AOF written), so a killed launcher leaves no server behind.
         self.process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                        start_new_session=True, preexec_fn=_die_with_parent)
+                                        start_new_session=True, preexec_fn=set_pdeathsig)
         deadline = time.monotonic() + timeout
         while True:
             if self.process.poll() is not None:

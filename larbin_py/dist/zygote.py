@@ -64,7 +64,9 @@ import sys
 import threading
 from typing import Callable, Sequence
 
-__all__ = ["Zygote", "ForkedProc", "PRELOAD", "set_pdeathsig"]
+from .prctl import set_name, set_pdeathsig
+
+__all__ = ["Zygote", "ForkedProc", "PRELOAD"]
 
 #: What a worker imports, loaded once in the zygote.  A module missing here is
 #: only imported by each worker itself (correct, slower).
@@ -77,21 +79,6 @@ PRELOAD = (
 )
 
 _MSG = 65536
-PR_SET_PDEATHSIG, PR_SET_NAME = 1, 15
-
-
-def _prctl(option: int, arg) -> bool:
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0) == 0
-    except Exception:
-        return False
-
-
-def set_pdeathsig(sig: int = signal.SIGTERM) -> None:
-    """In a child: receive ``sig`` when the parent dies (Linux)."""
-    _prctl(PR_SET_PDEATHSIG, int(sig))
 
 
 def _send(sock: socket.socket, message: dict, fds: Sequence[int] = ()) -> None:
@@ -120,7 +107,7 @@ def _child(sock: socket.socket, parent: int, wid: str, argv: list[str], fds: lis
         set_pdeathsig(signal.SIGTERM)
         if os.getppid() != parent:  # the zygote died between the fork and the prctl
             os._exit(1)
-        _prctl(PR_SET_NAME, f"larbin {wid}"[:15].encode())
+        set_name(f"larbin {wid}")
         for i, fd in enumerate(fds[:3]):
             os.dup2(fd, i)
         for fd in fds:
@@ -211,7 +198,7 @@ def _zygote_main(sock: socket.socket, preload: Sequence[str], target: Callable[[
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):  # the launcher's to forward; its end is our EOF
             signal.signal(sig, signal.SIG_IGN)
-        _prctl(PR_SET_NAME, b"larbin zygote")
+        set_name("larbin zygote")
         import importlib
 
         for name in preload:
