@@ -62,7 +62,7 @@ import signal
 import socket
 import sys
 import threading
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from .prctl import set_name, set_pdeathsig
 
@@ -193,11 +193,17 @@ def _serve(sock: socket.socket, parent: int, target: Callable[[list[str]], int])
                         pass
 
 
-def _zygote_main(sock: socket.socket, preload: Sequence[str], target: Callable[[list[str]], int]) -> None:
+#: The signals the zygote ignores: the launcher's to forward; its end is our EOF.
+_IGNORED = (signal.SIGINT, signal.SIGTERM)
+
+
+def _zygote_main(sock: socket.socket, preload: Sequence[str], target: Callable[[list[str]], int],
+                 mask: Iterable[int]) -> None:
     code = 0
     try:
-        for sig in (signal.SIGINT, signal.SIGTERM):  # the launcher's to forward; its end is our EOF
+        for sig in _IGNORED:
             signal.signal(sig, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one pending is dropped: ignored
         set_name("larbin zygote")
         import importlib
 
@@ -285,15 +291,20 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sys.stdout.flush()
         sys.stderr.flush()
+        # SIGINT and SIGTERM blocked across the fork: one sent the moment start()
+        # returns must not find the zygote before it ignores them
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _IGNORED)
         try:
             pid = os.fork()
         except OSError:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
             ours.close()
             theirs.close()
             return None
         if pid == 0:
             ours.close()
-            _zygote_main(theirs, preload, target)
+            _zygote_main(theirs, preload, target, held)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         theirs.close()
         return cls(pid, ours)
 
