@@ -388,8 +388,10 @@ async def test_dns_server_resolves_the_web():
 
 
 @pytest.mark.async_timeout(60)
-async def test_serves_at_least_3000_pages_per_second():
-    """Server and 8 keep-alive clients share this one loop: a conservative bound."""
+async def test_eight_keep_alive_clients_get_6000_answers_each_logged_once():
+    """Server and 8 keep-alive clients on this one loop, one connection per IP
+    and client: every answer is the page, every request logged once, on the
+    connection it came on.  How fast: bench/sim.py (against nginx)."""
     async with Sim(SimConfig(hosts=100, seed=1)) as sim:
         targets = [(h.ip, h.name, pq) for h in sim.web.hosts.values()
                    for pq, r in h.resources.items() if r.status == 200]
@@ -400,16 +402,16 @@ async def test_serves_at_least_3000_pages_per_second():
             for ip, host, pq in items:
                 c = conns.get(ip) or await Client.connect(ip, sim.port)
                 conns[ip] = c
-                ok += (await c.get(host, pq)).status == 200
+                r = await c.get(host, pq)
+                ok += r.status == 200 and r.body == sim.web.hosts[host].resources[pq].body
             for c in conns.values():
                 await c.close()
-            return ok
+            return ok, len(conns)
 
-        t0 = time.perf_counter()
         done = await asyncio.gather(*(worker(work[i::8]) for i in range(8)))
-        rate = len(work) / (time.perf_counter() - t0)
-        assert sum(done) == len(work) and len(sim.log.requests) == len(work)
-        assert rate >= 3000, f"{rate:.0f} pages/s"
+        assert sum(ok for ok, _ in done) == len(work)
+        assert sorted((r.host, r.target) for r in sim.log.requests) == sorted((h, pq) for _ip, h, pq in work)
+        assert len(sim.log.connections) == sum(n for _, n in done)  # kept alive: one per client and IP
 
 
 @pytest.mark.async_timeout(30)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import time
 import zlib
 
 import lxml.html
@@ -44,12 +43,11 @@ def test_different_seed_different_web():
     assert a.hosts["h0.sim.test"].resources["/"].body != b.hosts["h0.sim.test"].resources["/"].body
 
 
-def test_generation_of_300_hosts_is_fast():
-    t0 = time.perf_counter()
+def test_a_web_of_300_hosts_is_generated_whole():
+    """Its speed: bench/sim.py."""
     w = SimWeb.generate(SimConfig(hosts=300, seed=11), PORT)
-    elapsed = time.perf_counter() - t0
-    assert w.page_count() > 300 * 3
-    assert elapsed < 1.0, elapsed
+    assert len(w.hosts) >= 300 and w.page_count() > 300 * 3
+    assert all(h.resources.get("/") is not None for h in w.hosts.values() if h.name not in w.dead_hosts)
 
 
 # -- the oracle resolver itself, on hand-checked cases -----------------------
