@@ -98,3 +98,43 @@ def peak_rss_mb() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def parents() -> dict[int, int]:
+    """``{pid: parent pid}`` of every process, from /proc."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    out[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):  # ended meanwhile
+                continue
+    return out
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (any of its threads)."""
+    return [child for child, parent in parents().items() if parent == pid]
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below ``root`` (children, their children...)."""
+    tree = parents()
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        below = [child for child, parent in tree.items() if parent == pid]
+        out += below
+        todo += below
+    return out
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -94,7 +94,7 @@ import sys
 import tempfile
 import time
 
-from common import median, report, table
+from common import children_of, median, report, table
 from distributed_redis import memory_of
 from throughput import bench_web, run_child, served
 
@@ -326,20 +326,6 @@ async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk:
         return res
     finally:
         server.stop()
-
-
-def children_of(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (any of its threads)."""
-    out = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.append(int(name))
-            except (OSError, ValueError, IndexError):
-                continue
-    return out
 
 
 def worker_pids(launcher_pid: int) -> dict[str, int]:

@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 
-from common import median, peer_python, report, table
+from common import descendants, median, peer_python, report, table
 
 from larbin_py.config import parse_config_text
 from larbin_py.engine import Engine
@@ -67,19 +67,8 @@ def tree_memory(root: int | None) -> tuple[int, int]:
     """
     if root is None:
         return 0, 0
-    parents = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            parents[int(name)] = int(stat[stat.rindex(")") + 2:].split()[1])
     rss = pss = 0
-    todo = [root]
-    while todo:
-        pid = todo.pop()
+    for pid in [root, *descendants(root)]:
         try:
             with open(f"/proc/{pid}/smaps_rollup") as f:
                 for line in f:
@@ -89,7 +78,6 @@ def tree_memory(root: int | None) -> tuple[int, int]:
                         pss += int(line.split()[1]) * 1024
         except OSError:
             pass
-        todo.extend(child for child, parent in parents.items() if parent == pid)
     return rss, pss
 
 

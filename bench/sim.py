@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from common import median, report, table  # noqa: E402
+from common import descendants, median, process_cpu, report, table  # noqa: E402
 from simproc import SimProcess  # noqa: E402
 from throughput import bench_web, served  # noqa: E402
 
@@ -47,25 +47,9 @@ from larbin_py.sim.client import Client  # noqa: E402
 from larbin_py.sim.urls import split_url  # noqa: E402
 
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
 def descendants_cpu() -> float:
     """CPU seconds so far of every process below this one (the server under test)."""
-    total, todo = 0.0, [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        try:
-            for task in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{task}/children") as f:
-                    todo.extend(int(c) for c in f.read().split())
-            if pid != os.getpid():
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rpartition(")")[2].split()
-                total += (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return total
+    return sum(process_cpu(pid) for pid in descendants(os.getpid()))
 
 
 def own_cpu() -> float:
