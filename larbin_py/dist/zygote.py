@@ -35,9 +35,9 @@ by CPython at every fork.
 **The zygote's end.**  It ignores SIGINT and SIGTERM (the launcher forwards
 signals to the workers, and a SIGTERM to every process of a service must not
 lose the workers' exit codes); both are blocked across its fork, so one sent
-the moment :meth:`Zygote.start` returns is dropped, not fatal.  When the launcher ends, however it ends, the
-kernel closes its socket: the zygote sends SIGTERM to the children still
-running, waits for them and exits.
+the moment :meth:`Zygote.start` returns is dropped, not fatal.  When the
+launcher ends, however it ends, the kernel closes its socket: the zygote
+sends SIGTERM to the children still running, waits for them and exits.
 
 **Accounting.**  The zygote waits for each child (``pidfd_open``: Linux 5.3)
 and the launcher waits for the zygote (:meth:`Zygote.close`), so the
