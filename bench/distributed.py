@@ -94,7 +94,7 @@ import sys
 import tempfile
 import time
 
-from common import children_of, median, report, table
+from common import children_of, median, process_cpu, report, table
 from distributed_redis import memory_of
 from throughput import bench_web, run_child, served
 
@@ -110,7 +110,6 @@ CRAWL = "bench"
 PARTITIONS = 256
 #: URLs per seen bucket at the default seenBuckets (128) and 1 M URLs over 256 partitions
 DESIGN_URLS_PER_BUCKET = 1_000_000 / (256 * 128)
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 AIM_TRIPS = 0.1
 AIM_CPU_RATIO = 0.85
@@ -143,9 +142,7 @@ class Zk:
         return self.server.hosts
 
     def cpu_seconds(self) -> float:
-        with open(f"/proc/{self.server.process.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
+        return process_cpu(self.server.process.pid)
 
     def was_used(self, zk_path: str) -> bool:
         """True when the workers joined through ZooKeeper (they created ``<zkPath>/<crawl>/members``)."""

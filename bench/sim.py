@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import resource
 import sys
 import time
 
@@ -38,7 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from common import descendants, median, process_cpu, report, table  # noqa: E402
+from common import cpu_seconds, descendants, median, process_cpu, report, table  # noqa: E402
 from simproc import SimProcess  # noqa: E402
 from throughput import bench_web, served  # noqa: E402
 
@@ -50,11 +49,6 @@ from larbin_py.sim.urls import split_url  # noqa: E402
 def descendants_cpu() -> float:
     """CPU seconds so far of every process below this one (the server under test)."""
     return sum(process_cpu(pid) for pid in descendants(os.getpid()))
-
-
-def own_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 
 def work_of(web: SimWeb, copies: int) -> list[tuple[str, str, str]]:
@@ -86,10 +80,10 @@ async def fetch_all(work: list[tuple[str, str, str]], port: int, clients: int) -
 
 
 async def timed(work, port: int, clients: int) -> dict:
-    c0, s0, w0 = own_cpu(), descendants_cpu(), time.perf_counter()
+    c0, s0, w0 = cpu_seconds(), descendants_cpu(), time.perf_counter()
     ok, size = await fetch_all(work, port, clients)
     wall = time.perf_counter() - w0
-    return {"pages": ok, "bytes": size, "wall_s": wall, "pages_per_s": ok / wall, "client_cpu_s": own_cpu() - c0,
+    return {"pages": ok, "bytes": size, "wall_s": wall, "pages_per_s": ok / wall, "client_cpu_s": cpu_seconds() - c0,
             "server_cpu_s": descendants_cpu() - s0}
 
 
@@ -113,8 +107,7 @@ async def serve_nginx(web: SimWeb, port: int, work, clients: int) -> dict:
         return await timed(work, port, clients)
 
 
-def generation(hosts: int, rounds: int, cfg: SimConfig | None = None) -> dict:
-    cfg = cfg or SimConfig(hosts=hosts, seed=11)
+def generation(cfg: SimConfig, rounds: int) -> dict:
     times, pages = [], 0
     for _ in range(rounds):
         t0 = time.perf_counter()
@@ -129,8 +122,8 @@ async def main_async(args) -> int:
     web, port = bench_web(args.hosts, args.pages)
     cfg = web.config
     work = work_of(web, args.copies)
-    gen_tests = generation(300, args.rounds)
-    gen_bench = generation(args.hosts, args.rounds, cfg)
+    gen_tests = generation(SimConfig(hosts=300, seed=11), args.rounds)
+    gen_bench = generation(cfg, args.rounds)
 
     kinds = {"sim, same loop": lambda: serve_in_loop(cfg, work, args.clients),
              "sim, own process": lambda: serve_in_process(cfg, work, args.clients),
