@@ -73,6 +73,10 @@ class CrawlState(Protocol):
     links_on_loop: bool
     #: The analysis queue's folder under stateDir (one per worker in the distributed mode).
     analysis_queue: str
+    #: None, or where each page request's start and end are written (the
+    #: distributed mode: a worker's death counts a try against the requests it
+    #: had running, larbin_py.dist.inflight): ``start(tag) -> slot``, ``end(slot)``.
+    inflight: object
 
     def frontier_class(self) -> type[Frontier]: ...
 
@@ -121,6 +125,7 @@ class LocalState:
         self.damaged: dict[str, int] = {}
         self.links_on_loop = False  # done() follows the links' offer or their durable analysis task
         self.analysis_queue = "analysis"
+        self.inflight = None
         if reload:
             self._doc, self._carry, bad_carry = read_checkpoint(state_dir)
             # Outcomes committed after that checkpoint; the state is cut back to the last commit.
@@ -393,6 +398,7 @@ class MemoryState:
         self.damaged: dict[str, int] = {}
         self.links_on_loop = False
         self.analysis_queue = "analysis"
+        self.inflight = None
         #: ``(url, outcome, from_request)`` in the order told.
         self.outcomes: list[tuple[str, str, bool]] = []
         self.sections: list[dict] = []

@@ -74,7 +74,22 @@ class PageHandler:
 
     # -- the request ------------------------------------------------------
     async def run(self, req: Request) -> None:
-        """Fetch ``req`` and apply the outcome rules to the answer."""
+        """Fetch ``req`` and apply the outcome rules to the answer.
+
+        The crawl state's ``inflight`` (the distributed mode) hears the
+        request's start and the end of its outcome, so that a worker's death
+        counts a try against exactly the requests it had running.
+        """
+        inflight = self.crawl_state.inflight
+        rec = req.record
+        slot = inflight.start(rec.tag) if inflight is not None and rec is not None and rec.tag else None
+        try:
+            await self._run(req)
+        finally:
+            if slot is not None:
+                inflight.end(slot)
+
+    async def _run(self, req: Request) -> None:
         jar = self.crawl_state.cookies
         fetcher, extra = self.fetcher, {}
         if self.dynamic is not None and (trigger := self.dynamic.trigger(req.url)) is not None:

@@ -18,7 +18,7 @@ from larbin_py.dist.keys import Keys, bucket_of, signed64
 from larbin_py.dist.membership import Membership, MembershipError
 from larbin_py.dist.membership_redis import RedisMembership
 from larbin_py.dist.redisio import (
-    DELIVERY_LIMIT, FENCED, CrawlExists, CrawlMeta, CrawlMismatch, RedisIO, RedisUnavailable,
+    CRASH_LIMIT, FENCED, CrawlExists, CrawlMeta, CrawlMismatch, RedisIO, RedisUnavailable,
 )
 from larbin_py.dist.termination import Termination
 
@@ -178,7 +178,7 @@ async def test_claim_takes_every_pending_entry_of_every_consumer(redis_server):
     claimed = await io.claim(2, "w3", tok3)
     assert sorted(e.id for e in claimed.entries) == sorted(e.id for e in got)
     assert {e.record for e in claimed.entries} == {e.record for e in got}
-    assert all(e.deliveries == 2 for e in claimed.entries)
+    assert all(e.crashes == 0 for e in claimed.entries)  # a claim is not a try
     # the rest is still new for the owner; consumers with nothing pending are gone
     rest = await io.read(2, "w3", tok3, 1000)
     assert len(rest) == 400
@@ -187,22 +187,33 @@ async def test_claim_takes_every_pending_entry_of_every_consumer(redis_server):
     await io.close()
 
 
-async def test_the_delivery_limit_reports_a_poison_entry(redis_server):
+async def test_claims_are_not_tries_only_crashes_count_and_the_limit_reports_a_poison_entry(redis_server):
     io = await connect(redis_server)
-    await io.enqueue(4, [(11, b"poison"), (12, b"fine")])
+    await io.enqueue(4, [(11, b"poison"), (12, b"fine"), (13, b"read ahead")])
     tok = await io.acquire(4, "w1", 5)
-    first = await io.read(4, "w1", tok, 1)  # delivery 1: the worker dies on it
-    assert [e.record for e in first] == [b"poison"]
-    for n in range(2, DELIVERY_LIMIT + 2):  # each takeover delivers it again
+    first = await io.read(4, "w1", tok, 3)
+    assert [e.record for e in first] == [b"poison", b"fine", b"read ahead"]
+    ids = {e.record: e.id for e in first}
+    # ten takeovers and self-claims of entries never fetched: no try counted
+    for _ in range(10):
         claimed = await io.claim(4, "w1", tok)
-        if n <= DELIVERY_LIMIT:
-            assert [e.deliveries for e in claimed.entries] == [n] and claimed.poison == []
-    assert [(e.record, e.deliveries) for e in claimed.poison] == [(b"poison", DELIVERY_LIMIT + 1)]
-    assert claimed.entries == []
+        assert [e.crashes for e in claimed.entries] == [0, 0, 0] and claimed.poison == []
+    # the worker dies while fetching "poison": one try each time
+    for n in range(1, CRASH_LIMIT + 1):
+        assert await io.crashed({4: [ids[b"poison"]]}) == 1
+        claimed = await io.claim(4, "w1", tok)
+        if n < CRASH_LIMIT:
+            assert [(e.record, e.crashes) for e in claimed.entries][0] == (b"poison", n)
+            assert claimed.poison == []
+    assert [(e.record, e.crashes) for e in claimed.poison] == [(b"poison", CRASH_LIMIT)]
+    assert [e.record for e in claimed.entries] == [b"fine", b"read ahead"]
     assert await io.ack(4, "w1", tok, [(claimed.poison[0].id, "workerCrash")]) == 1
+    # an entry acked meanwhile is not counted, and its count left with its ack
+    assert await io.crashed({4: [ids[b"poison"]]}) == 0
+    assert await raw(redis_server).hgetall(Keys("t").crashes(4)) == {}
     view = await io.view()
     assert view.totals.forgotten == {"workerCrash": 1}
-    assert view.totals.balanced and view.totals.queued == 1
+    assert view.totals.balanced and view.totals.queued == 2
     await io.close()
 
 

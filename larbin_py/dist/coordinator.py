@@ -62,11 +62,41 @@ with its session, it resumes; rejoined with a new one, it acquires again.
 **Acks.**  ``on_done(record, outcome)`` buffers the outcome; the ack cycle
 (every ``ack_interval``, at a drain, when idle) first awaits ``durable()``
 (the output synced: DistState), then sends the acks in the next tick.
+
+**Redis failing.**  A tick that fails -- Redis unreachable, no answer in
+time, or any error reply (``-OOM``, ``-LOADING``, ``-READONLY``, ``-BUSY``,
+``-MISCONF``, ``-NOAUTH``...; the function library missing is loaded again
+by the tick itself) -- is a *pause*: :attr:`paused` holds every request
+start (the crawl state's gate), one line names the error and the Redis URL
+(password hidden), and the tick is retried with backoff (0.1 s doubling to
+5 s) until Redis answers; then one line says how long it lasted.  The failed
+tick's links and acks are kept and sent again (both idempotent), its IP
+requests asked again (a grant that follows waits a full delay: the answer
+that carried the last holder's start may have been lost), and the
+partitions it read are claimed again.  Nothing is dropped from memory.  The
+pauses are counted (:meth:`stats`: seconds and kinds) for the launcher's
+summary.  Anything else that escapes a tick is a bug or a disk error: it
+ends :meth:`run` with the exception (the worker fails loudly).
+
+**One tick at a time.**  Ticks share one connection (a reply must be read by
+the tick that sent the command): :meth:`tick` holds a lock, so the final
+tick of :meth:`stop` waits for a running one.
+
+**Poison pills.**  A claimed entry whose request was running when a worker
+died :data:`~larbin_py.dist.redisio.CRASH_LIMIT` times (larbin_py.dist.inflight)
+is acked ``workerCrash``, its URL named in one line and in the crawl's
+``crashed`` list.
+
+**robots.txt answers** are kept in ``robots:{p}`` for their cache time (a
+day) and removed once expired: by the owner (a heap of what it wrote or
+loaded, checked at each heartbeat), and at a takeover for those found
+expired.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import math
 import sys
@@ -82,8 +112,8 @@ from .membership import Membership
 from .membership_factory import membership_snapshot
 from .membership_redis import RedisMembership
 from .partition import assign, partition_of
-from .redisio import FENCED, DistError, RedisIO, RedisUnavailable
-from .sink import RedisSink
+from .redisio import FENCED, DistError, RedisFailed, RedisIO
+from .sink import RedisSink, decode_entry
 from .termination import Termination
 
 __all__ = ["Coordinator"]
@@ -96,6 +126,10 @@ READ_MAX = 200
 ORPHANS_MAX = 100_000
 #: How often an owned partition found empty is read again (seconds).
 EMPTY_POLL = 0.5
+#: The backoff of a tick retried while Redis fails: first and longest wait (seconds).
+BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
+#: How long a stop keeps retrying its final tick while Redis fails (seconds).
+STOP_RETRY = 5.0
 
 
 async def _nothing() -> None:
@@ -178,7 +212,29 @@ class Coordinator:
         self.view_since = 0.0
         self.suspended = False
         self.acquire_now = False
+        # Redis failing: the current pause (its start, message and kind) and the totals.
         self.redis_down: str | None = None
+        self.pause_since: float | None = None
+        self.pause_kind: str | None = None
+        self.paused_total = 0.0
+        self.paused_by_kind: dict[str, float] = defaultdict(float)
+        self.pauses = 0
+        #: IPs asked in a failed tick: a grant that follows waits a full delay.
+        self.unclean_ips: set[str] = set()
+        # robots.txt answers held in robots:{p}: (expiry wall time, partition, URL), a heap,
+        # and the expiry in force per URL (a heap item whose answer was renewed is stale).
+        self._robots_expiry: list[tuple[float, int, str]] = []
+        self._robots_exp: dict[str, float] = {}
+        self.robots_prune: dict[int, list[str]] = defaultdict(list)
+        self.robots_pruned = 0
+        #: URLs forgotten as workerCrash, to name in the crawl's list at the next tick.
+        self.crashed_out: list[str] = []
+        # This worker's figures for the launcher's summary (the crawl-wide ``figures`` hash):
+        # pages acked and paused seconds by kind, sent as deltas at each heartbeat.
+        self.pages_acked = 0
+        self._pages_reported = 0
+        self._paused_reported: dict[str, float] = defaultdict(float)
+        self._tick_lock = asyncio.Lock()
         # Figures.
         self.ticks = 0
         self.takeovers = 0
@@ -212,7 +268,27 @@ class Coordinator:
         if parts is None:
             return
         blob = (b"A%r\n" % when) if body is None else (b"B%r\n" % when) + body
-        self.robots_out[self.partition(parts[2])][robots_url] = blob
+        p = self.partition(parts[2])
+        self.robots_out[p][robots_url] = blob
+        self._robots_held(p, robots_url, when + robots_mod.CACHE_TTL)
+
+    def _robots_held(self, p: int, url: str, expiry: float) -> None:
+        self._robots_exp[url] = expiry
+        heapq.heappush(self._robots_expiry, (expiry, p, url))
+
+    def _expire_robots(self) -> None:
+        """Expired answers of owned partitions: pruned from robots:{p} in this tick."""
+        heap, wall = self._robots_expiry, self.wall()
+        while heap and heap[0][0] <= wall:
+            expiry, p, url = heapq.heappop(heap)
+            if self._robots_exp.get(url) == expiry:
+                del self._robots_exp[url]
+                if p in self.held:
+                    self.robots_prune[p].append(url)
+
+    def _pruned(self, r) -> None:
+        if r is not FENCED:
+            self.robots_pruned += int(r)
 
     def partition(self, host: str) -> int:
         p = self._part_cache.get(host)
@@ -250,10 +326,12 @@ class Coordinator:
         self.next_hb = now + self.hb_interval
 
     async def run(self) -> None:
-        """Tick until :meth:`stop`; Redis lost: retry with backoff, leases lapse by themselves."""
-        backoff = 0.1
+        """Tick until :meth:`stop`.  A Redis failure pauses and is retried with
+        backoff (the leases lapse by themselves); any other exception ends the
+        run with it (see the module docstring)."""
+        backoff = BACKOFF_FIRST
         while not self._stop:
-            delay = self._next_delay()
+            delay = self._next_delay() if self.redis_down is None else 0.0
             if delay > 0:
                 self._wake.clear()
                 try:
@@ -267,17 +345,49 @@ class Coordinator:
                     await asyncio.sleep(gap)
             try:
                 await self.tick()
-                if self.redis_down is not None:
-                    print(f"larbin_py: worker {self.worker}: Redis is back", file=self.err)
-                    self.redis_down = None
-                backoff = 0.1
-            except RedisUnavailable as exc:
-                if self.redis_down is None:
-                    print(f"larbin_py: worker {self.worker}: {exc}; fetching paused, retrying", file=self.err)
-                self.redis_down = str(exc)
+            except RedisFailed as exc:
+                self._paused(exc)
                 self._check_alive()
-                await asyncio.sleep(backoff)
-                backoff = min(5.0, backoff * 2)
+                self._wake.clear()
+                try:  # a stop ends the wait
+                    await asyncio.wait_for(self._wake.wait(), backoff)
+                except asyncio.TimeoutError:
+                    pass
+                backoff = min(BACKOFF_MAX, backoff * 2)
+                continue
+            if self.redis_down is not None:
+                self._resumed()
+            backoff = BACKOFF_FIRST
+
+    @property
+    def paused(self) -> bool:
+        """Redis fails: no request may start (the crawl state's gate)."""
+        return self.redis_down is not None
+
+    def _paused(self, exc: RedisFailed) -> None:
+        now = self.clock()
+        if self.pause_since is None:
+            self.pause_since = now
+            self.pauses += 1
+        elif exc.kind != self.pause_kind:
+            self.paused_by_kind[self.pause_kind] += now - self.pause_since
+            self.paused_total += now - self.pause_since
+            self.pause_since = now
+        if exc.kind != self.pause_kind:
+            print(f"larbin_py: worker {self.worker}: {exc}; fetching paused, retrying", file=self.err, flush=True)
+        self.pause_kind = exc.kind
+        self.redis_down = str(exc)
+        self.wake_engine()
+
+    def _resumed(self) -> None:
+        now = self.clock()
+        lasted = now - self.pause_since if self.pause_since is not None else 0.0
+        self.paused_by_kind[self.pause_kind or "error"] += lasted
+        self.paused_total += lasted
+        print(f"larbin_py: worker {self.worker}: Redis is back after {lasted:.1f} s ({self.pause_kind}); "
+              "fetching resumes", file=self.err, flush=True)
+        self.redis_down = self.pause_kind = self.pause_since = None
+        self.wake_engine()
 
     def _next_delay(self) -> float:
         now = self.clock()
@@ -306,20 +416,42 @@ class Coordinator:
             return True
         return False
 
-    async def stop(self) -> None:
-        """A clean stop: acks sent, links flushed, partitions and IPs released, membership left."""
+    async def stop(self, *, ack: bool = True) -> None:
+        """A clean stop: acks sent, links flushed, partitions and IPs released, membership left.
+
+        ``ack`` False (the worker failed: its output may not be durable): the
+        outcomes are not acked, their entries stay pending for the next owner.
+        The final tick waits for a running one, and is retried for up to
+        :data:`STOP_RETRY` s while Redis fails.
+        """
         self._stop = True
         self._wake.set()
         try:
-            await self.durable()
-            self.acks_ready.extend(self.acks_pending)
+            if ack:
+                try:
+                    await self.durable()
+                    self.acks_ready.extend(self.acks_pending)
+                except OSError as exc:
+                    print(f"larbin_py: worker {self.worker}: the output is not durable ({exc}): its last "
+                          "pages are not acked, their partition's next owner fetches them again", file=self.err)
+                    self.acks_ready = []
+            else:
+                self.acks_ready = []
             self.acks_pending = []
             for p in list(self.held):
                 if p not in self.draining:
                     self.draining[p] = self.clock()
-            await self.tick(final=True)
-        except DistError as exc:
-            print(f"larbin_py: worker {self.worker}: at stop: {exc}", file=self.err)
+            deadline = self.clock() + STOP_RETRY
+            while True:
+                try:
+                    await self.tick(final=True)
+                    break
+                except RedisFailed as exc:
+                    if self.clock() >= deadline:
+                        print(f"larbin_py: worker {self.worker}: at stop: {exc}; its leases expire by "
+                              "themselves", file=self.err)
+                        break
+                    await asyncio.sleep(0.2)
         finally:
             if self._mhb is not None and not self._mhb.done():
                 self._mhb.cancel()
@@ -337,6 +469,11 @@ class Coordinator:
     # One tick
     # ------------------------------------------------------------------
     async def tick(self, final: bool = False) -> None:
+        """One round trip (see the module docstring); one at a time on the connection."""
+        async with self._tick_lock:
+            await self._tick(final)
+
+    async def _tick(self, final: bool) -> None:
         fr = self.fr
         now = self.clock()
         self._last_tick = now
@@ -376,6 +513,15 @@ class Coordinator:
             token = self.held.get(p)
             if token is not None:
                 handlers.append((t.put_robots(p, self.worker, token, answers), lambda r: None))
+        self._expire_robots()
+        prune, self.robots_prune = self.robots_prune, defaultdict(list)
+        for p, urls in prune.items():
+            token = self.held.get(p)
+            if token is not None:
+                handlers.append((t.prune_robots(p, self.worker, token, urls), self._pruned))
+        crashed, self.crashed_out = self.crashed_out, []
+        if crashed:
+            handlers.append((t.note_crashed(crashed), lambda r: None))
         # 3. heartbeat, IP renewals, idle report, view
         hb_sent = None
         if now >= self.next_hb or final:
@@ -392,6 +538,7 @@ class Coordinator:
             handlers.append((t.report(self.worker, self.hb_seq, idle), lambda r: None))
             if idle and not final:
                 handlers.append((t.view(), self._view))
+            self._stage_figures(t, handlers)
             if self.snapshot is not None:
                 try:
                     handlers.append((t.put_stats(self.worker, self.snapshot(), ttl=3 * self.hb_interval),
@@ -444,8 +591,8 @@ class Coordinator:
             return
         try:
             results = await t.execute()
-        except RedisUnavailable:
-            self._tick_failed(links, acks, asked_ips, read_parts)
+        except RedisFailed:
+            self._tick_failed(links, acks, asked_ips, read_parts, prune, crashed)
             raise
         for i, handler in handlers:
             handler(results[i])
@@ -466,8 +613,25 @@ class Coordinator:
             self._lost([p])
         else:
             self.acked += int(r)
-            for entry, _ in pairs:
+            for entry, outcome in pairs:
                 self.live.discard(make_tag(p, entry))
+                if outcome == "fetched":
+                    self.pages_acked += 1
+
+    def _stage_figures(self, t, handlers) -> None:
+        """This worker's pages and pauses since the last report, as deltas (a dead
+        worker's figures stay in Redis; a respawn adds to them)."""
+        pages = self.pages_acked - self._pages_reported
+        paused = {k: v - self._paused_reported[k] for k, v in self.paused_by_kind.items()
+                  if v - self._paused_reported[k] > 0}
+        if not pages and not paused:
+            return
+
+        def sent(_r, pages=pages, paused=paused) -> None:
+            self._pages_reported += pages
+            for k, v in paused.items():
+                self._paused_reported[k] += v
+        handlers.append((t.add_figures(self.worker, pages, paused), sent))
 
     def _heartbeat(self, hb, sent_at: float) -> None:
         lost = self.leases.absorb(hb, sent_at)
@@ -561,7 +725,9 @@ class Coordinator:
                 continue
             left = when + robots_mod.CACHE_TTL - wall
             if left <= 0:
+                self.robots_prune[p].append(url)  # expired: leaves robots:{p} with the next tick
                 continue
+            self._robots_held(p, url, when + robots_mod.CACHE_TTL)
             rules = robots_mod.RobotsTxt.parse(rest) if kind[:1] == b"B" else robots_mod.RobotsTxt.allow_all()
             self.fr.restore_robots(url, rules, now + left)
             self.robots_loaded += 1
@@ -592,6 +758,11 @@ class Coordinator:
                 self.acks_pending.append((p, e.id, outcome))
             elif make_tag(p, e.id) not in self.live:  # (one held here was only re-claimed)
                 self.acks_ready.append((p, e.id, "workerCrash"))
+                parsed = decode_entry(e.record)
+                url = parsed[0] if parsed is not None else repr(e.record[:200])
+                self.crashed_out.append(url)
+                print(f"larbin_py: worker {self.worker}: {url} forgotten as workerCrash: a worker died "
+                      f"{e.crashes} times while fetching it", file=self.err, flush=True)
         if orphans:  # what the claim did not bring back was acked or taken elsewhere
             prefix = f"{p}/"
             for tag in [t for t in orphans if t.startswith(prefix)]:
@@ -600,22 +771,30 @@ class Coordinator:
         self.claimed.add(p)
         self.maybe_full.add(p)
 
-    def _tick_failed(self, links, acks, asked_ips: list[str], read_parts: list[int]) -> None:
-        """A tick whose answers were lost (Redis unreachable): undo what waits on them.
+    def _tick_failed(self, links, acks, asked_ips: list[str], read_parts: list[int], prune=None,
+                     crashed=None) -> None:
+        """A tick that failed (Redis unreachable, or an error reply): undo what waits on it.
 
         Links and acks go again (both idempotent); the IPs asked are asked
-        again; a read may have been delivered without its answer reaching us,
-        which would leave its entries pending for ever: those partitions are
-        claimed again (skipping the records held here).
+        again, and a grant that follows waits a full delay (a lost answer may
+        have carried the last holder's start); a read may have been delivered
+        without its answer reaching us, which would leave its entries pending
+        for ever: those partitions are claimed again (skipping the records
+        held here).  Prunes and crash names are kept for the next tick.
         """
         self.sink.put_back(links)
         self.acks_ready[:0] = acks
         retry = self.clock() + self.hb_interval
         for ip in asked_ips:
             self.fr.ip_lease_denied(ip, retry)
+            self.unclean_ips.add(ip)
         for p in read_parts:
             if p in self.held:
                 self.to_claim.add(p)
+        for p, urls in (prune or {}).items():
+            self.robots_prune[p].extend(urls)
+        if crashed:
+            self.crashed_out[:0] = crashed
 
     def _stage_reads(self, t, handlers, now: float) -> list[int]:
         budget = self.inbox.room
@@ -679,8 +858,10 @@ class Coordinator:
             pace["retry_until"] = now + (float(pace["retry_until"]) - self.wall())
         penalty = float(pace.get("penalty", 1.0)) if pace else 1.0
         delay = self.wait_duration * penalty
-        if not g.clean:
-            not_before = now + delay  # its last requests are unknown: a full delay
+        if not g.clean or ip in self.unclean_ips:
+            # Its last requests are unknown (an expired lease, or a lost answer): a full delay.
+            self.unclean_ips.discard(ip)
+            not_before = now + delay
         elif g.last_start_ms:
             not_before = now + (g.last_start_ms / 1000.0 - self.wall()) + delay
         else:
@@ -792,5 +973,19 @@ class Coordinator:
             "ticks": self.ticks, "round_trips": self.io.round_trips, "takeovers": self.takeovers,
             "claimed": self.claimed_entries, "acked": self.acked, "fenced": self.fenced,
             "ip_leases": len(self.fr.ip_leases_held()), "redis_down": self.redis_down,
+            "paused": self.paused_figures(),
+            "robots_pruned": self.robots_pruned,
             "membership": membership_snapshot(self.membership),
         }
+
+    def paused_figures(self) -> dict:
+        """How long Redis's failures paused this worker: ``{"seconds", "pauses", "by_kind"}``
+        (the pause under way included)."""
+        by_kind = dict(self.paused_by_kind)
+        total = self.paused_total
+        if self.pause_since is not None:
+            now = self.clock()
+            by_kind[self.pause_kind] = by_kind.get(self.pause_kind, 0.0) + now - self.pause_since
+            total += now - self.pause_since
+        return {"seconds": round(total, 3), "pauses": self.pauses,
+                "by_kind": {k: round(v, 3) for k, v in sorted(by_kind.items())}}

@@ -19,13 +19,21 @@ key                      what it holds
 ``q:{p}``                stream, group ``crawl``, one entry per accepted URL
 ``seen:{p}:<b>``         intset bucket of the URL fingerprints (signed int64)
 ``cnt:{p}``              hash: accepted, fetched, forgotten:<reason>
-``robots:{p}``           hash: host → robots.txt answer (written by the owner)
+``crash:{p}``            hash: entry id → workers that died fetching it
+                         (larbin_py.dist.inflight), dropped at its ack
+``robots:{p}``           hash: robots.txt URL → answer (written by the owner;
+                         pruned a day after the answer, its cache time)
 ``sitewait:{p}``         hash: host → next allowed fetch (written at handover)
 ``ip:{X}``               the IP lease (the holder's worker id), ``PX``
 ``iplast:{X}``           hash: start (wall ms of the last request), pace
 ``ipwant:{X}``           a waiter's worker id, ``PX`` (asks the holder to let go)
 ``stats:<w>``            the worker's stats snapshot (JSON), ``PX``
 ``outpos:<w>``           the worker's output position at its last ack
+``figures``              hash: ``<w>:pages`` (pages acked) and
+                         ``<w>:paused:<kind>`` (seconds Redis's failures
+                         paused it, by kind), for the launcher's summary
+``crashed``              list: the URLs forgotten as workerCrash (newest
+                         1,000)
 =======================  ===================================================
 """
 
@@ -93,6 +101,14 @@ class Keys:
     def outpos(self, worker: str) -> str:
         return f"{self.prefix}outpos:{worker}"
 
+    @property
+    def figures(self) -> str:
+        return self.prefix + "figures"
+
+    @property
+    def crashed(self) -> str:
+        return self.prefix + "crashed"
+
     # per partition: the hash tag {p}
     def own(self, p: int) -> str:
         return f"{self.prefix}own:{{{p}}}"
@@ -108,6 +124,9 @@ class Keys:
 
     def counts(self, p: int) -> str:
         return f"{self.prefix}cnt:{{{p}}}"
+
+    def crashes(self, p: int) -> str:
+        return f"{self.prefix}crash:{{{p}}}"
 
     def robots(self, p: int) -> str:
         return f"{self.prefix}robots:{{{p}}}"

@@ -103,10 +103,11 @@ local function lb_read(keys, args)
   return out
 end
 
--- lb_claim(own, q; owner, consumer): every pending entry of the stream
--- (XAUTOCLAIM, min-idle 0), whoever it was delivered to, with its delivery
--- count: flat {id, record, deliveries, ...}.  Consumers left with nothing
--- pending are removed from the group.
+-- lb_claim(own, q, crash; owner, consumer): every pending entry of the
+-- stream (XAUTOCLAIM, min-idle 0), whoever it was delivered to, with the
+-- number of times a worker died while fetching it (crash:{p}, written by
+-- lb_crashed; deliveries are not tries): flat {id, record, crashes, ...}.
+-- Consumers left with nothing pending are removed from the group.
 local function lb_claim(keys, args)
   if not owns(keys[1], args[1]) then return fenced() end
   local q, consumer = keys[2], args[2]
@@ -122,19 +123,14 @@ local function lb_claim(keys, args)
       end
     end
   until start == '0-0'
-  local deliveries = {}
-  local from = '-'
-  while true do
-    local p = redis.call('XPENDING', q, GROUP, from, '+', 1000, consumer)
-    for _, row in ipairs(p) do deliveries[row[1]] = row[4] end
-    if #p < 1000 then break end
-    from = '(' .. p[#p][1]
-  end
+  local crashed = redis.call('EXISTS', keys[3]) == 1
   local out = {}
   for _, id in ipairs(order) do
     out[#out + 1] = id
     out[#out + 1] = records[id]
-    out[#out + 1] = deliveries[id] or 1
+    local n = 0
+    if crashed then n = tonumber(redis.call('HGET', keys[3], id) or '0') end
+    out[#out + 1] = n
   end
   for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', q, GROUP)) do
     local name, pending
@@ -146,17 +142,36 @@ local function lb_claim(keys, args)
   return out
 end
 
--- lb_ack(own, q, cnt; owner, id, outcome, ...): XACK + XDEL of each entry
--- and its count under 'fetched' or 'forgotten:<outcome>', in one fenced
--- call.  An entry that is not pending (acked before) counts nothing, so a
--- retried ack keeps the counters exact.  Answers how many were acked.
+-- lb_crashed(q, crash; id, ...): a worker died while fetching these entries
+-- (its in-flight file, read by its next start or its launcher): one try
+-- more for each entry still in the stream.  Not fenced: the dead worker has
+-- no lease, and a try is a fact, not an ownership change.  Answers how many
+-- were counted.
+local function lb_crashed(keys, args)
+  local n = 0
+  for i = 1, #args do
+    if #redis.call('XRANGE', keys[1], args[i], args[i], 'COUNT', 1) > 0 then
+      redis.call('HINCRBY', keys[2], args[i], 1)
+      n = n + 1
+    end
+  end
+  return n
+end
+
+-- lb_ack(own, q, cnt, crash; owner, id, outcome, ...): XACK + XDEL of
+-- each entry, its crash count dropped, and its count under 'fetched' or
+-- 'forgotten:<outcome>', in one fenced call.  An entry that is not pending
+-- (acked before) counts nothing, so a retried ack keeps the counters exact.
+-- Answers how many were acked.
 local function lb_ack(keys, args)
   if not owns(keys[1], args[1]) then return fenced() end
   local q = keys[2]
   local counts, n = {}, 0
+  local crashed = redis.call('EXISTS', keys[4]) == 1
   for i = 2, #args, 2 do
     if redis.call('XACK', q, GROUP, args[i]) == 1 then
       redis.call('XDEL', q, args[i])
+      if crashed then redis.call('HDEL', keys[4], args[i]) end
       local field = args[i + 1] == 'fetched' and 'fetched' or ('forgotten:' .. args[i + 1])
       counts[field] = (counts[field] or 0) + 1
       n = n + 1
@@ -262,6 +277,15 @@ local function lb_put(keys, args)
   return 1
 end
 
+-- lb_prune(own, hash; owner, field, ...): the fenced removal of a
+-- partition's expired robots.txt answers.  Answers how many left.
+local function lb_prune(keys, args)
+  if not owns(keys[1], args[1]) then return fenced() end
+  local n = 0
+  for i = 2, #args do n = n + redis.call('HDEL', keys[2], args[i]) end
+  return n
+end
+
 -- lb_view(members, idle, (cnt, q, own, fence) per partition...; rows): one
 -- consistent view of the crawl's counters.  Answers {totals {field, n, ...},
 -- rows (when asked: per partition accepted, fetched, forgotten, queued,
@@ -313,6 +337,7 @@ redis.register_function('lb_acquire', lb_acquire)
 redis.register_function('lb_release', lb_release)
 redis.register_function('lb_read', lb_read)
 redis.register_function('lb_claim', lb_claim)
+redis.register_function('lb_crashed', lb_crashed)
 redis.register_function('lb_ack', lb_ack)
 redis.register_function('lb_join', lb_join)
 redis.register_function('lb_heartbeat', lb_heartbeat)
@@ -320,4 +345,5 @@ redis.register_function('lb_leave', lb_leave)
 redis.register_function('lb_ip_acquire', lb_ip_acquire)
 redis.register_function('lb_ip_release', lb_ip_release)
 redis.register_function('lb_put', lb_put)
+redis.register_function('lb_prune', lb_prune)
 redis.register_function{function_name = 'lb_view', callback = lb_view, flags = {'no-writes'}}

@@ -19,17 +19,22 @@ The launcher (DISTRIBUTED.md §10):
    from the zygote that :func:`launch_main` started before its event loop
    (:mod:`larbin_py.dist.zygote`: the imports are paid once), or with
    ``exec`` when there is none;
-4. supervises them: a worker that dies (a crash, a kill) is started again
-   with the same workerId when ``respawn`` is on (at most
-   :data:`MAX_RESPAWNS` times in :data:`RESPAWN_WINDOW` seconds), else its
-   partitions are taken over by the others; a worker that exits 2 (a
-   usage or configuration error) stops the crawl with exit 2;
+4. supervises them: a worker that dies (a crash, a kill) has a try counted
+   against each request it had running (its ``stateDir/inflight-<wK>``,
+   larbin_py.dist.inflight), and is started again with the same workerId
+   when ``respawn`` is on (at most :data:`MAX_RESPAWNS` times in
+   :data:`RESPAWN_WINDOW` seconds), else its partitions are taken over by
+   the others; a worker that cannot be started again is said and left
+   dead; a worker that exits 2 (a usage or configuration error) stops the
+   crawl with exit 2;
 5. serves the whole crawl's stats on ``httpPort``
    (:class:`~larbin_py.dist.cluster_stats.ClusterSource`);
 6. forwards SIGINT/SIGTERM to the workers (which stop as one process does)
-   and, once every worker has ended, prints one summary for the crawl and
-   exits with the usual codes: 0 the crawl ended, 1 it failed, 2 usage,
-   130/143 interrupted/terminated.
+   and, once every worker has ended, prints one summary for the crawl (each
+   worker's pages over all its lives, how long Redis's failures paused the
+   crawl and why, the URLs forgotten as workerCrash) and exits with the
+   usual codes: 0 the crawl ended, 1 it failed, 2 usage, 130/143
+   interrupted/terminated.
 
 Workers run in their own process group (a Ctrl-C reaches them once, through
 the launcher) and die with the launcher (``PR_SET_PDEATHSIG``), so a killed
@@ -51,8 +56,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Sequence
 
+from .inflight import count_crashes, inflight_path
 from .redis_server import RedisServer, RedisServerError
-from .redisio import CrawlExists, CrawlMeta, DistError, RedisIO, Totals
+from .redisio import CRASH_LIMIT, CrawlExists, CrawlMeta, DistError, RedisFailed, RedisIO, Totals
 from .prctl import set_pdeathsig
 from .zygote import Zygote
 
@@ -161,6 +167,8 @@ class Launcher:
         self.http = None
         self.started = time.monotonic()
         self.final: Totals | None = None
+        self.figures: dict[str, dict] = {}
+        self.crashed_urls: list[str] = []
         self.index_lines: int | None = None
         self._changed = asyncio.Event()
 
@@ -308,6 +316,8 @@ class Launcher:
         await asyncio.gather(*w.pumps, return_exceptions=True)
         w.exits.append(code)
         w.proc = None
+        if code not in (EXIT_OK, EXIT_USAGE, *SIGNAL_EXITS.values()):
+            await self._count_tries(w)
         if code == EXIT_USAGE and self.stopping is None:
             self.usage_error = f"{w.wid} exited 2 (a usage or configuration error: see its lines above)"
             w.state = "exit 2"
@@ -318,13 +328,33 @@ class Launcher:
             self.say(f"worker {w.wid} {_exit_text(code)}: starting it again")
             w.state = "respawning"
             self._state(w)
-            await self._start(w)
+            try:
+                await self._start(w)
+            except Exception as exc:  # (no process could be made: fork or exec failed)
+                w.proc = None
+                w.state = f"not restarted ({type(exc).__name__})"
+                self.say(f"worker {w.wid} could not be started again: {exc}; the others take its "
+                         "partitions over")
         else:
             w.state = _exit_text(code)
             why = "respawn is off" if not self.config.respawn else f"it died {MAX_RESPAWNS + 1} times in {RESPAWN_WINDOW:g} s"
             self.say(f"worker {w.wid} {_exit_text(code)} ({why}): the others take its partitions over")
         self._state(w)
         self._changed.set()
+
+    async def _count_tries(self, w: WorkerProc) -> None:
+        """A dead worker's requests that were running: one try more each (see
+        larbin_py.dist.inflight).  Left for the worker's next start when Redis fails."""
+        if self.io is None:
+            return
+        try:
+            left, counted = await count_crashes(self.io, inflight_path(self.config.state_dir, w.wid))
+        except (RedisFailed, OSError) as exc:
+            self.say(f"worker {w.wid}: the tries of its death are not counted yet ({exc})")
+            return
+        if left:
+            self.say(f"worker {w.wid}: {left} requests were running when it died: one try more each "
+                     f"({counted} still queued)")
 
     def _may_respawn(self, w: WorkerProc) -> bool:
         recent = [t for t in w.starts if time.monotonic() - t < RESPAWN_WINDOW]
@@ -353,6 +383,10 @@ class Launcher:
         try:
             if self.io is not None:
                 self.final = (await self.io.view()).totals
+                t = self.io.tick()
+                i, j = t.get_figures(), t.get_crashed()
+                res = await t.execute()
+                self.figures, self.crashed_urls = res[i], res[j]
         except DistError as exc:
             self.say(f"cannot read the final counters: {exc}")
         if self.source is not None:
@@ -409,15 +443,37 @@ class Launcher:
         ]
         if t.forgotten:
             lines.append("  forgotten       " + ", ".join(f"{k} {v}" for k, v in sorted(t.forgotten.items())))
+        if self.crashed_urls:
+            shown = ", ".join(self.crashed_urls[:5])
+            more = f" and {len(self.crashed_urls) - 5} more" if len(self.crashed_urls) > 5 else ""
+            lines.append(f"  workerCrash     {shown}{more} (a worker died fetching each, {CRASH_LIMIT} times)")
+        paused = self.paused()
+        if paused:
+            seconds, kinds = paused
+            lines.append(f"  paused          {seconds:.1f} s while Redis failed ("
+                         + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(kinds.items())) + ")")
         if self.index_lines is not None:
             lines.append(f"  mirror index    {os.path.join(self.config.save_dir, 'index.tsv')}: "
                          f"{self.index_lines} pages")
         for w in self.workers:
-            pages = ((snaps.get(w.wid) or {}).get("pages") or {}).get("fetched")
+            pages = (self.figures.get(w.wid) or {}).get("pages")
+            if pages is None:
+                pages = ((snaps.get(w.wid) or {}).get("pages") or {}).get("fetched")
             extra = f", respawned {w.respawns}x" if w.respawns else ""
             exits = ", ".join(_exit_text(c) for c in w.exits) or "never started"
             lines.append(f"  worker {w.wid:<8} {exits}{extra}" + (f"; {pages} pages" if pages is not None else ""))
         return "\n".join(lines)
+
+    def paused(self) -> tuple[float, dict[str, float]] | None:
+        """How long Redis's failures paused the crawl (the longest any worker was
+        paused, over all its lives) and the seconds by kind (``OOM``, ``connection``...)."""
+        longest, kinds = 0.0, {}
+        for row in self.figures.values():
+            paused = row.get("paused") or {}
+            longest = max(longest, sum(paused.values()))
+            for k, v in paused.items():
+                kinds[k] = max(kinds.get(k, 0.0), v)
+        return (longest, kinds) if longest > 0 else None
 
     async def _cleanup(self) -> None:
         for w in self.workers:  # an error path: nobody left behind

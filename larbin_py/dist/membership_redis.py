@@ -26,7 +26,7 @@ import time
 from typing import Any, Callable
 
 from .membership import MembershipChange, MembershipError
-from .redisio import DistError, Heartbeat, RedisIO, Tick
+from .redisio import DistError, Heartbeat, RedisFailed, RedisIO, Tick
 
 __all__ = ["RedisMembership"]
 
@@ -59,8 +59,11 @@ class RedisMembership:
 
     # --- the Membership protocol ---------------------------------------------
     async def join(self, worker_id: str) -> None:
+        """Register ``worker_id``; a Redis failing meanwhile (unreachable, an error
+        reply) is waited for, with backoff."""
         self.worker = worker_id
         deadline = self.clock() + self.join_wait
+        backoff = 0.1
         while True:
             sent = self.clock()
             try:
@@ -68,6 +71,12 @@ class RedisMembership:
                 t.join(worker_id, self.instance, self.ttl)
                 i = self.stage(t)
                 res = await t.execute()
+            except RedisFailed as exc:
+                self.error = str(exc)
+                await asyncio.sleep(backoff)
+                backoff = min(5.0, backoff * 2)
+                deadline = max(deadline, self.clock() + self.join_wait)
+                continue
             except DistError as exc:
                 raise MembershipError(f"cannot join the crawl: {exc} (check redisUrl)") from exc
             if res[0] is True:

@@ -8,7 +8,11 @@ port (``port 0``: only the unix socket, mode 700, in a folder of ours).
 
 :meth:`RedisServer.start` returns once the server answers PING; a missing
 binary raises :class:`RedisServerError` with the apt-get hint (the command
-line exits 2 with it).  :meth:`RedisServer.stop` asks for a clean SHUTDOWN
+line exits 2 with it).  A socket left in the folder is first tried: a server
+that still listens there (another launcher on the same stateDir) is never
+replaced nor started beside (:class:`RedisServerError`, naming the pid in
+its ``redis.pid`` when there is one); a stale one (its server dead) is
+removed.  :meth:`RedisServer.stop` asks for a clean SHUTDOWN
 (the AOF flushed) and kills the process if it does not end in time.
 """
 
@@ -55,15 +59,19 @@ class RedisServer:
             "--dir", self.directory, "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", "everysec", "--save", "", "--maxmemory-policy", "noeviction",
             "--daemonize", "no", "--logfile", os.path.join(self.directory, "redis.log"),
-            "--set-max-intset-entries", "4096", *self.extra,
+            "--set-max-intset-entries", "4096", "--pidfile", os.path.join(self.directory, "redis.pid"),
+            *self.extra,
         ]
 
     def start(self, timeout: float = 10.0) -> "RedisServer":
         if self.binary is None:
             raise RedisServerError(INSTALL_HINT)
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
-        if os.path.exists(self.socket_path):  # left by a killed server: ours to replace
-            os.unlink(self.socket_path)
+        if os.path.exists(self.socket_path):
+            if self._listening():
+                raise RedisServerError(f"a redis-server already serves {self.socket_path}{self._holder()}: "
+                                       "is another crawl running on this stateDir?")
+            os.unlink(self.socket_path)  # left by a killed server: ours to replace
         # Its own session: a Ctrl-C in the terminal (SIGINT to the foreground
         # process group) must not stop Redis under the workers' last acks; it
         # is stopped by stop() once they are done, or dies with its parent.
@@ -85,6 +93,23 @@ class RedisServer:
                 raise RedisServerError(f"redis-server did not answer within {timeout:g} s "
                                        f"(see {self.directory}/redis.log)")
             time.sleep(0.01)
+
+    def _listening(self) -> bool:
+        """Something accepts connections on the socket (a live server, whatever it answers)."""
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(1.0)
+                s.connect(self.socket_path)
+                return True
+        except OSError:
+            return False
+
+    def _holder(self) -> str:
+        try:
+            with open(os.path.join(self.directory, "redis.pid"), encoding="ascii") as f:
+                return f" (pid {int(f.read().strip())})"
+        except (OSError, ValueError):
+            return ""
 
     def _ping(self) -> bool:
         """One PING over the socket, without redis-py: True on +PONG

@@ -20,11 +20,36 @@ changed then.  Redis runs the pipeline's commands in order, so an enqueue
 put before an ack in one tick is applied before it (a page is acked only
 after its links are safe).
 
-Errors: Redis unreachable raises :class:`RedisUnavailable` (its message names
-the URL); a crawl that exists when a fresh start is asked raises
-:class:`CrawlExists` (naming crawlName); a joiner whose settings differ
-raises :class:`CrawlMismatch` naming the keys.  All three derive from
-:class:`DistError`, which the command line turns into exit 2.
+A tick runs as one transaction (``MULTI`` ... ``EXEC``): a command that
+Redis refuses when it is queued (``-OOM``, ``-READONLY``, ``-LOADING``,
+``-BUSY``, ``-MISCONF``, ``-NOAUTH``...) discards the whole tick, so a page
+is never acked while the links it produced were refused.
+
+Errors:
+
+=================================  ==========================================
+what happens                       what is raised
+=================================  ==========================================
+Redis unreachable, the connection  :class:`RedisUnavailable` (the URL named,
+lost or a tick not answered in     password hidden); the tick's effects are
+``timeout``                        unknown: resend what is idempotent
+Redis answers an error reply       :class:`RedisRefused` (``kind``: the
+(to the tick or to ``FUNCTION      reply's first word, ``OOM``, ``LOADING``,
+LOAD``, ``INFO``)                  ``READONLY``...): a refused tick changed
+                                   nothing; an error met inside ``EXEC``
+                                   may have let other commands of the tick
+                                   run: resend what is idempotent
+the function library is missing    loaded again (``FUNCTION LOAD``), the
+(a restart without its data, a     tick sent once more
+``FUNCTION FLUSH``)
+a fresh start finds the crawl      :class:`CrawlExists` (naming crawlName)
+a joiner's settings differ         :class:`CrawlMismatch` (naming the keys)
+=================================  ==========================================
+
+:class:`RedisUnavailable` and :class:`RedisRefused` are :class:`RedisFailed`:
+a failure that passes (the coordinator pauses and retries).  All derive
+from :class:`DistError`, which the command line turns into exit 2 when it
+happens at start.
 """
 
 from __future__ import annotations
@@ -39,14 +64,17 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 from .keys import Keys, bucket_of, signed64
 
 __all__ = [
-    "RedisIO", "Tick", "FENCED", "DELIVERY_LIMIT", "DistError", "RedisUnavailable", "CrawlExists",
+    "RedisIO", "Tick", "FENCED", "CRASH_LIMIT", "DistError", "RedisFailed", "RedisUnavailable",
+    "RedisRefused", "CrawlExists", "Claimed",
     "CrawlMismatch", "CrawlMeta", "Entry", "Heartbeat", "IpGrant", "Totals", "View", "PartitionRow",
     "rules_digest", "library_code",
 ]
 
-#: An entry delivered more times than this is forgotten as ``workerCrash``
-#: (a poison pill: the URL made its workers die).
-DELIVERY_LIMIT = 3
+#: An entry whose request was running when a worker died this many times is
+#: forgotten as ``workerCrash`` (a poison pill: the URL kills its workers).
+#: Deliveries are not tries: an entry read ahead and claimed again by a
+#: takeover never counts (larbin_py.dist.inflight).
+CRASH_LIMIT = 3
 
 #: How long ``iplast:{X}`` outlives a release (the pace of a slow server).
 IPLAST_KEEP_MS = 3_600_000
@@ -71,8 +99,29 @@ class DistError(Exception):
     """A distributed-mode failure the command line reports in one line (exit 2)."""
 
 
-class RedisUnavailable(DistError):
-    """Redis cannot be reached (the message names the URL)."""
+class RedisFailed(DistError):
+    """Redis failed a call in a way that passes: unreachable, or an error reply (pause, retry)."""
+
+    #: What failed, in one word: ``connection``, or the error reply's first word (``OOM``...).
+    kind = "error"
+
+
+class RedisUnavailable(RedisFailed):
+    """Redis cannot be reached, or did not answer in time (the message names the URL)."""
+
+    kind = "connection"
+
+
+class RedisRefused(RedisFailed):
+    """Redis answered an error reply (the message names the URL and the reply)."""
+
+    def __init__(self, url_shown: str, reply: BaseException, what: str = "a tick") -> None:
+        text = str(reply).strip() or type(reply).__name__
+        self.reply = text
+        self.kind = text.split(None, 1)[0] if text.split() else "error"
+        if not self.kind.isupper():
+            self.kind = "ERR"
+        super().__init__(f"Redis at {url_shown} refused {what}: {text}")
 
 
 class CrawlExists(DistError):
@@ -129,11 +178,12 @@ class Entry(NamedTuple):
 
     id: str
     record: bytes
-    deliveries: int = 1
+    crashes: int = 0  # workers that died while fetching it (claims only)
 
 
 class Claimed(NamedTuple):
-    """A takeover's pending entries: ``entries`` to crawl, ``poison`` to forget as workerCrash."""
+    """A takeover's pending entries: ``entries`` to crawl, ``poison`` (:data:`CRASH_LIMIT`
+    crashes) to forget as workerCrash."""
 
     entries: list[Entry]
     poison: list[Entry]
@@ -217,6 +267,29 @@ def _is_fenced(res: Any) -> bool:
     return res == b"FENCED" or res == "FENCED"
 
 
+def _missing_function(r: Any) -> bool:
+    return isinstance(r, Exception) and "Function not found" in str(r)
+
+
+def unwrap_transaction(raw: list[Any], n: int) -> list[Any]:
+    """The ``n`` results of ``MULTI, cmd x n, EXEC`` from its ``n + 2`` raw replies.
+
+    A discarded transaction (``EXECABORT``: a command refused when queued)
+    gives every command the error it got when queued, or the abort's.
+    """
+    if len(raw) != n + 2:
+        raise ValueError(f"a transaction of {n} commands got {len(raw)} replies")
+    if isinstance(raw[0], Exception):
+        return [raw[0]] * n
+    queued, done = raw[1:-1], raw[-1]
+    if isinstance(done, Exception):
+        first = next((r for r in queued if isinstance(r, Exception)), done)
+        return [r if isinstance(r, Exception) else first for r in queued]
+    if done is None or len(done) != n:  # (a WATCH we never send)
+        raise ValueError(f"a transaction of {n} commands executed {0 if done is None else len(done)}")
+    return list(done)
+
+
 class Tick:
     """Operations collected for one pipeline (one round trip)."""
 
@@ -295,9 +368,10 @@ class Tick:
         """Every pending entry of ``q:{p}`` (a takeover): :class:`Claimed` or FENCED.
 
         Call it right after :meth:`acquire`: it re-delivers the caller's own
-        pending entries too.  Entries delivered more than
-        :data:`DELIVERY_LIMIT` times come back in ``poison``: ack them with
-        the outcome ``workerCrash``.
+        pending entries too.  Entries whose request was running when a worker
+        died :data:`CRASH_LIMIT` times (:meth:`crashed`) come back in
+        ``poison``: ack them with the outcome ``workerCrash``.  A claim never
+        counts as a try.
         """
         def parse(r):
             if _is_fenced(r):
@@ -305,9 +379,17 @@ class Tick:
             entries, poison = [], []
             for i in range(0, len(r), 3):
                 e = Entry(_s(r[i]), r[i + 1], int(r[i + 2]))
-                (poison if e.deliveries > DELIVERY_LIMIT else entries).append(e)
+                (poison if e.crashes >= CRASH_LIMIT else entries).append(e)
             return Claimed(entries, poison)
-        return self._fcall("lb_claim", [self.keys.own(p), self.keys.queue(p)], [f"{worker}:{token}", worker], parse)
+        return self._fcall("lb_claim", [self.keys.own(p), self.keys.queue(p), self.keys.crashes(p)],
+                           [f"{worker}:{token}", worker], parse)
+
+    def crashed(self, p: int, entry_ids: Sequence[str]) -> int:
+        """A worker died while fetching these entries of ``q:{p}``: one try more each
+        (entries acked meanwhile are skipped).  Result: how many were counted."""
+        if not entry_ids:
+            return self._add_const(0)
+        return self._fcall("lb_crashed", [self.keys.queue(p), self.keys.crashes(p)], list(entry_ids), int)
 
     def ack(self, p: int, worker: str, token: int, done: Iterable[tuple[str, str]]) -> int:
         """XACK + XDEL ``(entry_id, outcome)`` pairs and count each outcome.
@@ -319,7 +401,8 @@ class Tick:
         args: list[Any] = [f"{worker}:{token}"]
         for entry_id, outcome in done:
             args.extend((entry_id, outcome))
-        return self._fcall("lb_ack", [self.keys.own(p), self.keys.queue(p), self.keys.counts(p)], args,
+        return self._fcall("lb_ack", [self.keys.own(p), self.keys.queue(p), self.keys.counts(p),
+                                      self.keys.crashes(p)], args,
                            lambda r: FENCED if _is_fenced(r) else int(r))
 
     # --- leases ---------------------------------------------------------
@@ -391,6 +474,28 @@ class Tick:
             args.extend((k, v))
         return self._fcall("lb_put", [self.keys.own(p), key], args, lambda r: FENCED if _is_fenced(r) else True)
 
+    def prune_robots(self, p: int, worker: str, token: int, urls: Sequence[str]) -> int:
+        """Fenced: drop expired robots.txt answers of the partition. How many left, or FENCED."""
+        if not urls:
+            return self._add_const(0)
+        return self._fcall("lb_prune", [self.keys.own(p), self.keys.robots(p)], [f"{worker}:{token}", *urls],
+                           lambda r: FENCED if _is_fenced(r) else int(r))
+
+    def note_crashed(self, urls: Sequence[str], keep: int = 1000) -> int:
+        """Name URLs forgotten as workerCrash in the crawl's list (the newest ``keep``)."""
+        if not urls:
+            return self._add_const(0)
+        self._cmds.append(("LPUSH", self.keys.crashed, *urls))
+        i = self._add(int)
+        self._cmds.append(("LTRIM", self.keys.crashed, 0, keep - 1))
+        self._add(lambda r: True)
+        return i
+
+    def get_crashed(self) -> int:
+        """The URLs forgotten as workerCrash, newest first (at most the last 1,000)."""
+        self._cmds.append(("LRANGE", self.keys.crashed, 0, -1))
+        return self._add(lambda r: [_s(x) for x in r])
+
     def get_robots(self, p: int) -> int:
         """The partition's robots.txt answers: ``{host: bytes}`` (read at takeover)."""
         self._cmds.append(("HGETALL", self.keys.robots(p)))
@@ -433,6 +538,33 @@ class Tick:
         self._cmds.append(("GET", self.keys.outpos(worker)))
         return self._add(lambda r: None if r is None else _s(r))
 
+    def add_figures(self, worker: str, pages: int, paused: dict[str, float]) -> int:
+        """Add to this worker's figures in ``figures``: pages acked, seconds paused by kind."""
+        args: list[Any] = []
+        if pages:
+            self._cmds.append(("HINCRBY", self.keys.figures, f"{worker}:pages", int(pages)))
+            args.append(self._add(lambda r: True))
+        for kind, seconds in paused.items():
+            self._cmds.append(("HINCRBYFLOAT", self.keys.figures, f"{worker}:paused:{kind}", round(seconds, 3)))
+            args.append(self._add(lambda r: True))
+        return args[0] if args else self._add_const(True)
+
+    def get_figures(self) -> int:
+        """Every worker's figures: ``{worker: {"pages": n, "paused": {kind: seconds}}}``."""
+        self._cmds.append(("HGETALL", self.keys.figures))
+
+        def parse(r):
+            out: dict[str, dict] = {}
+            for k, v in _hash(r).items():
+                worker, _, what = k.partition(":")
+                row = out.setdefault(worker, {"pages": 0, "paused": {}})
+                if what == "pages":
+                    row["pages"] = int(v)
+                elif what.startswith("paused:"):
+                    row["paused"][what[len("paused:"):]] = float(v)
+            return out
+        return self._add(parse)
+
     def report(self, worker: str, seq: int, idle: bool) -> int:
         """This worker's idle report for the termination waves (sequence, idle)."""
         self._cmds.append(("HSET", self.keys.idle, worker, f"{int(seq)}:{1 if idle else 0}"))
@@ -464,42 +596,45 @@ class Tick:
 
     # --- running ----------------------------------------------------------
     async def execute(self) -> list[Any]:
-        """Send the tick (one round trip) and answer each operation's result, in order."""
+        """Send the tick (one round trip, one transaction) and answer each operation's
+        result, in order; see the module docstring for what is raised."""
         if not self._parsers:
             return []
         raw = await self._send()
-        if any(isinstance(r, Exception) and "Function not found" in str(r) for r in raw):
+        if any(_missing_function(r) for r in raw):
             # A Redis restarted without its data (or flushed) lost the library:
             # every FCALL of the tick failed and only plain, idempotent
             # commands ran, so the tick is sent again once the library is back.
             await self.io.load_library()
             raw = await self._send()
-        out = []
-        for parser, r in zip(self._parsers, raw):
-            if isinstance(r, Exception):
-                raise r
-            out.append(parser(r))
-        return out
+        failed = next((r for r in raw if isinstance(r, Exception)), None)
+        if failed is not None:
+            raise RedisRefused(self.io.url_shown, failed)
+        return [parser(r) for parser, r in zip(self._parsers, raw)]
 
     async def _send(self) -> list[Any]:
+        n = len(self._cmds)
         try:
-            return await self.io.pipe.execute(self._cmds)
+            raw = await self.io.pipe.execute([("MULTI",), *self._cmds, ("EXEC",)])
         except _CONNECTION_ERRORS as exc:
             raise RedisUnavailable(f"Redis at {self.io.url_shown} unreachable: {exc}") from exc
         finally:
             self.io.round_trips += 1
+        return unwrap_transaction(raw, n)
 
 
 def _ms(seconds: float) -> int:
     return max(1, int(round(seconds * 1000)))
 
 
-try:  # redis-py's connection errors
+try:  # redis-py's connection and reply errors
     import redis.exceptions as _rex
 
     _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (_rex.ConnectionError, _rex.TimeoutError, OSError)
+    _REPLY_ERRORS: tuple[type[BaseException], ...] = (_rex.RedisError,)
 except ImportError:  # pragma: no cover - redis is a dependency
     _CONNECTION_ERRORS = (OSError,)
+    _REPLY_ERRORS = ()
 
 
 class RedisIO:
@@ -554,9 +689,14 @@ class RedisIO:
         return self
 
     async def load_library(self) -> None:
-        """``FUNCTION LOAD REPLACE`` of larbin.lua (one round trip)."""
+        """``FUNCTION LOAD REPLACE`` of larbin.lua (one round trip); RedisFailed when refused."""
         self.round_trips += 1
-        await self.client.execute_command("FUNCTION", "LOAD", "REPLACE", library_code())
+        try:
+            await self.client.execute_command("FUNCTION", "LOAD", "REPLACE", library_code())
+        except _CONNECTION_ERRORS as exc:
+            raise RedisUnavailable(f"Redis at {self.url_shown} unreachable: {exc}") from exc
+        except _REPLY_ERRORS as exc:
+            raise RedisRefused(self.url_shown, exc, "FUNCTION LOAD") from exc
 
     async def close(self) -> None:
         for c in (self.client, self._blocking):
@@ -688,4 +828,19 @@ class RedisIO:
     async def info(self, section: str | None = None) -> dict:
         """``INFO`` (used_memory, total_reads_processed, ...): one round trip."""
         self.round_trips += 1
-        return await self.client.info(section) if section else await self.client.info()
+        try:
+            return await self.client.info(section) if section else await self.client.info()
+        except _CONNECTION_ERRORS as exc:
+            raise RedisUnavailable(f"Redis at {self.url_shown} unreachable: {exc}") from exc
+        except _REPLY_ERRORS as exc:
+            raise RedisRefused(self.url_shown, exc, "INFO") from exc
+
+    async def crashed(self, tags_by_partition: dict[int, list[str]]) -> int:
+        """One try more for each entry whose request was running when a worker died
+        (larbin_py.dist.inflight): how many were still queued and counted."""
+        t = self.tick()
+        idx = [t.crashed(p, ids) for p, ids in tags_by_partition.items() if ids]
+        if not idx:
+            return 0
+        res = await t.execute()
+        return sum(res[i] for i in idx)

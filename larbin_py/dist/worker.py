@@ -27,31 +27,52 @@ coordinator saw the crawl end (two quiet waves, larbin_py.dist.termination).
 host has one owner at a time, so no file is written by two), each worker
 indexing its pages in ``saveDir/.workers/<workerId>/index.tsv``;
 :func:`merge_index` writes ``saveDir/index.tsv`` from them with each URL
-once (a page fetched again after a takeover keeps its last line).  ``warc``
+once (a page fetched again after a takeover keeps its last line).  Every
+worker merges when it ends (under a lock: workers sharing a saveDir merge
+one at a time), and the launcher once more at the very end, so each
+machine's saveDir is a whole mirror of what its workers saved.  ``warc``
 and ``save``: one series per worker in ``saveDir/<workerId>/``.
+
+**Tries.**  Each page request's start and end are written to
+``stateDir/inflight-<workerId>`` (larbin_py.dist.inflight); a worker that
+starts finds what its dead predecessor left there and counts one try
+against each of those entries in Redis before it joins.
+
+**Failures.**  A Redis failure pauses the worker (the coordinator; the gate
+:meth:`DistState.holds` starts nothing meanwhile).  The coordinator's task
+ending with any other exception fails the worker loudly: the traceback is
+printed, the crawl stops (exit 1, the launcher respawns it), and a disk
+error in making the output durable is reported as a full stateDir is in the
+single process; its last outcomes are then not acked (their entries stay
+pending for the next owner).  A worker started again (``--reload``, the
+launcher's respawn) waits for a Redis it cannot reach, instead of exiting
+2 as a first start does; it resumes its analysis tasks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import shutil
 import socket
 import sys
 import time
+import traceback
 
 from ..frontier.scheduler import Frontier, disk_stores
 from ..frontier.seen import SeenSet
-from ..output import make_output, open_output
+from ..output import OutputError, make_output, open_output
 from ..output.base import INDEX_NAME, IndexWriter, OutputStats
 from ..output.mirror import MirrorOutput
 from ..output.paths import SafeTree
 from ..output.writer import ThreadedOutput
 from .coordinator import Coordinator
 from .inbox import RedisInbox
+from .inflight import InflightLog, count_crashes, inflight_path
 from .membership import MembershipError
 from .membership_factory import make_membership
-from .redisio import DistError, RedisIO
+from .redisio import DistError, RedisFailed, RedisIO
 from .shared import crawl_meta
 from .sink import RedisSink
 
@@ -102,19 +123,23 @@ class WorkerMirrorOutput(MirrorOutput):
 def merge_index(save_dir: str) -> int:
     """Write ``saveDir/index.tsv`` from the workers' indexes: each URL once (its last line).
 
-    Run once the workers have ended (the launcher, or a test); written to a
-    temporary file and renamed, so a reader never sees half of it.  Returns
-    the lines written.
+    Run when a worker ends and once every worker has ended (the launcher);
+    several processes sharing one saveDir merge one at a time (an ``flock``
+    on ``.workers/merge.lock``), each into a temporary file renamed over the
+    index, so a reader never sees half of it.  Returns the lines written.
     """
     root = os.path.join(save_dir, WORKERS_DIR)
-    lines: dict[bytes, bytes] = {}
-    if os.path.isdir(root):
+    os.makedirs(root, exist_ok=True)
+    lock = os.open(os.path.join(root, "merge.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        lines: dict[bytes, bytes] = {}
         for worker in sorted(os.listdir(root)):
             path = os.path.join(root, worker, INDEX_NAME)
             try:
                 with open(path, "rb") as f:
                     data = f.read()
-            except OSError:
+            except OSError:  # (the lock file, a worker with no index yet)
                 continue
             for line in data.splitlines(keepends=True):
                 if not line.endswith(b"\n"):
@@ -122,13 +147,15 @@ def merge_index(save_dir: str) -> int:
                 url = line.split(b"\t", 1)[0]
                 lines.pop(url, None)
                 lines[url] = line
-    tmp = os.path.join(save_dir, INDEX_NAME + ".tmp")
-    with open(tmp, "wb") as f:
-        f.writelines(lines.values())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(save_dir, INDEX_NAME))
-    return len(lines)
+        tmp = os.path.join(save_dir, f"{INDEX_NAME}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            f.writelines(lines.values())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(save_dir, INDEX_NAME))
+        return len(lines)
+    finally:
+        os.close(lock)
 
 
 def make_worker_output(config, worker: str):
@@ -168,6 +195,13 @@ class DistState:
         self.scratch = os.path.join(config.state_dir, worker)
         shutil.rmtree(self.scratch, ignore_errors=True)
         os.makedirs(self.scratch, exist_ok=True)
+        #: The requests running, for the tries of a death (the caller counted the last one's).
+        self.inflight = InflightLog(inflight_path(config.state_dir, worker))
+        #: The engine's phase (``starting``, ``running``, ``stopping``...): tells the
+        #: periodic checkpoints from the last (run_worker sets it).
+        self.phase = lambda: "running"
+        #: How a coordinator that failed fails the crawl (run_worker: the engine's failures).
+        self.fail = None
         self.inbox = RedisInbox(max(1, config.ram_urls // 10))
         self.sink = RedisSink(io.partitions, retries=config.retries, batch=config.redis_batch)
         try:
@@ -180,6 +214,7 @@ class DistState:
         self._output = None
         self._task: asyncio.Task | None = None
         self._wake_engine = None
+        self._on_error = None
         self.started = False
         self.joined = False
         self.stopped = False
@@ -237,13 +272,15 @@ class DistState:
         self._writer = writer
         self._output = output
         self._wake_engine = on_durable
+        self._on_error = on_error
 
     # -- while crawling ---------------------------------------------------
     def done(self, url: str, outcome: str, from_request: bool) -> None:
         pass  # the frontier's on_done carries the ack
 
     def holds(self, running: int, cap: int) -> bool:
-        return False
+        """No request starts while Redis fails (its outcomes could not be acked)."""
+        return self.coordinator is not None and self.coordinator.paused
 
     async def _durable(self) -> None:
         """Make the output written so far durable (the acks follow it)."""
@@ -271,22 +308,46 @@ class DistState:
 
     async def checkpoint(self, frontier, now: float, section: dict) -> bool:
         """The first call (before the crawl runs) joins the crawl and starts the
-        coordinator; the last (at the end) stops it cleanly.  No file is written."""
+        coordinator; the periodic ones keep nothing (Redis holds the crawl) but
+        let the analysis stage confirm its finished tasks, so its spool is
+        trimmed while the crawl runs; the last (at the end) stops the
+        coordinator cleanly.  No file is written."""
         if not self.started:
             self.started = True
             if not self.joined:
                 await self.coordinator.start()
             self._task = asyncio.get_running_loop().create_task(self.coordinator.run())
-            return False
+            self._task.add_done_callback(self._coordinator_ended)
+            return True
+        if self.phase() == "running":
+            return True
         await self.stop()
         return False
 
-    async def stop(self) -> None:
+    def _coordinator_ended(self, task: asyncio.Task) -> None:
+        """The coordinator's task ended: by a stop (fine), or with an exception (the worker fails)."""
+        if task.cancelled() or self.stopped:
+            return
+        exc = task.exception()
+        if exc is None:
+            return
+        if isinstance(exc, (OSError, OutputError)) and self._on_error is not None:
+            self._on_error(exc)  # the output could not be made durable: as a full stateDir is
+            return
+        print(f"larbin_py: worker {self.worker}: internal error in the coordinator:", file=self.err)
+        traceback.print_exception(exc, file=self.err)
+        if self.fail is not None:
+            self.fail(f"internal error in the coordinator: {type(exc).__name__}: {exc}")
+
+    async def stop(self, *, ack: bool = True) -> None:
+        """The coordinator stopped (``ack`` False: a failed crawl's outcomes are not acked)."""
         if self.stopped or self.coordinator is None:
             return
         self.stopped = True
         if self._task is not None:
-            await self.coordinator.stop()
+            if self._task.done() and not self._task.cancelled() and self._task.exception() is not None:
+                ack = False  # it failed: its output may not be durable
+            await self.coordinator.stop(ack=ack)
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
@@ -295,18 +356,66 @@ class DistState:
             self._task.cancel()  # a failed crawl: its entries stay pending for another worker
 
     def close(self, frontier, *, broken: bool) -> list[OSError]:
-        try:
-            frontier.close()
-        except OSError as exc:
-            return [exc]
-        return []
+        failures = []
+        for close in (frontier.close, self.inflight.close):
+            try:
+                close()
+            except OSError as exc:
+                failures.append(exc)
+        return failures
 
     def abandon(self, frontier) -> None:
         frontier.close()
+        self.inflight.close()
+
+
+async def connect_redis(io: RedisIO, meta, *, wait: bool, worker: str, err) -> None:
+    """Connect and join the crawl's meta.  A Redis that answers with an error reply
+    (loading, out of memory...) is waited for; one that cannot be reached is
+    waited for only when ``wait`` (a worker started again), else DistError."""
+    said = None
+    delay = 0.2
+    while True:
+        try:
+            await io.connect()
+            await io.join_crawl(meta)
+            if said is not None:
+                print(f"larbin_py: worker {worker}: Redis answers; starting", file=err, flush=True)
+            return
+        except RedisFailed as exc:
+            await io.close()
+            if not wait and exc.kind == "connection":
+                raise
+            if said != exc.kind:
+                print(f"larbin_py: worker {worker}: {exc}; waiting for it", file=err, flush=True)
+                said = exc.kind
+        await asyncio.sleep(delay)
+        delay = min(5.0, delay * 2)
+
+
+async def count_tries(io: RedisIO, path: str, worker: str, err) -> None:
+    """The tries a dead predecessor left in its in-flight file, counted in Redis (waited for)."""
+    delay = 0.2
+    while True:
+        try:
+            left, counted = await count_crashes(io, path)
+            break
+        except RedisFailed as exc:
+            print(f"larbin_py: worker {worker}: counting the tries of its last death: {exc}; retrying",
+                  file=err, flush=True)
+        await asyncio.sleep(delay)
+        delay = min(5.0, delay * 2)
+    if left:
+        print(f"larbin_py: worker {worker}: {left} requests were running when it last died: one try "
+              f"more each ({counted} still queued)", file=err, flush=True)
 
 
 async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict | None = None) -> int:
-    """Run one worker of the crawl in ``config.redis_url`` to its end: the exit code."""
+    """Run one worker of the crawl in ``config.redis_url`` to its end: the exit code.
+
+    ``reload``: the worker is started again (``--reload``, the launcher's
+    respawn): it waits for an unreachable Redis, and resumes its analysis tasks.
+    """
     from ..engine import Engine
     from ..runner import run_engine
 
@@ -330,8 +439,9 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
     io = RedisIO(config.redis_url, config.crawl_name, partitions=config.partitions,
                  seen_buckets=config.seen_buckets)
     try:
-        await io.connect()
-        await io.join_crawl(crawl_meta(config))
+        await connect_redis(io, crawl_meta(config), wait=reload, worker=worker, err=err)
+        os.makedirs(config.state_dir, exist_ok=True)
+        await count_tries(io, inflight_path(config.state_dir, worker), worker, err)
     except DistError as exc:
         print(f"larbin_py: {exc}", file=err)
         await io.close()
@@ -346,7 +456,9 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
         output = None if (engine_kw or {}).get("output") else make_worker_output(config, worker)
         kw = dict(engine_kw or {})
         kw.setdefault("output", output)
-        engine = Engine(config, crawl_state=state, err=err, **kw)
+        engine = Engine(config, crawl_state=state, err=err, reload=reload, **kw)
+        state.phase = lambda: engine.state
+        state.fail = engine.failures.fail
         if engine.analysis is not None and isinstance(engine.frontier, DistFrontier):
             engine.frontier.analysis = engine.analysis
         state.coordinator.on_ip_release = \
@@ -365,7 +477,13 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
             return 2
         state.joined = True
         code = await run_engine(engine)
-        await state.stop()
+        await state.stop(ack=engine.failures.message is None)
+        if config.output_mode == "mirror" and output is not None:
+            try:  # this machine's saveDir is a whole mirror of what its workers saved
+                merge_index(config.save_dir)
+            except OSError as exc:
+                print(f"larbin_py: worker {worker}: cannot write "
+                      f"{os.path.join(config.save_dir, INDEX_NAME)}: {exc}", file=err)
         return code
     finally:
         if membership is not None:  # (after a clean stop: already left, a no-op)
