@@ -10,7 +10,8 @@ import pytest
 
 from larbin_py.url import authority_of, fingerprint, fingerprints, host_of, normalize, normalize_links
 
-CASES = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "conformance", "url_cases.json")
+# The WHATWG cases (tests/data/conformance; tests/test_conformance.py scores them one by one).
+CASES = os.path.join(os.path.dirname(__file__), "data", "conformance", "url_cases.json")
 
 
 @pytest.mark.parametrize("href, base, want", [
@@ -175,42 +176,6 @@ def test_authority_of_splits_awkward_authorities(url, parts):
 def test_authority_of_refuses_what_has_no_http_authority(url):
     assert authority_of(url) is None
     assert host_of(url) == ""
-
-
-def test_the_whatwg_conformance_corpus():
-    """The shared corpus, scored like ../shared/conformance/check_urls.py."""
-    if not os.path.exists(CASES):
-        pytest.fail(f"{CASES} is missing: the conformance corpus ships beside the project")
-    import re
-
-    unreserved = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
-
-    def canon(url: str) -> str:
-        url = url.split("#", 1)[0]
-        url = re.sub(r"%([0-9A-Fa-f]{2})",
-                     lambda m: chr(int(m.group(1), 16)) if chr(int(m.group(1), 16)) in unreserved
-                     else "%" + m.group(1).upper(), url)
-        m = re.match(r"^(https?)://([^/?#]*)(.*)$", url, re.S)
-        scheme, authority, rest = m.groups()
-        port = {"http": ":80", "https": ":443"}[scheme]
-        if authority.endswith(port):
-            authority = authority[: -len(port)]
-        return f"{scheme}://{authority}{rest if rest.startswith('/') else '/' + rest}"
-
-    with open(CASES, encoding="utf-8") as f:
-        cases = json.load(f)
-    failures = []
-    for case in cases:
-        got = normalize(case["input"], case["base"])
-        href = case.get("href")
-        if case.get("failure") or not (href or "").lower().startswith(("http:", "https:")):
-            ok = got is None
-        else:
-            ok = got is not None and canon(got) == canon(href)
-        if not ok:
-            failures.append((case["id"], case["input"], got, href))
-    assert not failures, failures[:10]
-    assert len(cases) == 482
 
 
 # Awkward pieces that random links are made of, and bases to resolve them against.
