@@ -23,7 +23,13 @@ after its links are safe).
 A tick runs as one transaction (``MULTI`` ... ``EXEC``): a command that
 Redis refuses when it is queued (``-OOM``, ``-READONLY``, ``-LOADING``,
 ``-BUSY``, ``-MISCONF``, ``-NOAUTH``...) discards the whole tick, so a page
-is never acked while the links it produced were refused.
+is never acked while the links it produced were refused.  The ``MULTI`` is
+sent at the end of the *previous* tick and its answer read there (``cmds,
+EXEC, MULTI``; after a new connection, a round trip of its own): a
+``MULTI`` refused while Redis loads or runs a long script would otherwise
+let the tick's commands run one by one once it is done, the ack without
+the enqueue before it.  A tick that fails in any way closes the
+connection, which discards whatever transaction the server still holds.
 
 Errors:
 
@@ -271,22 +277,19 @@ def _missing_function(r: Any) -> bool:
     return isinstance(r, Exception) and "Function not found" in str(r)
 
 
-def unwrap_transaction(raw: list[Any], n: int) -> list[Any]:
-    """The ``n`` results of ``MULTI, cmd x n, EXEC`` from its ``n + 2`` raw replies.
+def unwrap_transaction(queued: list[Any], done: Any) -> list[Any]:
+    """The results of a transaction's commands from their replies when queued and ``EXEC``'s.
 
-    A discarded transaction (``EXECABORT``: a command refused when queued)
-    gives every command the error it got when queued, or the abort's.
+    A discarded transaction (``EXECABORT``: a command refused when queued,
+    or ``EXEC`` itself refused) gives every command the error it got when
+    queued, or ``EXEC``'s.
     """
-    if len(raw) != n + 2:
-        raise ValueError(f"a transaction of {n} commands got {len(raw)} replies")
-    if isinstance(raw[0], Exception):
-        return [raw[0]] * n
-    queued, done = raw[1:-1], raw[-1]
     if isinstance(done, Exception):
         first = next((r for r in queued if isinstance(r, Exception)), done)
         return [r if isinstance(r, Exception) else first for r in queued]
-    if done is None or len(done) != n:  # (a WATCH we never send)
-        raise ValueError(f"a transaction of {n} commands executed {0 if done is None else len(done)}")
+    if done is None or len(done) != len(queued):  # (a WATCH we never send)
+        raise ValueError(f"a transaction of {len(queued)} commands executed "
+                         f"{0 if done is None else len(done)}")
     return list(done)
 
 
@@ -613,14 +616,29 @@ class Tick:
         return [parser(r) for parser, r in zip(self._parsers, raw)]
 
     async def _send(self) -> list[Any]:
+        """The tick's commands between the MULTI opened before and EXEC, then the
+        next tick's MULTI (see the module docstring): the commands' results."""
+        pipe = self.io.pipe
         n = len(self._cmds)
         try:
-            raw = await self.io.pipe.execute([("MULTI",), *self._cmds, ("EXEC",)])
+            if not pipe.in_multi:  # a new connection: open the transaction first
+                self.io.round_trips += 1
+                opened = (await pipe.execute([("MULTI",)]))[0]
+                if isinstance(opened, Exception):
+                    pipe.close()
+                    return [opened] * n  # refused (loading, busy...): nothing of the tick was sent
+                pipe.in_multi = True
+            self.io.round_trips += 1
+            pipe.in_multi = False
+            raw = await pipe.execute([*self._cmds, ("EXEC",), ("MULTI",)])
         except _CONNECTION_ERRORS as exc:
             raise RedisUnavailable(f"Redis at {self.io.url_shown} unreachable: {exc}") from exc
-        finally:
-            self.io.round_trips += 1
-        return unwrap_transaction(raw, n)
+        results = unwrap_transaction(raw[:n], raw[n])
+        if isinstance(raw[n], Exception) or isinstance(raw[n + 1], Exception):
+            pipe.close()  # the server's transaction state is not known: start clean
+        else:
+            pipe.in_multi = True
+        return results
 
 
 def _ms(seconds: float) -> int:

@@ -13,7 +13,9 @@ whole tick.  Everything else (``INFO``, ``FUNCTION LOAD``, the blocking
 **Connection.**  The URL is read by redis-py's own ``parse_url`` (so
 ``redis://``, ``rediss://`` and ``unix://`` mean what they mean to the
 client), then ``AUTH`` and ``SELECT`` when the URL asks.  It opens on the
-first tick and after any failure.
+first tick and after any failure.  :attr:`Pipe.in_multi` says that the
+connection is inside a ``MULTI`` its user opened (False on a new
+connection): see :meth:`larbin_py.dist.redisio.Tick.execute`.
 
 **Errors.**
 
@@ -84,6 +86,8 @@ class Pipe:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._parser: hiredis.Reader | None = None
+        #: A MULTI is open on this connection (set by the caller; False when it closes).
+        self.in_multi = False
 
     @property
     def connected(self) -> bool:
@@ -149,3 +153,4 @@ class Pipe:
             except Exception:  # closing a broken transport
                 pass
         self._reader = self._writer = self._parser = None
+        self.in_multi = False

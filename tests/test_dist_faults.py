@@ -1,0 +1,328 @@
+"""The distributed mode under the faults real deployments meet.
+
+Each test attacks one promise of docs/distributed.md's "what can fail" table
+with real processes, a real redis-server and the synthetic web, and checks
+the outcome against the sim's ground truth and request log:
+
+* a worker SIGKILLed four times and respawned forgets nothing, and no URL is
+  forgotten as ``workerCrash`` unless workers died fetching it (a claim is
+  not a try);
+* every error reply Redis sends (``-OOM``, ``-BUSY``, ``-READONLY``, a
+  function library flushed) pauses the workers, who say so, start no
+  request meanwhile and resume by themselves: exact, exit 0;
+* two workers started by hand, each with its own saveDir, as on two
+  machines: each saveDir has its index, and the two together are the
+  ground truth, each page once, each file whole;
+* the shutdown race: the final tick of a stop while a tick is waiting for
+  its answer;
+* a private Redis already serving a stateDir is never replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import signal
+import sys
+import time
+from collections import Counter
+
+import pytest
+import redis.asyncio as aredis
+
+from larbin_py.demo import crawl_rules
+from larbin_py.dist.launcher import Launcher
+from larbin_py.dist.redis_server import RedisServer, RedisServerError
+from larbin_py.dist.redisio import RedisIO
+from larbin_py.output.base import INDEX_NAME, parse_index_line
+from larbin_py.sim import Sim
+
+from test_dist_e2e import (CRAWL, Workers, check_conservation, check_politeness, crawl_under_way, sim_config,
+                           totals, wait_logs, worker_config)
+from test_e2e import page_requests
+
+pytestmark = pytest.mark.slow
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def requested_urls(sim) -> list[str]:
+    return [r.url for r in page_requests(sim)]
+
+
+async def wait_for(pred, timeout: float, what: str, step: float = 0.05):
+    """Until ``pred()`` (awaited when it is a coroutine) is truthy: its value;
+    failing after ``timeout`` s naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(step)
+
+
+# ---------------------------------------------------------------------------
+# Repeated takeovers
+# ---------------------------------------------------------------------------
+
+@pytest.mark.async_timeout(240)
+async def test_a_worker_killed_four_times_forgets_nothing_and_refetches_only_what_it_held(tmp_path, redis_server):
+    """``--workers 3`` (the launcher, respawn on), w2 SIGKILLed four times, each
+    time once it holds entries read and not acked: the respawned w2 claims its
+    own pending entries again every time, which counted as tries before (and
+    forgot read-ahead URLs as workerCrash after three kills)."""
+    async with Sim(sim_config(seed=13, hosts=80, pages_per_host=(6, 12), hosts_per_ip=8)) as sim:
+        config = worker_config(tmp_path, sim, redis_server.url, "", wait_duration=0.3)
+        out = io.StringIO()
+        env = dict(os.environ, PYTHONPATH=HERE)
+        launcher = Launcher(config, 3, out=out, env=env)
+        run = asyncio.ensure_future(launcher.run())
+        rio = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
+        victim = launcher.workers[1]
+        held_at_kills = 0
+        try:
+            for kill in range(4):
+                async def holding():
+                    assert not run.done(), out.getvalue()[-3000:]
+                    if victim.proc is None:
+                        return None
+                    rows = [r for r in (await rio.view(rows=True)).rows if r.owner == "w2"]
+                    pending = sum(r.pending for r in rows)
+                    return (victim.proc, pending) if pending >= 3 else None
+                proc, pending = await wait_for(holding, 60, f"w2 held no entries before kill {kill + 1}")
+                proc.send_signal(signal.SIGKILL)
+                held_at_kills += pending
+                await wait_for(lambda: victim.proc is not None and victim.proc is not proc, 30,
+                               f"w2 was not respawned after kill {kill + 1}")
+        finally:
+            await rio.close()
+        code = await asyncio.wait_for(run, 150)
+        text = out.getvalue()
+        assert code == 0, text[-3000:]
+        assert victim.exits == [-signal.SIGKILL] * 4 + [0], victim.exits
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        requested = requested_urls(sim)
+        assert set(requested) == truth.must_request, sorted(truth.must_request - set(requested))[:10]
+        t = (await totals(redis_server.url)).totals
+        assert "workerCrash" not in t.forgotten, (t.forgotten, text[-3000:])
+        twice = [u for u, c in Counter(requested).items() if c > 1]
+        assert len(twice) <= held_at_kills, (len(twice), held_at_kills)
+        await check_conservation(redis_server.url, config, truth)
+        check_politeness(sim, config.wait_duration)
+        # w2's pages over its five lives are in the summary (a respawn used to drop them)
+        line = next(x for x in text.splitlines() if x.startswith("  worker w2"))
+        assert "respawned 4x; " in line and int(line.rsplit(";", 1)[1].split()[0]) > 0, line
+        print(f"fetched twice {len(twice)}, held at the kills {held_at_kills}")
+
+
+# ---------------------------------------------------------------------------
+# Every error reply
+# ---------------------------------------------------------------------------
+
+class Fault:
+    """An error Redis answers every worker with, for a while."""
+
+    kind = ""
+
+    async def start(self, r: aredis.Redis) -> None: ...
+
+    async def stop(self, r: aredis.Redis) -> None: ...
+
+
+class OutOfMemory(Fault):
+    kind = "OOM"
+
+    async def start(self, r):
+        await r.config_set("maxmemory", 1)
+
+    async def stop(self, r):
+        await r.config_set("maxmemory", 0)
+
+
+class ReadOnly(Fault):
+    """The server made a replica (of a port nobody listens on): writes answer READONLY."""
+
+    kind = "READONLY"
+
+    async def start(self, r):
+        from zk_support import free_port
+        await r.execute_command("REPLICAOF", "127.0.0.1", free_port())
+
+    async def stop(self, r):
+        await r.execute_command("REPLICAOF", "NO", "ONE")
+
+
+class Busy(Fault):
+    """A script that runs 3 s: every other command answers BUSY meanwhile."""
+
+    kind = "BUSY"
+    SCRIPT = ("local t = redis.call('TIME'); local t0 = t[1] * 1e6 + t[2]; "
+              "repeat t = redis.call('TIME') until t[1] * 1e6 + t[2] - t0 > 3e6; return 1")
+
+    async def start(self, r):
+        await r.config_set("busy-reply-threshold", 50)
+        self.task = asyncio.ensure_future(r.eval(self.SCRIPT, 0))
+
+    async def stop(self, r):
+        assert await self.task == 1  # it ended by itself
+
+
+FAULTS = [OutOfMemory, ReadOnly, Busy]
+
+
+@pytest.mark.async_timeout(150)
+@pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f.kind)
+async def test_an_error_reply_pauses_the_workers_who_say_so_and_resume(tmp_path, redis_server, fault):
+    """leaseTtl 6 s: the fault (about 2 s) is a pause, no lease lapses, so nothing
+    is fetched twice either."""
+    async with Sim(sim_config(seed=17, hosts=24, pages_per_host=(4, 8))) as sim:
+        workers = Workers(tmp_path, sim, redis_server.url, 2, lease_ttl=6.0)
+        await workers.start_all()
+        rio = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
+        try:
+            await crawl_under_way(rio)
+        finally:
+            await rio.close()
+        f = fault()
+        r = aredis.from_url(redis_server.url)
+        try:
+            await f.start(r)
+            await wait_logs(workers, workers.names, f"refused a tick: {f.kind}", 20)
+            paused = time.monotonic()
+            if f.kind != "BUSY":  # (the script ends by itself)
+                await asyncio.sleep(1.5)  # the fault lasts: what the workers do meanwhile is checked below
+            lifted = time.monotonic()
+            await f.stop(r)
+        finally:
+            await r.aclose()
+        codes = await workers.wait(90)
+        assert codes == {"w0": 0, "w1": 0}, {w: workers.log(w)[-2000:] for w in codes}
+        for w in workers.names:
+            log = workers.log(w)
+            assert f"Redis at {redis_server.url} refused a tick: {f.kind}" in log, log[-2000:]
+            assert f"; fetching paused, retrying" in log and "Redis is back after" in log, log[-2000:]
+        # nothing started while both were paused (0.1 s: a request sent just before)
+        during = [q.url for q in sim.log.requests if paused + 0.1 < q.t < lifted]
+        assert during == [], during
+        config = workers.configs["w0"]
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        requested = requested_urls(sim)
+        assert set(requested) == truth.must_request, sorted(truth.must_request - set(requested))[:10]
+        assert not [u for u, c in Counter(requested).items() if c > 1]  # acks were kept, not lost
+        await check_conservation(redis_server.url, config, truth)
+        check_politeness(sim, config.wait_duration)
+
+
+@pytest.mark.async_timeout(150)
+async def test_a_function_library_flushed_again_and_again_is_loaded_again(tmp_path, redis_server):
+    async with Sim(sim_config(seed=19, hosts=24, pages_per_host=(4, 8))) as sim:
+        workers = Workers(tmp_path, sim, redis_server.url, 2)
+        await workers.start_all()
+        rio = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
+        r = aredis.from_url(redis_server.url)
+        try:
+            for n in (20, 40, 60):
+                await crawl_under_way(rio, pages=n)
+                await r.execute_command("FUNCTION", "FLUSH")
+        finally:
+            await rio.close()
+            await r.aclose()
+        codes = await workers.wait(90)
+        assert codes == {"w0": 0, "w1": 0}, {w: workers.log(w)[-2000:] for w in codes}
+        config = workers.configs["w0"]
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        assert set(requested_urls(sim)) == truth.must_request
+        await check_conservation(redis_server.url, config, truth)
+
+
+# ---------------------------------------------------------------------------
+# Workers started by hand, each with its own saveDir
+# ---------------------------------------------------------------------------
+
+@pytest.mark.async_timeout(150)
+async def test_workers_started_by_hand_each_write_the_index_of_their_own_mirror(tmp_path, redis_server):
+    async with Sim(sim_config(seed=23, hosts=24, pages_per_host=(3, 7))) as sim:
+        workers = Workers(tmp_path, sim, redis_server.url, 2)
+        for name in workers.names:  # as on two machines: a saveDir and a stateDir each
+            workers.changes = dict(save_dir=str(tmp_path / f"save-{name}"), state_dir=str(tmp_path / f"state-{name}"))
+            await workers.start(name)
+        codes = await workers.wait(90)
+        assert codes == {"w0": 0, "w1": 0}, {w: workers.log(w)[-2000:] for w in codes}
+        truth = sim.truth(crawl_rules(workers.configs["w0"], sim.seeds))
+        seen = Counter()
+        for name in workers.names:
+            save = tmp_path / f"save-{name}"
+            with open(save / INDEX_NAME, encoding="utf-8") as f:
+                rows = [parse_index_line(line.rstrip("\n")) for line in f]
+            assert rows, f"{name} saved nothing"
+            for row in rows:
+                seen[row["url"]] += 1
+                with open(save / row["path"], "rb") as page:
+                    body = page.read()
+                assert body == truth.saved[row["url"]], row  # whole
+                assert row["length"] == len(body)
+        assert set(seen) == set(truth.saved) and set(seen.values()) == {1}
+
+
+# ---------------------------------------------------------------------------
+# The shutdown race
+# ---------------------------------------------------------------------------
+
+@pytest.mark.async_timeout(60)
+async def test_the_final_tick_of_a_stop_waits_for_a_tick_under_way(tmp_path, redis_server):
+    """A stop while a tick waits for its answer: both share one connection, and
+    the second reader used to raise ``RuntimeError: read() called while
+    another coroutine is already waiting``."""
+    from larbin_py.config import Config
+    from larbin_py.dist.shared import crawl_meta
+    from larbin_py.dist.worker import DistState
+    from larbin_py.engine import Engine
+
+    config = Config(state_dir=str(tmp_path / "state"), save_dir=str(tmp_path / "save"), redis_url=redis_server.url,
+                    crawl_name=CRAWL, partitions=8, lease_ttl=2.0, dns_servers=(("127.0.0.1", 53),),
+                    http_port=0, output_mode="none")
+    rio = await RedisIO(redis_server.url, CRAWL, partitions=8).connect()
+    await rio.join_crawl(crawl_meta(config))
+    err = io.StringIO()
+    state = DistState(config, rio, "w1", err=err)
+    engine = Engine(config, crawl_state=state, err=err, out=err)  # builds the frontier, attaches it
+    coord = state.coordinator
+    await coord.start()
+    pauser = aredis.from_url(redis_server.url)
+    try:
+        # Redis stops serving every other client for 0.8 s: the next tick waits for its answer
+        await pauser.execute_command("CLIENT", "PAUSE", 800, "ALL")
+        coord.next_hb = 0.0  # a heartbeat is due: the tick has something to send
+        running = asyncio.ensure_future(coord.tick())
+        await wait_for(coord._tick_lock.locked, 5, "the tick did not start", step=0.001)
+        await coord.stop()  # the final tick: after the running one, on the same connection
+        await running
+    finally:
+        await pauser.aclose()
+        await rio.close()
+        state.close(engine.frontier, broken=False)
+    assert "RuntimeError" not in err.getvalue() and "at stop" not in err.getvalue(), err.getvalue()
+    assert coord.ticks == 2
+
+
+# ---------------------------------------------------------------------------
+# The private Redis
+# ---------------------------------------------------------------------------
+
+def test_a_private_redis_serving_a_folder_is_never_replaced_nor_started_twice(tmp_path, redis_server):
+    second = RedisServer(redis_server.directory, binary=redis_server.binary)
+    with pytest.raises(RedisServerError, match=r"already serves .*redis.sock \(pid \d+\)"):
+        second.start()
+    assert redis_server._ping()  # the first one still answers, on its socket
+    # a socket left by a dead server is replaced
+    redis_server.kill()
+    assert os.path.exists(redis_server.socket_path)
+    third = RedisServer(redis_server.directory, binary=redis_server.binary).start()
+    try:
+        assert third._ping()
+    finally:
+        third.stop()
