@@ -303,6 +303,7 @@ class Config:
     server_rtt_factor: float = 3.0
     url_input: bool = False
     http_token: str | None = None
+    http_hosts: tuple[str, ...] = ()
     dynamic_pages: tuple[tuple[str, str], ...] = ()
     dynamic_connexions: int = 2
     dynamic_timeout: float = 10.0
@@ -772,6 +773,20 @@ class _Analyzer(_List):
         return [f"{self.name} {' '.join(words)}" for words in value]
 
 
+class _HttpHosts(_List):
+    """``httpHosts``: the names the stats server answers besides loopback and httpBind (one line)."""
+
+    repeatable = False
+
+    def item(self, word: str) -> str:
+        from .web.guard import host_name
+
+        try:
+            return host_name(word)
+        except ValueError as exc:
+            raise _Bad(str(exc)) from None
+
+
 class _Command(_List):
     """A command and its arguments on one line (alertCommand)."""
 
@@ -793,6 +808,7 @@ KEYS: tuple[_Key, ...] = (
     _Int("inputPort", "input_port", 0, 65535),
     _Switch("urlInput", "url_input"),
     _Text("httpToken", "http_token", one_word=True, none=True, min_length=8),
+    _HttpHosts("httpHosts", "http_hosts"),
     _Switch("printStats", "print_stats"),
     _Switch("fetchInfo", "fetch_info"),
     _Switch("histograms", "histograms"),

@@ -45,7 +45,8 @@ class Servers:
             from .web.server import StatsServer
 
             self.http = await self._listen("httpPort", lambda: StatsServer(
-                self.source, host=c.http_bind, port=c.http_port, token=c.http_token, accept_urls=c.url_input))
+                self.source, host=c.http_bind, port=c.http_port, token=c.http_token, hosts=c.http_hosts,
+                accept_urls=c.url_input))
         if c.input_port:
             from .web.input import InputServer
 

@@ -165,6 +165,7 @@ NON_DEFAULTS = {
     "server_rtt_factor": 0.0,
     "url_input": True,
     "http_token": "s3cret-token",
+    "http_hosts": ("crawler.example", "10.0.0.5", "::1"),
     "dynamic_pages": (("http://a.example/list", "scroll"), ("re:https?://b\\.example/#/", "call:app.more"),
                       ("http://c.example/", "none")),
     "dynamic_connexions": 4,

@@ -47,11 +47,11 @@ async def http(port: int, request: bytes, *, read_timeout: float = 5.0) -> tuple
 
 
 def get(path: str, extra: bytes = b"") -> bytes:
-    return b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\n" + extra + b"\r\n"
+    return b"GET " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra + b"\r\n"
 
 
 def post(path: str, body: bytes, ctype: bytes = b"text/plain", extra: bytes = b"") -> bytes:
-    return (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: " + ctype
+    return (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: " + ctype
             + b"\r\nContent-Length: %d\r\n" % len(body) + extra + b"\r\n" + body)
 
 
@@ -134,8 +134,8 @@ async def test_routes_and_security_headers():
         list(text_string_to_metric_families(body.decode()))
         assert (await http(srv.port, get("/healthz")))[0] == 200
         assert (await http(srv.port, get("/nowhere")))[0] == 404
-        assert (await http(srv.port, b"PUT / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"))[0] == 405
-        assert (await http(srv.port, b"DELETE /stats.json HTTP/1.1\r\nHost: x\r\n\r\n"))[0] == 405
+        assert (await http(srv.port, b"PUT / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n"))[0] == 405
+        assert (await http(srv.port, b"DELETE /stats.json HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))[0] == 405
         src.data["state"] = "failed"
         assert (await http(srv.port, get("/healthz")))[0] == 503
 
@@ -158,7 +158,7 @@ async def test_oversized_requests_are_refused_and_closed():
                                    accept_urls=True, max_body_bytes=1000)) as srv:
         status, _h, _b = await http(srv.port, get("/", b"X-Big: " + b"a" * 10000 + b"\r\n"))
         assert status == 431
-        status, _h, _b = await http(srv.port, post("/urls", b"http://a.test/\n" * 200))
+        status, _h, _b = await http(srv.port, post("/urls", b'["http://a.test/"]' * 200, b"application/json"))
         assert status == 413
 
 
@@ -174,17 +174,22 @@ async def test_a_slow_client_is_disconnected():
         writer.close()
 
 
+AUTH = b"Authorization: Bearer s3cret-token\r\n"
+
+
 async def test_url_input_lines_json_and_verdicts():
     src = FakeSource()
-    async with running(StatsServer(src, port=0, accept_urls=True)) as srv:
-        status, _h, body = await http(srv.port, post("/urls", b"http://a.test/\n# comment\nmailto:x\n\nhttp://a.test/\n"))
+    # text/plain needs the token (test_web_security: without one, JSON only)
+    async with running(StatsServer(src, port=0, accept_urls=True, token="s3cret-token")) as srv:
+        status, _h, body = await http(srv.port, post("/urls", b"http://a.test/\n# comment\nmailto:x\n\nhttp://a.test/\n",
+                                                     extra=AUTH))
         assert status == 200
         assert [(v["url"], v["result"]) for v in json.loads(body)] == [
             ("http://a.test/", "accepted"), ("mailto:x", "rejected"), ("http://a.test/", "duplicate")]
-        status, _h, body = await http(srv.port, post("/urls", b'["http://b.test/"]', b"application/json"))
+        status, _h, body = await http(srv.port, post("/urls", b'["http://b.test/"]', b"application/json", AUTH))
         assert status == 200 and json.loads(body)[0]["result"] == "accepted"
-        assert (await http(srv.port, post("/urls", b"{bad json", b"application/json")))[0] == 400
-        assert (await http(srv.port, post("/urls", b"x", b"image/png")))[0] == 415
+        assert (await http(srv.port, post("/urls", b"{bad json", b"application/json", AUTH)))[0] == 400
+        assert (await http(srv.port, post("/urls", b"x", b"image/png", AUTH)))[0] == 415
         assert (await http(srv.port, get("/urls")))[0] == 405
     assert src.submitted == ["http://a.test/", "http://b.test/"]
 
@@ -237,12 +242,12 @@ async def test_deeply_nested_json_gets_a_400_and_one_log_line():
 ])
 async def test_every_malformed_url_body_gets_a_4xx_and_one_log_line(body, ctype, status, reason):
     src, logged = FakeSource(), []
-    async with running(StatsServer(src, port=0, accept_urls=True, max_body_bytes=8000,
+    async with running(StatsServer(src, port=0, accept_urls=True, max_body_bytes=8000, token="s3cret-token",
                                    log=logged.append)) as srv:
-        got, _h, answer = await http(srv.port, post("/urls", body, ctype), read_timeout=3.0)
+        got, _h, answer = await http(srv.port, post("/urls", body, ctype, AUTH), read_timeout=3.0)
         assert (got, reason in answer) == (status, True), answer
         # a chunked body over the limit is cut off as it comes
-        chunked = (b"POST /urls HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+        chunked = (b"POST /urls HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n" + AUTH +
                    b"Transfer-Encoding: chunked\r\n\r\n" + b"2400\r\n" + b"u" * 9216 + b"\r\n" + b"0\r\n\r\n")
         assert (await http(srv.port, chunked, read_timeout=3.0))[0] == 413
     assert len(logged) == 2 and all(line.startswith("POST /urls refused (4") for line in logged)
@@ -418,7 +423,7 @@ async def test_url_input_feeds_a_live_crawl_despite_idle_clients_and_a_huge_post
             # a 10 MB body is refused from its Content-Length, without being read
             reader, writer = await asyncio.open_connection("127.0.0.1", config.http_port)
             body10 = b"http://x.test/\n" * (10 * 1024 * 1024 // 15)
-            writer.write(b"POST /urls HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+            writer.write(b"POST /urls HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                          b"Content-Length: %d\r\n\r\n" % len(body10))
             await writer.drain()
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
@@ -431,7 +436,8 @@ async def test_url_input_feeds_a_live_crawl_despite_idle_clients_and_a_huge_post
                 pass
             writer.close()
             # the server still answers, and the URL input works
-            status, _h, body = await http(config.http_port, post("/urls", wanted.encode() + b"\n"), read_timeout=10)
+            status, _h, body = await http(config.http_port, post("/urls", json.dumps([wanted]).encode(),
+                                                                 b"application/json"), read_timeout=10)
             assert status == 200 and json.loads(body)[0]["result"] == "accepted"
             await sim.log.wait_for(lambda log: any(r.host == other and r.target == "/" for r in log.requests),
                                    timeout=30)

@@ -241,7 +241,8 @@ class Launcher:
             await self.source.refresh()
             self.source.start()
             try:
-                self.http = StatsServer(self.source, host=c.http_bind, port=c.http_port, token=c.http_token)
+                self.http = StatsServer(self.source, host=c.http_bind, port=c.http_port, token=c.http_token,
+                                        hosts=c.http_hosts)
                 await self.http.start()
             except (OSError, ValueError) as exc:
                 self.say(f"cannot listen on {c.http_bind}:{c.http_port} (httpPort, httpBind): {listen_reason(exc)}")

@@ -3,6 +3,8 @@
 * :class:`StatsServer` — h11 server on the crawl's loop: dashboard, JSON,
   Prometheus metrics, health check, URL input (``server.py``).
 * :class:`InputServer` — Larbin's plain TCP URL input port (``input.py``).
+* ``guard.py`` — who may ask: the Host check (DNS rebinding), the
+  cross-site rules of ``POST /urls``, HTTP lines on the input port.
 * :class:`StatsHistory` — time series sampled from the source (``history.py``).
 * :func:`render_metrics` — snapshot -> Prometheus text (``metrics.py``).
 * :class:`StatusLine`, :func:`format_status` — printStats (``terminal.py``).

@@ -15,6 +15,19 @@ closed.  A line longer than ``max_line`` bytes is answered ``rejected
 lineTooLong`` and the connection closed.  Connections silent for
 ``idle_timeout`` seconds are closed by one periodic sweep; at most
 ``max_connections`` are open (the least recently active one makes room).
+
+A line that looks like HTTP -- a request line (``POST / HTTP/1.1``) or a
+header line (``Host: ...``, :func:`~.guard.looks_like_http`) -- is
+answered ``rejected httpRequest`` and the connection closed: a web page
+can make the operator's browser POST a form to this port, and the body's
+lines would be taken as URLs, but the request line comes first, so
+nothing the browser sends is admitted.  The lines before it (in this read
+or an earlier one) are answered as usual, whatever the TCP segments: the
+protocol is one line at a time, in order.  Such connections are counted
+(``counters["http_refused"]``) and logged in one line (at most one every
+10 s, the others counted in it).  An http(s) URL never looks so: it
+holds no space, and its scheme is followed by ``://``.
+
 Lines are read as UTF-8 with replacement, never parsed further: no line,
 however long, nested or binary, can fail the server; should the crawl
 fail to take URLs, they are answered ``rejected internalError`` and the
@@ -25,12 +38,13 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import sys
 import time
 from collections import OrderedDict
 from typing import Callable
 
 from ..frontier.addresses import is_loopback
-from .server import _stderr_line
+from .guard import RefusalLog, looks_like_http, shown
 from .source import StatsSource
 
 __all__ = ["InputServer", "verdict_line"]
@@ -44,6 +58,10 @@ def verdict_line(verdict: dict) -> bytes:
     reason = verdict.get("reason") or "unknown"
     reason = "".join(ch if ch.isprintable() and not ch.isspace() else "_" for ch in str(reason))
     return b"rejected " + reason.encode("utf-8", "replace") + b"\n"
+
+
+def _stderr_line(message: str) -> None:
+    print(f"larbin_py: {message}", file=sys.stderr, flush=True)
 
 
 class InputServer:
@@ -76,6 +94,8 @@ class InputServer:
         self.max_connections = max_connections
         self.clock = clock
         self.log = log if log is not None else _stderr_line
+        self.refusals = RefusalLog(self.log, clock=clock)
+        self.counters = {"http_refused": 0}
         self._conns: OrderedDict[_LineProtocol, None] = OrderedDict()
         self._server: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.TimerHandle | None = None
@@ -151,6 +171,8 @@ class _LineProtocol(asyncio.Protocol):
             self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return  # refused and closing: nothing more is read
         self.last = self.server.clock()
         self.server._conns.move_to_end(self)
         self.buffer += data
@@ -167,20 +189,27 @@ class _LineProtocol(asyncio.Protocol):
             first = next((i for i, line in enumerate(lines) if line), None)
             if first is None:
                 return
+            if looks_like_http(lines[first]):
+                self._refuse_http(lines[first])
+                return
             if not self.server._check_token(lines[first]):
                 self._fail(b"rejected badToken\n")
                 return
             self.authed = True
             out.append(b"ok\n")
             lines = lines[first + 1:]
-        if any(len(line) > self.server.max_line for line in lines) or len(self.buffer) > self.server.max_line:
-            # Answer the good lines before the long one, then close.
-            good = []
-            for line in lines:
-                if len(line) > self.server.max_line:
-                    break
-                good.append(line)
-            out += self._submit(good)
+        # Answer the good lines before the first bad one (too long, or HTTP), then close.
+        for i, line in enumerate(lines):
+            if len(line) > self.server.max_line:
+                out += self._submit(lines[:i])
+                self._fail(b"".join(out) + b"rejected lineTooLong\n")
+                return
+            if looks_like_http(line):
+                out += self._submit(lines[:i])
+                self._refuse_http(line, b"".join(out))
+                return
+        if len(self.buffer) > self.server.max_line:
+            out += self._submit(lines)
             self._fail(b"".join(out) + b"rejected lineTooLong\n")
             return
         out += self._submit(lines)
@@ -197,6 +226,16 @@ class _LineProtocol(asyncio.Protocol):
             self.server.log(f"input port: {len(urls)} URLs not taken: {type(exc).__name__}: {exc}")
             return [b"rejected internalError\n"] * len(urls)
         return [verdict_line(v) for v in verdicts]
+
+    def _refuse_http(self, line: bytes, before: bytes = b"") -> None:
+        """``line`` is HTTP (a browser?): refuse it, count, log, close."""
+        server = self.server
+        server.counters["http_refused"] += 1
+        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+        who = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "a client"
+        server.refusals.refused("http", f"input port: closed the connection of {who}: it sent HTTP "
+                                        f"({shown(line, 80)}), not URL lines; nothing from this line on was taken")
+        self._fail(before + b"rejected httpRequest\n")
 
     def _fail(self, message: bytes) -> None:
         if self.transport is not None:

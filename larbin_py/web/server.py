@@ -30,6 +30,22 @@ Protection of the crawl (it shares the loop):
 * methods GET, HEAD and POST only (405 otherwise), back-pressure on slow
   readers (reading pauses while the write buffer is full).
 
+Who may ask (``guard.py`` has the rules and why):
+
+* every route answers only a ``Host`` naming this server (``localhost``,
+  a loopback address, the bind address, the address the connection came
+  in on, a name of ``hosts`` -- ``httpHosts``), any port; anything else
+  gets ``421 Misdirected Request`` and no crawl data (DNS rebinding).
+  ``/healthz`` too: a load balancer asking by the machine's name needs the
+  name in ``httpHosts``.  A request without Host (HTTP/1.0) is answered;
+* ``POST /urls`` from a page of another origin is refused ``403`` --
+  ``Sec-Fetch-Site`` other than ``same-origin``/``none``, an ``Origin``
+  other than ``http://`` + the request's Host, ``Origin: null`` -- token
+  or not; without a token only ``application/json`` is taken (``415``
+  otherwise), a type no cross-site page can send without a preflight the
+  server never grants.  Refusals are logged, one line each, at most one
+  per kind every 10 s (:class:`~.guard.RefusalLog`).
+
 URL input is off unless ``accept_urls``.  Bound to a non-loopback address
 a ``token`` is mandatory (:class:`ValueError` at construction, before
 anything is bound): the stats name every URL and host of the crawl.  There
@@ -60,11 +76,12 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import h11
 
 from ..frontier.addresses import is_loopback
+from .guard import HostPolicy, RefusalLog, cross_site_reason, shown
 from .history import StatsHistory
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import render_metrics
@@ -150,6 +167,10 @@ def _header(request: h11.Request, name: bytes) -> bytes | None:
     return None
 
 
+def _headers(request: h11.Request, name: bytes) -> list[bytes]:
+    return [value for key, value in request.headers if key == name]
+
+
 class StatsServer:
     """The stats/dashboard HTTP server; see the module docstring."""
 
@@ -160,6 +181,7 @@ class StatsServer:
         host: str = "127.0.0.1",
         port: int = 8081,
         token: str | None = None,
+        hosts: Iterable[str] = (),
         accept_urls: bool = False,
         clock: Callable[[], float] = time.monotonic,
         header_timeout: float = 10.0,
@@ -180,11 +202,14 @@ class StatsServer:
             raise ValueError("max_connections must be >= 1")
         self.source = source
         self.host = host
+        #: the Host values answered (ValueError here for a bad name in ``hosts``)
+        self.hosts = HostPolicy(host, hosts)
         self._port = port
         self._token = token.encode() if token else None
         #: beyond loopback every route but /healthz needs the token
         self.guard_all = self._token is not None and not is_loopback(host)
         self.log = log if log is not None else _stderr_line
+        self.refusals = RefusalLog(self.log, clock=clock)
         self.accept_urls = accept_urls
         self.clock = clock
         self.header_timeout = header_timeout
@@ -195,7 +220,7 @@ class StatsServer:
         self.history = history if history is not None else StatsHistory(source)
         self.counters = {
             "requests": 0, "timeouts": 0, "evicted": 0, "too_large": 0, "errors": 0,
-            "bad_requests": 0, "unauthorized": 0,
+            "bad_requests": 0, "unauthorized": 0, "misdirected": 0, "cross_site": 0,
         }
         self._conns: OrderedDict[_HTTPProtocol, None] = OrderedDict()
         self._server: asyncio.AbstractServer | None = None
@@ -280,11 +305,20 @@ class StatsServer:
 
     # -- routing ------------------------------------------------------------
 
-    def route(self, request: h11.Request) -> Reply | None:
-        """Answer ``request`` from its headers alone, or None if it needs its body."""
+    def route(self, request: h11.Request, local: str | None = None) -> Reply | None:
+        """Answer ``request`` from its headers alone, or None if it needs its body.
+
+        ``local``: the address the connection came in on (a Host naming it is ours).
+        """
         self.counters["requests"] += 1
         method = request.method
         path = request.target.split(b"?", 1)[0]
+        why = self.hosts.check(_header(request, b"host"), local)
+        if why is not None:
+            self.counters["misdirected"] += 1
+            self.refusals.refused("host", f"{method.decode()} {shown(path)} refused (421): {why}")
+            return _text(421, f"misdirected request: {why}; if it is this server's name, "
+                              "add it to httpHosts", close=True)
         if method not in (b"GET", b"HEAD", b"POST"):
             return _text(405, "method not allowed", headers=[(b"allow", b"GET, HEAD, POST")])
         if self.guard_all and path != b"/healthz" and not self._authorized(request):
@@ -294,10 +328,23 @@ class StatsServer:
                 return _text(405, "use POST", headers=[(b"allow", b"POST")])
             if not self.accept_urls:
                 return _text(403, "URL input is disabled (start with URL input enabled)")
+            why = cross_site_reason(_headers(request, b"origin"), _headers(request, b"sec-fetch-site"),
+                                    _header(request, b"host"))
+            if why is not None:
+                self.counters["cross_site"] += 1
+                self.refusals.refused("cross_site", f"POST /urls refused (403): cross-site request: {why}")
+                return _text(403, f"cross-site request refused: {why}; a page of another origin "
+                                  "may not give URLs to the crawl")
             if self._token is not None and not self._authorized(request):
                 return self._unauthorized()
-            if _media_type(request) not in ("text/plain", "application/json"):
+            media = _media_type(request)
+            if media not in ("text/plain", "application/json"):
                 return _text(415, "send text/plain (one URL per line) or a JSON list")
+            if self._token is None and media != "application/json":
+                self.counters["bad_requests"] += 1
+                self.refusals.refused("type", "POST /urls refused (415): text/plain without httpToken")
+                return _text(415, "without httpToken, POST /urls takes only application/json (a JSON "
+                                  "list of URLs): any web page can send text/plain")
             return None
         static = self._static.get(path)
         if static is None and path not in self._get_routes:
@@ -437,11 +484,15 @@ class _HTTPProtocol(asyncio.Protocol):
         self.write_paused = False
         # An answer decided from the headers, sent once the (empty) body is read.
         self.pending: tuple[Reply, bool] | None = None
+        self.local: str | None = None
 
     # asyncio callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        sockname = transport.get_extra_info("sockname")
+        #: the address the client connected to (a Host naming it is ours)
+        self.local = sockname[0] if isinstance(sockname, tuple) else None
         self.server._admit(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -540,7 +591,7 @@ class _HTTPProtocol(asyncio.Protocol):
             server.counters["too_large"] += 1
             self._reply(_text(431, "request header fields too large", close=True))
             return
-        reply = server.route(request)
+        reply = server.route(request, self.local)
         if reply is not None:
             has_body = _header(request, b"transfer-encoding") is not None or (
                 _header(request, b"content-length") not in (None, b"0"))
