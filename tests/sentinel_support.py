@@ -29,7 +29,9 @@ Options: ``sentinels`` (0 for a primary and its replica alone),
 
 :meth:`kill_primary` is a SIGKILL; :meth:`wait_failover` returns the new
 master's address once every live sentinel names it and it answers ROLE
-``master``.  ``cluster.replica.signal(SIGSTOP)``, ``cluster.sentinels[i].kill()``
+``master``; :meth:`restart_as_replica` brings the killed node back as the
+new master's replica (until then ``WAIT 1`` answers 0 on the new master).
+``cluster.replica.signal(SIGSTOP)``, ``cluster.sentinels[i].kill()``
 and the like make the other faults.  :meth:`stop` kills what is left (each
 process also dies with the test process: ``PR_SET_PDEATHSIG``).
 
@@ -89,9 +91,9 @@ class Node:
     def address(self) -> tuple[str, int]:
         return ("127.0.0.1", self.port)
 
-    def start(self) -> "Node":
+    def start(self, *extra: str) -> "Node":
         log = open(os.path.join(self.directory, "stdout.log"), "ab")
-        self.process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=log,
+        self.process = subprocess.Popen([*self.command, *extra], stdin=subprocess.DEVNULL, stdout=log,
                                         stderr=subprocess.STDOUT, preexec_fn=set_pdeathsig)
         log.close()
         return self
@@ -183,7 +185,7 @@ class SentinelCluster:
         self.primary.start()
         self.replica.start()
         wait_until(lambda: self._replica_linked(self.replica), timeout, "replica linked to the primary")
-        wait_until(self._replica_online, timeout, "the primary streaming to its replica")
+        wait_until(lambda: self._replica_online(), timeout, "the primary streaming to its replica")
         for s in self.sentinels:
             s.start()
         for s in self.sentinels:
@@ -196,10 +198,10 @@ class SentinelCluster:
         info = _answer(lambda: node.client(self.password).info("replication"))
         return bool(info) and info.get("role") == "slave" and info.get("master_link_status") == "up"
 
-    def _replica_online(self) -> bool:
-        """The primary's side: the replica ``online`` (after a diskless sync, only once the
+    def _replica_online(self, master: Node | None = None) -> bool:
+        """The master's side: a replica ``online`` (after a diskless sync, only once the
         replica's first ACK came; before that a WAIT counts it only at its next 1 s ACK)."""
-        info = _answer(lambda: self.primary.client(self.password).info("replication"))
+        info = _answer(lambda: (master or self.primary).client(self.password).info("replication"))
         return bool(info) and info.get("slave0", {}).get("state") == "online"
 
     def _sentinel_ready(self, s: Node, peers: bool) -> bool:
@@ -248,6 +250,22 @@ class SentinelCluster:
 
         self.master_address = wait_until(done, timeout, f"a failover away from {old[0]}:{old[1]}")
         return self.master_address
+
+    def restart_as_replica(self, timeout: float = 20.0) -> Node:
+        """Start the killed data node again as a replica of the master now (as an operator
+        brings a node back); returns it once the master streams to it (WAIT 1 can answer 1).
+
+        After a failover the promoted replica has no replica of its own: until
+        one is back, ``WAIT 1`` answers 0.  Started as a master instead, the
+        node would be converted by the sentinels only after 8 s (four hello
+        periods) and a full sync.
+        """
+        node = next(n for n in (self.primary, self.replica) if not n.running)
+        master = next(n for n in (self.primary, self.replica) if n.address == self.master_address)
+        node.start("--replicaof", *map(str, self.master_address))
+        wait_until(lambda: self._replica_linked(node), timeout, f"{node.name} linked to {master.name}")
+        wait_until(lambda: self._replica_online(master), timeout, f"{master.name} streaming to {node.name}")
+        return node
 
     def stop(self) -> None:
         for node in (*self.sentinels, self.replica, self.primary):

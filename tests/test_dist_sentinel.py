@@ -153,6 +153,14 @@ async def test_discovery_finds_the_master_and_follows_a_failover(sentinel_cluste
     assert took < 15, took
     assert await discover_master(target, 2) == found
 
+    # The promoted replica has no replica: WAIT 1 answers 0 until one is back.
+    new.set("after", "1")
+    assert new.execute_command("WAIT", 1, 200) == 0
+    back = cluster.restart_as_replica()
+    assert back is cluster.primary and role(back.address) == "slave"
+    assert new.execute_command("WAIT", 1, 2000) == 1
+    assert await discover_master(target, 2) == found  # the old primary is not named again
+
 
 @pytest.mark.async_timeout(60)
 async def test_a_dead_or_stopped_sentinel_is_passed_over(make_sentinel_cluster):
