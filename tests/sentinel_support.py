@@ -16,12 +16,13 @@ Debian's ``redis-server`` runs Sentinel with ``--sentinel`` (the package
   :data:`MASTER` with quorum 2, ``auth-pass``, ``down-after-milliseconds``
   500 and ``failover-timeout`` 3000.
 
-:meth:`SentinelCluster.start` returns when the replica's link is up (on
-both sides: the primary has it ``online``) and every sentinel sees the
-master, the replica (not down) and, when ``peers``, the two other
-sentinels: a failover needs a majority of sentinels that know one another,
-learnt from their hello messages (every 2 s).  Every wait polls a
-condition under a deadline; nothing sleeps to hope.
+:meth:`SentinelCluster.start` returns when the replica's link is up on
+both sides (the replica has acknowledged what the primary sent: a WAIT
+answers at once) and every sentinel sees the master, the replica (not
+down) and, when ``peers``, the two other sentinels: a failover needs a
+majority of sentinels that know one another, learnt from their hello
+messages (every 2 s).  Every wait polls a condition under a deadline;
+nothing sleeps to hope.
 
 Options: ``sentinels`` (0 for a primary and its replica alone),
 ``sentinel_password`` (the sentinels' own ``requirepass``),
@@ -37,7 +38,7 @@ process also dies with the test process: ``PR_SET_PDEATHSIG``).
 
 Fixtures: ``sentinel_cluster`` (started, the sentinels knowing one another:
 ready to fail over; about 2.5 s) and ``make_sentinel_cluster(peers=False,
-**options)`` (clusters of the test's own making, about 0.3 s each without
+**options)`` (clusters of the test's own making, about 1 s each without
 ``peers``).  Import both into the test module.
 """
 
@@ -185,7 +186,7 @@ class SentinelCluster:
         self.primary.start()
         self.replica.start()
         wait_until(lambda: self._replica_linked(self.replica), timeout, "replica linked to the primary")
-        wait_until(lambda: self._replica_online(), timeout, "the primary streaming to its replica")
+        wait_until(lambda: self._replica_caught_up(self.primary), timeout, "the primary streaming to its replica")
         for s in self.sentinels:
             s.start()
         for s in self.sentinels:
@@ -198,11 +199,23 @@ class SentinelCluster:
         info = _answer(lambda: node.client(self.password).info("replication"))
         return bool(info) and info.get("role") == "slave" and info.get("master_link_status") == "up"
 
-    def _replica_online(self, master: Node | None = None) -> bool:
-        """The master's side: a replica ``online`` (after a diskless sync, only once the
-        replica's first ACK came; before that a WAIT counts it only at its next 1 s ACK)."""
-        info = _answer(lambda: (master or self.primary).client(self.password).info("replication"))
-        return bool(info) and info.get("slave0", {}).get("state") == "online"
+    def _replica_caught_up(self, master: Node) -> bool:
+        """The master's side: its replica has acknowledged everything it was sent.
+
+        After a diskless sync the master streams to a replica only once that
+        replica's first ACK came (INFO already says ``online`` before), so a
+        WAIT would count it only at its next ACK, up to 1 s later.  A PUBLISH
+        (replicated, no data) moves the offset, and the replica's ACK of it
+        shows the stream flowing.
+        """
+        c = master.client(self.password)
+        info = _answer(lambda: c.info("replication"))
+        if not info or info.get("slave0", {}).get("state") != "online":
+            return False
+        if info["slave0"].get("offset") == info["master_repl_offset"] > 0:
+            return True
+        _answer(lambda: c.publish("sentinel_support", "caught up?"))
+        return False
 
     def _sentinel_ready(self, s: Node, peers: bool) -> bool:
         s.alive()
@@ -264,7 +277,7 @@ class SentinelCluster:
         master = next(n for n in (self.primary, self.replica) if n.address == self.master_address)
         node.start("--replicaof", *map(str, self.master_address))
         wait_until(lambda: self._replica_linked(node), timeout, f"{node.name} linked to {master.name}")
-        wait_until(lambda: self._replica_online(master), timeout, f"{master.name} streaming to {node.name}")
+        wait_until(lambda: self._replica_caught_up(master), timeout, f"{master.name} streaming to {node.name}")
         return node
 
     def stop(self) -> None:

@@ -17,8 +17,8 @@ DB the database (0).  USER and PASSWORD are those of the **data nodes**, the
 master and its replicas (``requirepass``/ACL; ``masterauth`` and ``sentinel
 auth-pass`` on the servers' side).  Sentinels are asked without a password,
 unless ``?sentinelPassword=PW`` gives theirs (a sentinel's own
-``requirepass``; AUTH with the default user).  A password's ``%`` and
-``@``, and any ``/ ? #`` in it, are percent-encoded (``%40`` for ``@``), as
+``requirepass``; AUTH with the default user).  A password's ``%``, ``@``
+and any ``/ ? #`` or space in it are percent-encoded (``%40`` for ``@``), as
 redis-py reads them.  TLS to sentinels and unix-socket sentinels are not
 supported.
 
