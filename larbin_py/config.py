@@ -309,6 +309,7 @@ class Config:
     dynamic_timeout: float = 10.0
     dynamic_other_hosts: bool = False
     redis_url: str = ""
+    redis_replicas: int | None = None  # auto: replicas_for()
     crawl_name: str = "larbin"
     worker_id: str = ""
     partitions: int = 256
@@ -587,23 +588,68 @@ def check_zk_path(path: str) -> str:
     if path != "/" and any(part in ("", ".", "..", "zookeeper") for part in path.split("/")[1:]):
         raise ValueError(f"expected /a/b (no empty, '.', '..' or 'zookeeper' part, no trailing /), got {path!r}")
     return path
+
+
 class _RedisUrl(_Text):
     """``redisUrl``: empty (one process, no Redis), ``auto`` (a private
-    redis-server under stateDir), ``redis://host:port/db`` (``rediss://``
-    with TLS) or ``unix:///path/to/socket``."""
+    redis-server under stateDir), ``redis://[[user]:password@]host[:port][/db]``
+    (``rediss://`` with TLS), ``unix:///path/to/socket``, or
+    ``redis+sentinel://[[user]:password@]host:port[,host:port...]/master[/db]``
+    (the master a set of Redis Sentinels names), checked by
+    :func:`larbin_py.dist.sentinel.parse_redis_url`.  No message shows the
+    password (``***``)."""
 
     def __init__(self, name: str, attr: str):
         super().__init__(name, attr, empty=True, one_word=True)
 
+    def parse(self, words: list[str]) -> str:
+        if len(words) != 1:
+            from .dist.sentinel import shown
+
+            got = "nothing" if not words else f"{len(words)} words: {shown(' '.join(words))!r}"
+            raise _Bad(f"expected one URL (spaces in a password are written %20), got {got}")
+        return self.coerce(words[0])
+
     def coerce(self, value: Any) -> str:
-        value = super().coerce(value)
+        if not isinstance(value, str):
+            raise _Bad(f"expected text, got {type(value).__name__}")
         if value in ("", "auto"):
             return value
-        if value.startswith(("redis://", "rediss://")) and len(value.split("://", 1)[1].split("/")[0]) > 0:
-            return value
-        if value.startswith("unix:///") and len(value) > len("unix:///"):
-            return value
-        raise _Bad(f"expected auto, redis://host:port/db or unix:///path, got {value!r}")
+        from .dist.sentinel import parse_redis_url  # only a distributed crawl imports larbin_py.dist
+
+        try:
+            parse_redis_url(value)
+        except ValueError as exc:
+            raise _Bad(f"expected auto, redis://host:port/db, unix:///path or "
+                       f"redis+sentinel://host:port,host:port/master: {exc}") from None
+        return value
+
+
+class _Replicas(_Int):
+    """``redisReplicas``: ``auto`` (None: see :func:`replicas_for`) or 0..16."""
+
+    def __init__(self, name: str, attr: str):
+        super().__init__(name, attr, 0, 16)
+        self.expected = "auto or an integer in 0..16"
+
+    def parse(self, words: list[str]) -> int | None:
+        if len(words) == 1 and words[0].lower() == "auto":
+            return None
+        return super().parse(words)
+
+    def coerce(self, value: Any) -> int | None:
+        return None if value is None else super().coerce(value)
+
+    def format(self, value: int | None) -> list[str]:
+        return [f"{self.name} {'auto' if value is None else value}"]
+
+
+def replicas_for(config: "Config") -> int:
+    """How many replicas a tick waits for (``WAIT N``): ``redisReplicas`` when
+    set, else (``auto``) 1 for a ``redis+sentinel://`` redisUrl and 0 otherwise."""
+    if config.redis_replicas is not None:
+        return config.redis_replicas
+    return 1 if config.redis_url[:17].lower() == "redis+sentinel://" else 0
 
 
 class _Name(_Text):
@@ -887,6 +933,7 @@ KEYS: tuple[_Key, ...] = (
     _Text("analysisDir", "analysis_dir"),
     _StartUrls("startUrl", "start_urls"),
     _RedisUrl("redisUrl", "redis_url"),
+    _Replicas("redisReplicas", "redis_replicas"),
     _Name("crawlName", "crawl_name"),
     _Name("workerId", "worker_id", empty=True),
     _Int("partitions", "partitions", 1, 65_536),
@@ -929,6 +976,11 @@ def _cross_problems(config: Config) -> list[tuple[str, str]]:
             problems.append(("httpBind", f"{config.http_bind} is not a loopback address, so the stats "
                                          f"server (httpPort {config.http_port}) needs an httpToken "
                                          "(or httpPort 0)"))
+    if config.redis_replicas and config.redis_url in ("", "auto"):
+        problems.append(("redisReplicas", f"{config.redis_replicas} needs a Redis with replicas (redisUrl "
+                                          "redis://... or redis+sentinel://...), but " + (
+                                              "redisUrl auto starts one redis-server without any"
+                                              if config.redis_url else "redisUrl is not set")))
     problems.extend(_nesting_problems(config))
     return problems
 

@@ -176,6 +176,7 @@ NON_DEFAULTS = {
     "zk_path": "/crawls/larbin",
     "zk_session_timeout": 2.5,
     "redis_url": "unix:///run/redis/redis.sock",
+    "redis_replicas": 2,
     "crawl_name": "news-2026",
     "worker_id": "w7",
     "partitions": 64,
@@ -207,7 +208,8 @@ def test_non_default_table_covers_every_key():
 
 @pytest.mark.parametrize("attr", sorted(NON_DEFAULTS))
 def test_each_key_round_trips(attr):
-    base = Config(dns_servers=(("127.0.0.1", 53),), specific_set=("text/plain",))
+    base = Config(dns_servers=(("127.0.0.1", 53),), specific_set=("text/plain",),
+                  redis_url="redis://127.0.0.1:6379/0")  # redisReplicas needs a Redis with replicas
     changed = base.replace(**{attr: NON_DEFAULTS[attr]})
     again = parse(format_config(changed), require_start_urls=False)
     assert again == changed
@@ -540,6 +542,7 @@ BAD_NUMBERS = [
     ("zkSessionTimeout", "0"), ("zkSessionTimeout", "601"),
     ("partitions", "0"), ("partitions", "65537"), ("seenBuckets", "0"), ("leaseTtl", "0.1"),
     ("leaseTtl", "inf"), ("ipLeaseHold", "3601"), ("redisFlushInterval", "0"), ("redisBatch", "0"),
+    ("redisReplicas", "17"), ("redisReplicas", "-1"),
     ("analysisWorkers", "257"), ("analysisWorkers", "-1"), ("analysisRetries", "101"), ("analysisTimeout", "0"),
     ("analysisBackoff", "3601"), ("analysisQueueMax", "0"),
 ]
@@ -568,8 +571,9 @@ def test_every_number_has_a_finite_range_holding_its_default_and_ends():
     for key in numeric_keys():
         assert math.isfinite(key.high) and key.low <= key.high, key.name
         for value in (getattr(config, key.attr), getattr(shipped, key.attr)):
-            assert key.low <= value <= key.high, key.name
-        assert parse(SEED, ("rttMax", "600"), (key.name, str(key.high))) is not None
+            if value is not None:  # redisReplicas auto
+                assert key.low <= value <= key.high, key.name
+        assert parse(SEED, ("rttMax", "600"), ("redisUrl", "redis://h"), (key.name, str(key.high))) is not None
         if not getattr(key, "above", False):
             assert parse(SEED, (key.name, str(key.low))) is not None
     # Config built in code is held to the same ranges
@@ -592,7 +596,8 @@ def test_every_range_is_documented_next_to_its_key():
 async def test_a_crawl_starts_and_ends_with_every_number_at_its_maximum(tmp_path):
     from larbin_py.engine import Engine
 
-    values = {key.attr: key.high for key in numeric_keys() if key.attr not in ("http_port", "input_port")}
+    values = {key.attr: key.high for key in numeric_keys()
+              if key.attr not in ("http_port", "input_port", "redis_replicas")}  # replicas need a redisUrl
     config = Config(dns_servers=(("127.0.0.1", 9),), save_dir=str(tmp_path / "save"),
                     state_dir=str(tmp_path / "state"), http_port=0, output_mode="stats", **values)
     summary = await Engine(config).run()
@@ -679,3 +684,73 @@ def test_the_membership_keys_read_and_print():
     default = parse(SEED)
     assert (default.membership, default.zk_hosts, default.zk_path, default.zk_session_timeout) == \
         ("redis", "127.0.0.1:2181", "/larbin_py", 6.0)
+
+
+# ---------------------------------------------------------------- redisUrl and redisReplicas (high availability)
+
+
+@pytest.mark.parametrize("url", [
+    "auto", "redis://127.0.0.1:6379/0", "rediss://alice:pw@redis.example", "unix:///run/redis/redis.sock",
+    "unix://:pw@/run/redis/redis.sock?db=2", "redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/larbin",
+    "redis+sentinel://:s%40cret@s1.example,[::1]:26380/larbin/3?sentinelPassword=other",
+])
+def test_redis_url_takes_the_plain_and_the_sentinel_forms(url):
+    config = parse(SEED + f"redisUrl {url}\n")
+    assert config.redis_url == url
+    assert parse(format_config(config)) == config
+
+
+@pytest.mark.parametrize("url,why", [
+    ("redis+sentinel://:hunter2@s1:26379,s2:99999/larbin", "got 's2:99999'"),
+    ("redis+sentinel://:hunter2@s1:26379/", "no master name"),
+    ("redis+sentinel://:hunter2@s1:26379/bad!name", "master name of letters"),
+    ("redis+sentinel://:hunter2@s1/larbin?sentinelPassword=hunter3&tls=1", "unknown parameter 'tls'"),
+    ("redis://:hunter2@:6379/0", "no host"),
+    ("redis://:hunter2@h:0/0", "expected a port in 1..65535"),
+    ("redis://:hun/ter2@h/0", "write '@' as %40, '/' as %2F"),
+    ("http://:hunter2@h/", "expected redis://, rediss://, unix:// or redis+sentinel://"),
+    ("unix://:hunter2@h/run/redis.sock", "expected unix:///path"),
+])
+def test_a_bad_redis_url_is_named_without_its_passwords(url, why):
+    message = error(SEED + f"# comment\nredisUrl {url}\n")
+    assert message.startswith("t.conf:3: redisUrl: expected auto, redis://host:port/db"), message
+    assert why in message, message
+    assert "hunter" not in message and "***" in message
+    assert "hunter" not in error(SEED, ("redisUrl", url))
+    with pytest.raises(ConfigError) as exc:
+        Config(redis_url=url, dns_servers=(("127.0.0.1", 53),))
+    assert "hunter" not in str(exc.value)
+
+
+def test_a_redis_url_split_by_a_space_in_its_password_is_not_echoed():
+    message = error(SEED + "redisUrl redis+sentinel://:hunter 2@s1/larbin\n")
+    assert message == ("t.conf:2: redisUrl: expected one URL (spaces in a password are written %20), "
+                       "got 2 words: 'redis+sentinel://:***@s1/larbin'")
+    with pytest.raises(ConfigError) as exc:
+        Config(redis_url="redis://:hunter\x012@h/0", dns_servers=(("127.0.0.1", 53),))
+    assert "hunter" not in str(exc.value) and "control characters" in str(exc.value)
+
+
+def test_redis_replicas_auto_is_one_with_sentinels_and_zero_otherwise():
+    from larbin_py.config import replicas_for
+
+    sentinel = "redis+sentinel://s1:26379/larbin"
+    assert parse(SEED).redis_replicas is None
+    assert replicas_for(parse(SEED)) == 0
+    assert replicas_for(parse(SEED + f"redisUrl {sentinel}\n")) == 1
+    assert replicas_for(parse(SEED + "redisUrl REDIS+SENTINEL://s1/larbin\n")) == 1
+    assert replicas_for(parse(SEED + "redisUrl redis://h:6379/0\n")) == 0
+    assert replicas_for(parse(SEED + "redisUrl auto\n")) == 0
+    assert replicas_for(parse(SEED + f"redisUrl {sentinel}\nredisReplicas 0\n")) == 0
+    assert replicas_for(parse(SEED + "redisUrl redis://h:6379/0\nredisReplicas 2\n")) == 2
+    config = parse(SEED + f"redisUrl {sentinel}\nredisReplicas AUTO\n")
+    assert config.redis_replicas is None and "redisReplicas auto" in format_config(config).splitlines()
+
+
+@pytest.mark.parametrize("url,why", [("", "redisUrl is not set"),
+                                     ("redisUrl auto\n", "redisUrl auto starts one redis-server without any")])
+def test_redis_replicas_needs_a_redis_that_has_replicas(url, why):
+    assert error(SEED + url + "redisReplicas 1\n") == \
+        (f"t.conf:{3 if url else 2}: redisReplicas: 1 needs a Redis with replicas (redisUrl redis://... "
+         f"or redis+sentinel://...), but {why}")
+    assert parse(SEED + url + "redisReplicas 0\n").redis_replicas == 0
