@@ -94,17 +94,20 @@ class Workers:
         self.redis_url = redis_url
         self.changes = changes
         self.names = [f"w{i}" for i in range(n)]
+        self.env_path = ""  # a folder to add to the workers' PYTHONPATH (a python analyzer's module)
 
-    async def start(self, name: str) -> None:
+    async def start(self, name: str, *, reload: bool = False) -> None:
+        """Start worker ``name`` (``reload``: started again, as the launcher's respawn)."""
         config = worker_config(self.tmp, self.sim, self.redis_url, name, **self.changes)
         self.configs[name] = config
         path = self.tmp / f"{name}.conf"
         path.write_text(format_config(config))
         err = open(self.tmp / f"{name}.err", "ab")
-        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (root, self.env_path))))
         self.procs[name] = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "larbin_py", "-c", str(path), stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL, stderr=err, env=env)
+            sys.executable, "-m", "larbin_py", "-c", str(path), *(["--reload"] if reload else []),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=err, env=env)
         err.close()
 
     async def start_all(self) -> None:

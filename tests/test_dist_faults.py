@@ -7,9 +7,12 @@ the outcome against the sim's ground truth and request log:
 * a worker SIGKILLed four times and respawned forgets nothing, and no URL is
   forgotten as ``workerCrash`` unless workers died fetching it (a claim is
   not a try);
-* every error reply Redis sends (``-OOM``, ``-BUSY``, ``-READONLY``, a
-  function library flushed) pauses the workers, who say so, start no
+* every error reply Redis sends (``-OOM``, ``-BUSY``, ``-READONLY``,
+  ``-LOADING``; a function library flushed) pauses the workers, who say so, start no
   request meanwhile and resume by themselves: exact, exit 0;
+* a primary, a replica and three sentinels, the primary SIGKILLed
+  mid-crawl: the workers follow the failover; with ``redisReplicas 1`` (the
+  sentinel URL's default) no URL is lost: exact, exit 0;
 * two workers started by hand, each with its own saveDir, as on two
   machines: each saveDir has its index, and the two together are the
   ground truth, each page once, each file whole;
@@ -41,6 +44,7 @@ from larbin_py.sim import Sim
 from test_dist_e2e import (CRAWL, Workers, check_conservation, check_politeness, crawl_under_way, sim_config,
                            totals, wait_logs, worker_config)
 from test_e2e import page_requests
+from sentinel_support import sentinel_cluster  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -75,8 +79,11 @@ async def test_a_worker_killed_four_times_forgets_nothing_and_refetches_only_wha
     time once it holds entries read and not acked: the respawned w2 claims its
     own pending entries again every time, which counted as tries before (and
     forgot read-ahead URLs as workerCrash after three kills)."""
-    async with Sim(sim_config(seed=13, hosts=80, pages_per_host=(6, 12), hosts_per_ip=8)) as sim:
-        config = worker_config(tmp_path, sim, redis_server.url, "", wait_duration=0.3)
+    # Few sites of many pages, each linking to many: a worker reads far ahead of what it
+    # fetches (politely slowly), so its entries stay pending across the kills.
+    async with Sim(sim_config(seed=13, hosts=12, pages_per_host=(40, 60), hosts_per_ip=1, links_per_page=(20, 40),
+                              max_layer=2, robots_mix={"absent": 1.0}, p_nonhtml=0.05)) as sim:
+        config = worker_config(tmp_path, sim, redis_server.url, "", wait_duration=0.5)
         out = io.StringIO()
         env = dict(os.environ, PYTHONPATH=HERE)
         launcher = Launcher(config, 3, out=out, env=env)
@@ -127,20 +134,43 @@ class Fault:
     """An error Redis answers every worker with, for a while."""
 
     kind = ""
+    lasts = 1.5  # seconds the fault is kept once both workers said they paused (0: it ends by itself)
 
-    async def start(self, r: aredis.Redis) -> None: ...
+    async def start(self, r: aredis.Redis, server) -> None: ...
 
-    async def stop(self, r: aredis.Redis) -> None: ...
+    async def stop(self, r: aredis.Redis, server) -> None: ...
 
 
 class OutOfMemory(Fault):
     kind = "OOM"
 
-    async def start(self, r):
+    async def start(self, r, server):
         await r.config_set("maxmemory", 1)
 
-    async def stop(self, r):
+    async def stop(self, r, server):
         await r.config_set("maxmemory", 0)
+
+
+class Loading(Fault):
+    """Redis restarted on an AOF that takes 2 s to load (2,000 keys, 1 ms each):
+    every command answers LOADING meanwhile."""
+
+    kind = "LOADING"
+    lasts = 0
+
+    async def start(self, r, server):
+        await r.mset({f"filler:{i}": "x" for i in range(2000)})
+        await r.bgrewriteaof()  # the keys into the AOF's base (loaded key by key)
+        while (await r.info("persistence"))["aof_rewrite_in_progress"] or \
+                (await r.info("persistence"))["aof_rewrite_scheduled"]:
+            await asyncio.sleep(0.02)
+        server.kill()
+        # (and serves clients while loading, as with a large dataset: every 1 kB loaded)
+        server.extra = ("--key-load-delay", "1000", "--loading-process-events-interval-bytes", "1024")
+        self.restart = asyncio.ensure_future(asyncio.to_thread(server.start))  # returns once loaded
+
+    async def stop(self, r, server):
+        await self.restart
 
 
 class ReadOnly(Fault):
@@ -148,11 +178,11 @@ class ReadOnly(Fault):
 
     kind = "READONLY"
 
-    async def start(self, r):
+    async def start(self, r, server):
         from zk_support import free_port
         await r.execute_command("REPLICAOF", "127.0.0.1", free_port())
 
-    async def stop(self, r):
+    async def stop(self, r, server):
         await r.execute_command("REPLICAOF", "NO", "ONE")
 
 
@@ -160,27 +190,28 @@ class Busy(Fault):
     """A script that runs 3 s: every other command answers BUSY meanwhile."""
 
     kind = "BUSY"
+    lasts = 0
     SCRIPT = ("local t = redis.call('TIME'); local t0 = t[1] * 1e6 + t[2]; "
               "repeat t = redis.call('TIME') until t[1] * 1e6 + t[2] - t0 > 3e6; return 1")
 
-    async def start(self, r):
+    async def start(self, r, server):
         await r.config_set("busy-reply-threshold", 50)
         self.task = asyncio.ensure_future(r.eval(self.SCRIPT, 0))
 
-    async def stop(self, r):
+    async def stop(self, r, server):
         assert await self.task == 1  # it ended by itself
 
 
-FAULTS = [OutOfMemory, ReadOnly, Busy]
+FAULTS = [OutOfMemory, ReadOnly, Busy, Loading]
 
 
 @pytest.mark.async_timeout(150)
 @pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f.kind)
 async def test_an_error_reply_pauses_the_workers_who_say_so_and_resume(tmp_path, redis_server, fault):
-    """leaseTtl 6 s: the fault (about 2 s) is a pause, no lease lapses, so nothing
+    """leaseTtl 8 s: the fault (2 to 3 s) is a pause, no lease lapses, so nothing
     is fetched twice either."""
     async with Sim(sim_config(seed=17, hosts=24, pages_per_host=(4, 8))) as sim:
-        workers = Workers(tmp_path, sim, redis_server.url, 2, lease_ttl=6.0)
+        workers = Workers(tmp_path, sim, redis_server.url, 2, lease_ttl=8.0)
         await workers.start_all()
         rio = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
         try:
@@ -190,13 +221,13 @@ async def test_an_error_reply_pauses_the_workers_who_say_so_and_resume(tmp_path,
         f = fault()
         r = aredis.from_url(redis_server.url)
         try:
-            await f.start(r)
+            await f.start(r, redis_server)
             await wait_logs(workers, workers.names, f"refused a tick: {f.kind}", 20)
             paused = time.monotonic()
-            if f.kind != "BUSY":  # (the script ends by itself)
-                await asyncio.sleep(1.5)  # the fault lasts: what the workers do meanwhile is checked below
+            if f.lasts:
+                await asyncio.sleep(f.lasts)  # the fault lasts: what the workers do meanwhile is checked below
             lifted = time.monotonic()
-            await f.stop(r)
+            await f.stop(r, redis_server)
         finally:
             await r.aclose()
         codes = await workers.wait(90)
@@ -237,6 +268,40 @@ async def test_a_function_library_flushed_again_and_again_is_loaded_again(tmp_pa
         truth = sim.truth(crawl_rules(config, sim.seeds))
         assert set(requested_urls(sim)) == truth.must_request
         await check_conservation(redis_server.url, config, truth)
+
+
+# ---------------------------------------------------------------------------
+# A failover
+# ---------------------------------------------------------------------------
+
+@pytest.mark.async_timeout(200)
+async def test_a_failover_of_the_primary_mid_crawl_loses_nothing(tmp_path, sentinel_cluster):
+    cluster = sentinel_cluster
+    async with Sim(sim_config(seed=29, hosts=24, pages_per_host=(4, 8))) as sim:
+        workers = Workers(tmp_path, sim, cluster.url, 2, lease_ttl=6.0)
+        await workers.start_all()
+        rio = await RedisIO(cluster.url, CRAWL, partitions=64).connect()
+        try:
+            await crawl_under_way(rio, pages=30)
+        finally:
+            await rio.close()
+        # off the sim's loop: these wait on the servers
+        await asyncio.to_thread(cluster.kill_primary)
+        await asyncio.to_thread(cluster.wait_failover)
+        await wait_logs(workers, workers.names, "fetching paused", 30)
+        await asyncio.to_thread(cluster.restart_as_replica)  # WAIT 1 can be met again
+        codes = await workers.wait(120)
+        assert codes == {"w0": 0, "w1": 0}, {w: workers.log(w)[-2000:] for w in codes}
+        for w in workers.names:
+            log = workers.log(w)
+            assert "Redis is back after" in log, log[-2000:]
+            assert "s3cr" not in log  # the password is never printed
+        config = workers.configs["w0"]
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        requested = requested_urls(sim)
+        assert set(requested) == truth.must_request, sorted(truth.must_request - set(requested))[:10]
+        await check_conservation(cluster.url, config, truth)
+        check_politeness(sim, config.wait_duration)
 
 
 # ---------------------------------------------------------------------------

@@ -107,12 +107,12 @@ class TaskQueue:
 
     ``reload``: continue the tasks found there (:attr:`resumed`); otherwise
     the files of an earlier queue are removed.  ``segment_bytes``: when a
-    new generation starts.
+    new generation starts (default :data:`SEGMENT_BYTES`, read when called).
     """
 
-    def __init__(self, directory: str, *, reload: bool = False, segment_bytes: int = SEGMENT_BYTES) -> None:
+    def __init__(self, directory: str, *, reload: bool = False, segment_bytes: int | None = None) -> None:
         self.directory = directory
-        self.segment_bytes = segment_bytes
+        self.segment_bytes = segment_bytes if segment_bytes is not None else SEGMENT_BYTES
         #: Tasks given back by --reload, in the order they were queued.
         self.resumed: list[Task] = []
         #: Damaged lines dropped by --reload (a crash cut them).

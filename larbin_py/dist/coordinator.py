@@ -146,7 +146,7 @@ class Coordinator:
                  wake_engine: Callable[[], None] | None = None,
                  is_idle: Callable[[], bool] | None = None,
                  on_end: Callable[[str], None] | None = None,
-                 durable: Callable[[], Awaitable[None]] | None = None,
+                 durable: Callable[[], Awaitable[dict | None]] | None = None,
                  snapshot: Callable[[], dict] | None = None,
                  on_ip_release: Callable[[str], Any] | None = None,
                  membership: Membership | None = None,
@@ -190,6 +190,10 @@ class Coordinator:
         self.maybe_full: set[int] = set()
         self.polled: dict[int, float] = {}
         self._part_cache: dict[str, int] = {}
+        #: The output's position made durable with the last acks (JSON), to store in
+        #: ``outpos:<w>`` in the same tick: a respawn continues its output from there.
+        self.outpos: str | None = None
+        self._outpos_sent: str | None = None
         # Acks: (partition, entry id, outcome); pending until the output is durable.
         self.acks_pending: list[tuple[int, str, str]] = []
         #: robots.txt answers to store in ``robots:{p}`` (robots URL -> blob), by partition.
@@ -429,7 +433,7 @@ class Coordinator:
         try:
             if ack:
                 try:
-                    await self.durable()
+                    self._durable_at(await self.durable())
                     self.acks_ready.extend(self.acks_pending)
                 except OSError as exc:
                     print(f"larbin_py: worker {self.worker}: the output is not durable ({exc}): its last "
@@ -483,7 +487,7 @@ class Coordinator:
         if self.acks_pending and (final or self.draining or now - self.last_ack_cycle >= self.ack_interval
                                   or self.is_idle()):
             batch, self.acks_pending = self.acks_pending, []
-            await self.durable()
+            self._durable_at(await self.durable())
             self.acks_ready.extend(batch)
             self.last_ack_cycle = self.clock()
         self.done_since_tick = 0
@@ -507,6 +511,9 @@ class Coordinator:
                 continue
             handlers.append((t.ack(p, self.worker, token, pairs),
                              lambda r, p=p, pairs=pairs: self._acked(p, r, pairs)))
+        outpos = self.outpos
+        if outpos is not None and outpos != self._outpos_sent:  # with the acks it covers
+            handlers.append((t.put_outpos(self.worker, outpos), lambda r, o=outpos: setattr(self, "_outpos_sent", o)))
         # robots.txt answers of owned partitions (fenced)
         robots, self.robots_out = self.robots_out, defaultdict(dict)
         for p, answers in robots.items():
@@ -617,6 +624,10 @@ class Coordinator:
                 self.live.discard(make_tag(p, entry))
                 if outcome == "fetched":
                     self.pages_acked += 1
+
+    def _durable_at(self, position: dict | None) -> None:
+        if position is not None:
+            self.outpos = json.dumps(position, sort_keys=True, separators=(",", ":"))
 
     def _stage_figures(self, t, handlers) -> None:
         """This worker's pages and pauses since the last report, as deltas (a dead

@@ -48,6 +48,15 @@ LOAD``, ``INFO``)                  ``READONLY``...): a refused tick changed
 the function library is missing    loaded again (``FUNCTION LOAD``), the
 (a restart without its data, a     tick sent once more
 ``FUNCTION FLUSH``)
+fewer than ``redisReplicas``       :class:`RedisReplicasBehind`: the tick
+replicas acknowledged the tick     was done on the master but does not
+within :data:`REPLICA_WAIT_MS`     count: resend what is idempotent
+(``WAIT``)
+a ``redis+sentinel://`` URL: the   the next tick asks the sentinels for the
+tick unreachable, or answered      master first (:meth:`RedisIO.follow_failover`,
+``-READONLY`` / ``-MASTERDOWN``    new connections, the library loaded);
+                                   :class:`RedisUnavailable` while none
+                                   names a master that answers
 a fresh start finds the crawl      :class:`CrawlExists` (naming crawlName)
 a joiner's settings differ         :class:`CrawlMismatch` (naming the keys)
 =================================  ==========================================
@@ -71,7 +80,7 @@ from .keys import Keys, bucket_of, signed64
 
 __all__ = [
     "RedisIO", "Tick", "FENCED", "CRASH_LIMIT", "DistError", "RedisFailed", "RedisUnavailable",
-    "RedisRefused", "CrawlExists", "Claimed",
+    "RedisRefused", "RedisReplicasBehind", "CrawlExists", "Claimed",
     "CrawlMismatch", "CrawlMeta", "Entry", "Heartbeat", "IpGrant", "Totals", "View", "PartitionRow",
     "rules_digest", "library_code",
 ]
@@ -84,6 +93,12 @@ CRASH_LIMIT = 3
 
 #: How long ``iplast:{X}`` outlives a release (the pace of a slow server).
 IPLAST_KEEP_MS = 3_600_000
+
+#: How long a tick waits for its replicas (``WAIT N ms``; never 0, which waits for ever).
+REPLICA_WAIT_MS = 1000
+
+#: Error replies after which a sentinel URL's master is looked for again (it was demoted).
+FAILOVER_KINDS = frozenset({"READONLY", "MASTERDOWN"})
 
 
 class _Fenced:
@@ -116,6 +131,13 @@ class RedisUnavailable(RedisFailed):
     """Redis cannot be reached, or did not answer in time (the message names the URL)."""
 
     kind = "connection"
+
+
+class RedisReplicasBehind(RedisFailed):
+    """A tick was done by the master but not acknowledged by ``redisReplicas`` replicas
+    in time (``WAIT``): it does not count, and is sent again."""
+
+    kind = "WAIT"
 
 
 class RedisRefused(RedisFailed):
@@ -612,32 +634,53 @@ class Tick:
             raw = await self._send()
         failed = next((r for r in raw if isinstance(r, Exception)), None)
         if failed is not None:
-            raise RedisRefused(self.io.url_shown, failed)
+            refused = RedisRefused(self.io.url_shown, failed)
+            if refused.kind in FAILOVER_KINDS:
+                self.io.rediscover = True
+            raise refused
         return [parser(r) for parser, r in zip(self._parsers, raw)]
 
     async def _send(self) -> list[Any]:
-        """The tick's commands between the MULTI opened before and EXEC, then the
-        next tick's MULTI (see the module docstring): the commands' results."""
-        pipe = self.io.pipe
+        """The tick's commands between the MULTI opened before and EXEC, then ``WAIT``
+        when replicas are asked for, then the next tick's MULTI (see the module
+        docstring): the commands' results."""
+        io = self.io
+        if io.rediscover:
+            await io.follow_failover()
+        pipe = io.pipe
         n = len(self._cmds)
+        tail: list[tuple] = [("EXEC",)]
+        if io.replicas:
+            tail.append(("WAIT", io.replicas, REPLICA_WAIT_MS))
+        tail.append(("MULTI",))
         try:
             if not pipe.in_multi:  # a new connection: open the transaction first
-                self.io.round_trips += 1
+                io.round_trips += 1
                 opened = (await pipe.execute([("MULTI",)]))[0]
                 if isinstance(opened, Exception):
                     pipe.close()
                     return [opened] * n  # refused (loading, busy...): nothing of the tick was sent
                 pipe.in_multi = True
-            self.io.round_trips += 1
+            io.round_trips += 1
             pipe.in_multi = False
-            raw = await pipe.execute([*self._cmds, ("EXEC",), ("MULTI",)])
+            raw = await pipe.execute([*self._cmds, *tail])
         except _CONNECTION_ERRORS as exc:
-            raise RedisUnavailable(f"Redis at {self.io.url_shown} unreachable: {exc}") from exc
-        results = unwrap_transaction(raw[:n], raw[n])
-        if isinstance(raw[n], Exception) or isinstance(raw[n + 1], Exception):
+            io.rediscover = io.sentinels is not None
+            raise RedisUnavailable(f"Redis at {io.url_shown} unreachable: {exc}") from exc
+        done, multi = raw[n], raw[-1]
+        results = unwrap_transaction(raw[:n], done)
+        if isinstance(done, Exception) or isinstance(multi, Exception):
             pipe.close()  # the server's transaction state is not known: start clean
         else:
             pipe.in_multi = True
+        if io.replicas and not isinstance(done, Exception):
+            acked = raw[n + 1]
+            if isinstance(acked, Exception) or int(acked) < io.replicas:
+                # Done on the master, not (yet) on enough replicas: it does not count; sent
+                # again (idempotent), it waits for them again.
+                got = acked if isinstance(acked, Exception) else f"{int(acked)} of {io.replicas} replicas"
+                raise RedisReplicasBehind(f"Redis at {io.url_shown}: a tick reached {got} "
+                                          f"within {REPLICA_WAIT_MS} ms (redisReplicas)")
         return results
 
 
@@ -659,40 +702,72 @@ class RedisIO:
     """One worker's (or the launcher's) connection to the crawl's Redis."""
 
     def __init__(self, url: str, crawl: str = "larbin", *, partitions: int = 256, seen_buckets: int = 128,
-                 timeout: float = 5.0) -> None:
+                 timeout: float = 5.0, replicas: int = 0) -> None:
         self.url = url
         self.keys = Keys(crawl)
         self.crawl = crawl
         self.partitions = partitions
         self.seen_buckets = seen_buckets
         self.timeout = timeout
+        #: ``redisReplicas``: each tick ends with ``WAIT replicas`` (a failover loses nothing).
+        self.replicas = replicas
         self.round_trips = 0
         self.instance = secrets.token_hex(6)  # this process, for member and IP lease values
         self.client = None
         self.pipe = None  # the ticks' connection (larbin_py.dist.resp)
         self._blocking = None  # the second connection (XREAD BLOCK)
+        self.target = None  # the parsed URL (larbin_py.dist.sentinel.RedisTarget)
+        self.sentinels = None  # a redis+sentinel:// URL's discovery, which keeps its order
+        #: The data node's URL: the URL itself, or the master the sentinels named.
+        self.data_url = url
+        #: A tick failed in a way that may mean a failover: ask the sentinels again first.
+        self.rediscover = False
+        #: Failovers followed (the master found at another address).
+        self.failovers = 0
 
     @property
     def url_shown(self) -> str:
         """The URL without a password, for messages."""
-        import re
+        from .sentinel import shown
 
-        return re.sub(r"//([^/@:]*):[^/@]*@", r"//\1:***@", self.url)
+        return shown(self.url)
 
     def _make_client(self, timeout: float | None):
         import redis.asyncio as aredis
 
-        return aredis.from_url(self.url, socket_timeout=timeout, socket_connect_timeout=self.timeout,
+        return aredis.from_url(self.data_url, socket_timeout=timeout, socket_connect_timeout=self.timeout,
                                health_check_interval=0)
 
     async def connect(self) -> "RedisIO":
-        """Connect, check the server, load the function library (one round trip each)."""
-        if not self.url.startswith(("redis://", "rediss://", "unix://")):
-            raise RedisUnavailable(f"redisUrl {self.url!r}: expected redis://host:port/db or unix:///path")
+        """Connect (through the sentinels for a ``redis+sentinel://`` URL), check the
+        server, load the function library (one round trip each)."""
+        from .sentinel import Sentinels, parse_redis_url
+
+        try:
+            self.target = parse_redis_url(self.url)
+        except ValueError as exc:
+            raise RedisUnavailable(str(exc)) from exc
+        if self.target.is_sentinel:
+            self.sentinels = Sentinels(self.target)
+            await self._discover()
+        await self._open()
+        return self
+
+    async def _discover(self) -> None:
+        """The master's address from the sentinels (``data_url``); RedisUnavailable when none names one."""
+        from .sentinel import SentinelError
+
+        try:
+            address = await self.sentinels.master(self.timeout)
+        except SentinelError as exc:
+            raise RedisUnavailable(str(exc)) from exc
+        self.data_url = self.target.data_url(address)
+
+    async def _open(self) -> None:
         from .resp import Pipe
 
         self.client = self._make_client(self.timeout)
-        self.pipe = Pipe(self.url, self.timeout)
+        self.pipe = Pipe(self.data_url, self.timeout)
         try:
             info = await self.client.info("server")
             self.round_trips += 1
@@ -704,7 +779,35 @@ class RedisIO:
         except _CONNECTION_ERRORS as exc:
             await self.close()
             raise RedisUnavailable(f"cannot reach Redis at {self.url_shown}: {exc}") from exc
-        return self
+        except _REPLY_ERRORS as exc:
+            await self.close()
+            raise RedisRefused(self.url_shown, exc, "INFO") from exc
+        except RedisFailed:
+            await self.close()
+            raise
+
+    async def follow_failover(self) -> None:
+        """After a tick failed (unreachable, READONLY, MASTERDOWN) on a sentinel URL: ask
+        the sentinels where the master is; a new one gets new connections (the library
+        loaded on them).  RedisUnavailable while none answers."""
+        self.rediscover = False
+        if self.sentinels is None:
+            return
+        old = self.data_url
+        try:
+            await self._discover()
+        except RedisFailed:
+            self.rediscover = True
+            raise
+        if self.data_url != old or self.client is None or self.pipe is None:
+            await self.close()
+            try:
+                await self._open()
+            except RedisFailed:
+                self.rediscover = True
+                raise
+            if self.data_url != old:
+                self.failovers += 1
 
     async def load_library(self) -> None:
         """``FUNCTION LOAD REPLACE`` of larbin.lua (one round trip); RedisFailed when refused."""

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import json
 import os
 import shutil
 import socket
@@ -60,6 +61,7 @@ import sys
 import time
 import traceback
 
+from ..config import replicas_for
 from ..frontier.scheduler import Frontier, disk_stores
 from ..frontier.seen import SeenSet
 from ..output import OutputError, make_output, open_output
@@ -104,20 +106,40 @@ class DistFrontier(Frontier):
 
 
 class WorkerMirrorOutput(MirrorOutput):
-    """The mirror output of one worker: pages in the shared tree, its index of its own."""
+    """The mirror output of one worker: pages in the shared tree, its index of its own.
 
-    def __init__(self, save_dir: str, worker: str) -> None:
+    ``position``: the worker is started again (a respawn, ``--reload``) and
+    its last acks covered this much (``outpos:<w>``): its index continues
+    from there (the lines after it are of pages not acked, fetched again);
+    None: it starts empty.  An index shorter than the position (lost with a
+    machine) continues from its last whole line.
+    """
+
+    def __init__(self, save_dir: str, worker: str, *, position: dict | None = None) -> None:
         self.save_dir = save_dir
         self.stats = OutputStats()
         self._tree = SafeTree(save_dir)
         self._closed = False
         index_dir = os.path.join(self._tree.root, WORKERS_DIR, worker)
         os.makedirs(index_dir, exist_ok=True)
+        length = None
+        if position is not None:
+            length = min(int(position.get("index_length", 0)), whole_lines(os.path.join(index_dir, INDEX_NAME)))
         try:
-            self._index = IndexWriter(index_dir, None)
+            self._index = IndexWriter(index_dir, length)
         except BaseException:
             self._tree.close()
             raise
+
+
+def whole_lines(path: str) -> int:
+    """The length of ``path``'s whole lines (0 when there is no file)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return 0
+    return data.rfind(b"\n") + 1
 
 
 def merge_index(save_dir: str) -> int:
@@ -158,13 +180,16 @@ def merge_index(save_dir: str) -> int:
         os.close(lock)
 
 
-def make_worker_output(config, worker: str):
+def make_worker_output(config, worker: str, *, position: dict | None = None):
+    """The worker's output; ``position`` (``outpos:<w>``, a respawn): continue it from there."""
     mode = getattr(config, "output_mode", "none")
+    if position is not None and position.get("mode", mode) != mode:
+        position = None  # (another mode: nothing of it to continue)
     if mode == "mirror":
-        return WorkerMirrorOutput(config.save_dir, worker)
+        return WorkerMirrorOutput(config.save_dir, worker, position=position)
     if mode in ("warc", "save"):
         return open_output(mode, os.path.join(config.save_dir, worker), files_per_dir=config.files_per_dir,
-                           warc_max_size=getattr(config, "warc_max_size", 1 << 30))
+                           warc_max_size=getattr(config, "warc_max_size", 1 << 30), position=position)
     return make_output(config)
 
 
@@ -282,16 +307,18 @@ class DistState:
         """No request starts while Redis fails (its outcomes could not be acked)."""
         return self.coordinator is not None and self.coordinator.paused
 
-    async def _durable(self) -> None:
-        """Make the output written so far durable (the acks follow it)."""
+    async def _durable(self) -> dict | None:
+        """Make the output written so far durable (the acks follow it): its position then."""
         out = self._output
         if out is None:
-            return
+            return None
         if isinstance(out, ThreadedOutput):
             out.submit_pending()
-            await self._writer.call(out.sync_position)
-        elif getattr(out, "mode", None) in ("mirror", "save", "warc"):
+            return await self._writer.call(out.sync_position)
+        if getattr(out, "mode", None) in ("mirror", "save", "warc"):
             out.flush(sync=True)
+            return out.position()
+        return None
 
     def _ended(self, reason: str) -> None:
         if self.frontier is not None:
@@ -373,38 +400,47 @@ async def connect_redis(io: RedisIO, meta, *, wait: bool, worker: str, err) -> N
     """Connect and join the crawl's meta.  A Redis that answers with an error reply
     (loading, out of memory...) is waited for; one that cannot be reached is
     waited for only when ``wait`` (a worker started again), else DistError."""
-    said = None
-    delay = 0.2
-    while True:
+    async def attempt() -> None:
         try:
             await io.connect()
             await io.join_crawl(meta)
-            if said is not None:
-                print(f"larbin_py: worker {worker}: Redis answers; starting", file=err, flush=True)
-            return
         except RedisFailed as exc:
             await io.close()
             if not wait and exc.kind == "connection":
-                raise
-            if said != exc.kind:
-                print(f"larbin_py: worker {worker}: {exc}; waiting for it", file=err, flush=True)
+                raise DistError(str(exc)) from exc  # a first start: the URL may be wrong
+            raise
+    await waiting_for_redis(attempt, "joining the crawl", worker, err)
+
+
+async def waiting_for_redis(call, what: str, worker: str, err):
+    """``await call()``, retried with backoff while Redis fails (one line per kind of failure)."""
+    delay, said = 0.2, None
+    while True:
+        try:
+            return await call()
+        except RedisFailed as exc:
+            if exc.kind != said:
+                print(f"larbin_py: worker {worker}: {what}: {exc}; retrying", file=err, flush=True)
                 said = exc.kind
         await asyncio.sleep(delay)
         delay = min(5.0, delay * 2)
 
 
+async def read_outpos(io: RedisIO, worker: str) -> dict | None:
+    """The output position this worker's last acks covered (``outpos:<w>``), or None."""
+    t = io.tick()
+    i = t.get_outpos(worker)
+    raw = (await t.execute())[i]
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
+
+
 async def count_tries(io: RedisIO, path: str, worker: str, err) -> None:
     """The tries a dead predecessor left in its in-flight file, counted in Redis (waited for)."""
-    delay = 0.2
-    while True:
-        try:
-            left, counted = await count_crashes(io, path)
-            break
-        except RedisFailed as exc:
-            print(f"larbin_py: worker {worker}: counting the tries of its last death: {exc}; retrying",
-                  file=err, flush=True)
-        await asyncio.sleep(delay)
-        delay = min(5.0, delay * 2)
+    left, counted = await waiting_for_redis(lambda: count_crashes(io, path),
+                                            "counting the tries of its last death", worker, err)
     if left:
         print(f"larbin_py: worker {worker}: {left} requests were running when it last died: one try "
               f"more each ({counted} still queued)", file=err, flush=True)
@@ -421,8 +457,8 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
 
     err = err if err is not None else sys.stderr
     if config.redis_url == "auto":
-        print("larbin_py: redisUrl auto starts a private redis-server with --workers N; "
-              "a lone worker needs redis://host:port/db or unix:///path", file=err)
+        print("larbin_py: redisUrl auto starts a private redis-server with --workers N; a lone worker "
+              "needs redis://host:port/db, unix:///path or redis+sentinel://host:port,.../master", file=err)
         return 2
     worker = worker_id_of(config)
     membership = None
@@ -437,11 +473,15 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
                   f"leaseTtl {config.lease_ttl:g} s: a dead worker's partitions wait for its ZooKeeper "
                   "session to end (docs/membership.md)", file=err)
     io = RedisIO(config.redis_url, config.crawl_name, partitions=config.partitions,
-                 seen_buckets=config.seen_buckets)
+                 seen_buckets=config.seen_buckets, replicas=replicas_for(config))
     try:
         await connect_redis(io, crawl_meta(config), wait=reload, worker=worker, err=err)
         os.makedirs(config.state_dir, exist_ok=True)
         await count_tries(io, inflight_path(config.state_dir, worker), worker, err)
+        position = None
+        if reload:
+            position = await waiting_for_redis(lambda: read_outpos(io, worker), "reading its output position",
+                                               worker, err)
     except DistError as exc:
         print(f"larbin_py: {exc}", file=err)
         await io.close()
@@ -453,7 +493,7 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
             # and a page's ack goes to Redis before a process would hand its links back).
             config = config.replace(analysis_workers=0)
         state = DistState(config, io, worker, membership=membership, err=err)
-        output = None if (engine_kw or {}).get("output") else make_worker_output(config, worker)
+        output = None if (engine_kw or {}).get("output") else make_worker_output(config, worker, position=position)
         kw = dict(engine_kw or {})
         kw.setdefault("output", output)
         engine = Engine(config, crawl_state=state, err=err, reload=reload, **kw)
