@@ -94,7 +94,7 @@ def cleanup(path) -> None:
 
 
 @pytest.fixture
-def scripts(tmp_path, monkeypatch):
+def scripts(tmp_path):
     (tmp_path / "mods").mkdir()
     (tmp_path / "mods" / "loud.py").write_text(LOUD)
     (tmp_path / "mods" / "forks.py").write_text(FORKS)

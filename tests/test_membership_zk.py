@@ -24,6 +24,7 @@ from larbin_py.dist.membership_zk import ZkMembership
 from zk_support import free_port, own_zk_server, zk_server  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
+AUTH = ZkAuth("larbin", "zk-s3cret-password")
 SESSION = 1.0  # seconds; the test server's tickTime is 200 ms (sessions of 0.4..4 s)
 
 
@@ -57,8 +58,8 @@ class Recorder:
         return time.monotonic()
 
 
-def member(server, crawl: str, session: float = SESSION) -> ZkMembership:
-    return ZkMembership(server.hosts, "/larbin_test", session, crawl=crawl, connect_timeout=5.0)
+def member(server, crawl: str, session: float = SESSION, auth: ZkAuth | None = None) -> ZkMembership:
+    return ZkMembership(server.hosts, "/larbin_test", session, crawl=crawl, connect_timeout=5.0, auth=auth)
 
 
 async def test_two_members_see_each_other_and_a_clean_leave(zk_server):
@@ -193,8 +194,12 @@ def expire_session(hosts: str, client_id) -> None:
     other.close()
 
 
-async def test_a_session_expiry_makes_alive_false_then_the_worker_rejoins(zk_server):
-    a, b = member(zk_server, "expiry"), member(zk_server, "expiry")
+@pytest.mark.parametrize("auth", [None, "zkAuth"])
+async def test_a_session_expiry_makes_alive_false_then_the_worker_rejoins(zk_server, auth):
+    """(With zkAuth, the rejoined node's mark names the new session: the others count it.)"""
+    auth = AUTH if auth else None
+    crawl = "expiry-auth" if auth else "expiry"
+    a, b = member(zk_server, crawl, auth=auth), member(zk_server, crawl, auth=auth)
     seen, other = Recorder(a), Recorder(b)
     await a.join("w1")
     await b.join("w2")
@@ -212,6 +217,7 @@ async def test_a_session_expiry_makes_alive_false_then_the_worker_rejoins(zk_ser
     assert any(members == {"w2"} for _, members, _ in other.calls)
     await a.heartbeat()  # nothing to do when registered
     assert a.alive
+    assert a.ignored == b.ignored == frozenset()
     await a.leave()
     await b.leave()
 
@@ -279,8 +285,6 @@ async def test_a_worker_id_held_by_a_live_session_is_refused(zk_server):
 
 
 # ------------------------------------------------------------------ zkAuth
-
-AUTH = ZkAuth("larbin", "zk-s3cret-password")
 
 
 def zk_client(server, auth: ZkAuth | None = None, *, user: str | None = None):
