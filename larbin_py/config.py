@@ -79,6 +79,7 @@ __all__ = [
     "DEMO_CONFIG_TEXT",
     "KEYS",
     "OUTPUT_MODES",
+    "ZkAuth",
     "demo_config",
     "format_config",
     "load_config",
@@ -249,6 +250,7 @@ class Config:
     zk_hosts: str = "127.0.0.1:2181"
     zk_path: str = "/larbin_py"
     zk_session_timeout: float = 6.0
+    zk_auth: "ZkAuth | None" = None
     pages_connexions: int = 100
     dns_connexions: int = 10
     depth_in_site: int = 5
@@ -565,6 +567,115 @@ class _ZkPath(_Text):
             return check_zk_path(super().coerce(value))
         except ValueError as exc:
             raise _Bad(str(exc)) from None
+
+
+class ZkAuth:
+    """``zkAuth digest USER:PASSWORD``: the ZooKeeper identity of the crawl's znodes.
+
+    A value object whose ``str()`` and ``repr()`` hide the password
+    (``digest USER:***``): a Config printed in a log or a traceback shows no
+    secret.  Equality and hashing include the password (a Config read back
+    from :func:`format_config`'s text equals the original).
+    """
+
+    __slots__ = ("scheme", "user", "_password")
+
+    #: The shortest password taken: ZooKeeper keeps its SHA-1 digest in every
+    #: ACL of the crawl's nodes, which whoever may read an ACL can try to guess.
+    MIN_PASSWORD = 8
+
+    def __init__(self, user: str, password: str, scheme: str = "digest") -> None:
+        object.__setattr__(self, "scheme", scheme)
+        object.__setattr__(self, "user", user)
+        object.__setattr__(self, "_password", password)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("ZkAuth is immutable")
+
+    @property
+    def password(self) -> str:
+        return self._password
+
+    @property
+    def credential(self) -> str:
+        """``USER:PASSWORD``, as kazoo's ``auth_data`` takes it (a secret: never print it)."""
+        return f"{self.user}:{self._password}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ZkAuth) and (self.scheme, self.user, self._password) == \
+            (other.scheme, other.user, other._password)
+
+    def __hash__(self) -> int:
+        return hash((self.scheme, self.user, self._password))
+
+    def __str__(self) -> str:
+        return f"{self.scheme} {self.user}:***"
+
+    def __repr__(self) -> str:
+        return f"ZkAuth({self.scheme} {self.user}:***)"
+
+    @classmethod
+    def parse(cls, words: list[str]) -> "ZkAuth":
+        """``["digest", "USER:PASSWORD"]`` -> ZkAuth; raises ValueError with a sentence
+        that never quotes the words (any of them may be the password)."""
+        if len(words) != 2:
+            raise ValueError(f"expected 'digest USER:PASSWORD' (2 words), got {len(words)} "
+                             f"word{'' if len(words) == 1 else 's'} (not shown: one may be the password)")
+        scheme, credential = words
+        if scheme != "digest":
+            raise ValueError("expected 'digest USER:PASSWORD': the first word must be digest "
+                             "(ZooKeeper's user:password scheme, the only one supported)")
+        user, sep, password = credential.partition(":")
+        if not sep or not user or not password:
+            raise ValueError("expected 'digest USER:PASSWORD': the second word must be a user name, "
+                             "':' and the password")
+        if not re.fullmatch(r"[A-Za-z0-9._@-]{1,64}", user):
+            raise ValueError("expected a user name of letters, digits, '.', '_', '@' or '-' "
+                             "(at most 64) before the ':'")
+        if _CONTROL_RE.search(password) or any(c.isspace() for c in password):
+            raise ValueError("the password may not hold spaces or control characters")
+        if len(password) < cls.MIN_PASSWORD:
+            n = len(password)
+            raise ValueError(f"the password is too short ({n} character{'' if n == 1 else 's'}): "
+                             f"at least {cls.MIN_PASSWORD}")
+        return cls(user, password)
+
+
+class _ZkAuth(_Key):
+    """``zkAuth digest USER:PASSWORD`` (membership zookeeper): see :class:`ZkAuth`.
+
+    Its errors never quote the value.  :meth:`format` writes the password
+    (the text :func:`format_config` makes is read back by the workers the
+    launcher starts: they need it); :meth:`shown` is the line to show a
+    person (``zkAuth digest USER:***``).
+    """
+
+    secret = True
+
+    def parse(self, words: list[str]) -> ZkAuth | None:
+        if len(words) == 1 and words[0].lower() == "none":
+            return None
+        try:
+            return ZkAuth.parse(words)
+        except ValueError as exc:
+            raise _Bad(str(exc)) from None
+
+    def coerce(self, value: Any) -> ZkAuth | None:
+        if value is None:
+            return None
+        if isinstance(value, ZkAuth):
+            self.parse([value.scheme, value.credential])  # built in code: checked as if read
+            return value
+        if isinstance(value, str):  # Config(zk_auth="digest user:password")
+            return self.parse(value.split())
+        raise _Bad(f"expected 'digest USER:PASSWORD' or None, got a {type(value).__name__}")
+
+    def format(self, value: ZkAuth | None) -> list[str]:
+        return [] if value is None else [f"{self.name} {value.scheme} {value.credential}"]
+
+    def shown(self, value: ZkAuth | None) -> list[str]:
+        """What a person is shown: the password as ``***``."""
+        return [] if value is None else [f"{self.name} {value}"]
 
 
 def check_zk_hosts(text: str) -> str:
@@ -907,6 +1018,7 @@ KEYS: tuple[_Key, ...] = (
     _ZkHosts("zkHosts", "zk_hosts", one_word=True),
     _ZkPath("zkPath", "zk_path", one_word=True),
     _Seconds("zkSessionTimeout", "zk_session_timeout", 0, 600, above=True),
+    _ZkAuth("zkAuth", "zk_auth"),
     _Switch("useCookies", "use_cookies"),
     _Switch("getCGI", "get_cgi"),
     _Switch("punycode", "punycode"),

@@ -6,21 +6,25 @@ worker id; the factory and the dashboard snapshot."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
+from larbin_py.config import KEYS, Config, ConfigError, ZkAuth, format_config, parse_config_text
 from larbin_py.dist.membership import Membership, MembershipError
 from larbin_py.dist.membership_factory import make_membership, membership_snapshot
 from larbin_py.dist.membership_zk import ZkMembership
 from zk_support import free_port, own_zk_server, zk_server  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
+AUTH = ZkAuth("larbin", "zk-s3cret-password")
 SESSION = 1.0  # seconds; the test server's tickTime is 200 ms (sessions of 0.4..4 s)
 
 
@@ -54,8 +58,8 @@ class Recorder:
         return time.monotonic()
 
 
-def member(server, crawl: str, session: float = SESSION) -> ZkMembership:
-    return ZkMembership(server.hosts, "/larbin_test", session, crawl=crawl, connect_timeout=5.0)
+def member(server, crawl: str, session: float = SESSION, auth: ZkAuth | None = None) -> ZkMembership:
+    return ZkMembership(server.hosts, "/larbin_test", session, crawl=crawl, connect_timeout=5.0, auth=auth)
 
 
 async def test_two_members_see_each_other_and_a_clean_leave(zk_server):
@@ -190,8 +194,12 @@ def expire_session(hosts: str, client_id) -> None:
     other.close()
 
 
-async def test_a_session_expiry_makes_alive_false_then_the_worker_rejoins(zk_server):
-    a, b = member(zk_server, "expiry"), member(zk_server, "expiry")
+@pytest.mark.parametrize("auth", [None, "zkAuth"])
+async def test_a_session_expiry_makes_alive_false_then_the_worker_rejoins(zk_server, auth):
+    """(With zkAuth, the rejoined node's mark names the new session: the others count it.)"""
+    auth = AUTH if auth else None
+    crawl = "expiry-auth" if auth else "expiry"
+    a, b = member(zk_server, crawl, auth=auth), member(zk_server, crawl, auth=auth)
     seen, other = Recorder(a), Recorder(b)
     await a.join("w1")
     await b.join("w2")
@@ -209,6 +217,7 @@ async def test_a_session_expiry_makes_alive_false_then_the_worker_rejoins(zk_ser
     assert any(members == {"w2"} for _, members, _ in other.calls)
     await a.heartbeat()  # nothing to do when registered
     assert a.alive
+    assert a.ignored == b.ignored == frozenset()
     await a.leave()
     await b.leave()
 
@@ -275,6 +284,178 @@ async def test_a_worker_id_held_by_a_live_session_is_refused(zk_server):
     await a.leave()
 
 
+# ------------------------------------------------------------------ zkAuth
+
+
+def zk_client(server, auth: ZkAuth | None = None, *, user: str | None = None):
+    """A started kazoo client: anonymous, with ``auth``, or as another digest ``user``."""
+    from kazoo.client import KazooClient
+
+    data = []
+    if auth is not None:
+        data = [("digest", auth.credential)]
+    elif user is not None:
+        data = [("digest", f"{user}:not-the-password")]
+    client = KazooClient(hosts=server.hosts, auth_data=data)
+    client.start(5)
+    return client
+
+
+def closing(client) -> None:
+    client.stop()
+    client.close()
+
+
+async def condition(predicate, timeout: float, what: str) -> None:
+    """Poll ``predicate`` (every 10 ms) until it holds: the marks are checked on
+    kazoo's thread and an ignored node changes no member set, so no watcher wakes."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+def foreign_lines(caplog, path: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.WARNING and r.getMessage().startswith(f"membership: ignoring {path}:")]
+
+
+async def test_zkauth_nodes_have_the_digest_acl_only_and_strangers_can_neither_add_nor_delete(zk_server):
+    from kazoo.exceptions import NoAuthError
+    from kazoo.security import make_digest_acl
+
+    base = f"/secured-{uuid.uuid4().hex[:8]}/crawls"  # nothing of it exists: the crawl makes it all
+    m = ZkMembership(zk_server.hosts, base, SESSION, crawl="acl", connect_timeout=5.0, auth=AUTH)
+    await m.join("w1")
+    ours = [make_digest_acl(AUTH.user, AUTH.password, all=True)]
+    admin = await asyncio.to_thread(zk_client, zk_server, AUTH)
+    anonymous = await asyncio.to_thread(zk_client, zk_server)
+    mallory = await asyncio.to_thread(zk_client, zk_server, user="mallory")
+    try:
+        parts = base.strip("/").split("/") + ["acl", "members", "w1"]
+        made = ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+        for path in made:  # every node the crawl created: zkAuth's identity alone, all rights
+            acls, _ = admin.get_acls(path)
+            assert list(acls) == ours, (path, acls)
+        member_path = f"{m.members_path}/w2"
+        for stranger in (anonymous, mallory):
+            with pytest.raises(NoAuthError):
+                stranger.create(member_path, b"{}", ephemeral=True)
+            with pytest.raises(NoAuthError):
+                stranger.delete(m.node_path)
+            with pytest.raises(NoAuthError):
+                stranger.get_children(m.members_path)
+        assert admin.get_children(m.members_path) == ["w1"]
+        assert m.alive and m.members() == {"w1"}
+    finally:
+        for client in (admin, anonymous, mallory):
+            closing(client)
+        await m.leave()
+
+
+async def test_members_without_the_crawls_mark_are_ignored_and_logged_once(zk_server, caplog):
+    """A crawl without zkAuth left ``members`` open and a stranger added a member
+    there; then the crawl runs with zkAuth: the ACL is closed (a warning), the
+    stranger's node is ignored; a node made with the right identity but without
+    the mark, and a member's data copied to another name, are ignored too; each
+    is said once, however often the view changes."""
+    caplog.set_level(logging.WARNING, logger="larbin_py.dist.membership_zk")
+    old = member(zk_server, "marks")  # the same crawl, earlier, without zkAuth
+    await old.join("w0")
+    stranger = await asyncio.to_thread(zk_client, zk_server)
+    admin = await asyncio.to_thread(zk_client, zk_server, AUTH)
+    a = ZkMembership(zk_server.hosts, "/larbin_test", SESSION, crawl="marks", connect_timeout=5.0, auth=AUTH)
+    b = ZkMembership(zk_server.hosts, "/larbin_test", SESSION, crawl="marks", connect_timeout=5.0, auth=AUTH)
+    seen = Recorder(a)
+    try:
+        ghost = f"{a.members_path}/ghost"
+        await asyncio.to_thread(stranger.create, ghost, b'{"pid": 1}')  # persistent: it outlives the stranger
+        await old.leave()
+        await a.join("w1")
+        assert a.members() == {"w1"} and a.ignored == {"ghost"}
+        assert foreign_lines(caplog, ghost) == [
+            f"membership: ignoring {ghost}: not made by this crawl (no valid zkAuth mark; a persistent node)"]
+        closed = [r.getMessage() for r in caplog.records if "had the ACL" in r.getMessage()]
+        assert closed == [f"membership: {path} had the ACL world:anyone: set to zkAuth's identity (larbin) only"
+                          for path in (a.crawl_path, a.members_path)]
+        from kazoo.exceptions import NoAuthError
+
+        with pytest.raises(NoAuthError):  # closed now
+            await asyncio.to_thread(stranger.create, f"{a.members_path}/ghost2", b"{}")
+        # the right identity, no mark (a node made by hand with the password)
+        forged = f"{a.members_path}/forged"
+        await asyncio.to_thread(admin.create, forged, b'{"pid": 2}', ephemeral=True)
+        await condition(lambda: a.ignored == {"ghost", "forged"}, 5, "the forged node to be ignored")
+        await b.join("w2")
+        await seen.until(lambda: a.members() == {"w1", "w2"}, 5, "w1 to see w2")
+        assert b.members() == {"w1", "w2"} and b.ignored == {"ghost", "forged"}
+        # w2's mark copied to another name: it names w2's path, not this one
+        data, _ = await asyncio.to_thread(admin.get, b.node_path)
+        copy = f"{a.members_path}/copy"
+        await asyncio.to_thread(admin.create, copy, data, ephemeral=True)
+        await condition(lambda: a.ignored == b.ignored == {"ghost", "forged", "copy"}, 5, "the copy to be ignored")
+        await b.leave()
+        await seen.until(lambda: a.members() == {"w1"}, 5, "w1 to see w2 leave")
+        assert a.ignored == {"ghost", "forged", "copy"}
+        for path in (ghost, forged, copy):  # once per znode: a's and b's line for each, no more
+            assert len(foreign_lines(caplog, path)) == 2, foreign_lines(caplog, path)
+        assert all(AUTH.password not in r.getMessage() for r in caplog.records)
+    finally:
+        closing(stranger)
+        closing(admin)
+        await a.leave()
+        await b.leave()
+
+
+async def test_a_wrong_zkauth_password_is_refused_naming_the_node_not_the_password(zk_server):
+    right = ZkMembership(zk_server.hosts, "/larbin_test", SESSION, crawl="wrong", connect_timeout=5.0, auth=AUTH)
+    await right.join("w1")
+    wrong = ZkMembership(zk_server.hosts, "/larbin_test", SESSION, crawl="wrong", connect_timeout=5.0,
+                         auth=ZkAuth(AUTH.user, "another-password"))
+    none = member(zk_server, "wrong")
+    try:
+        with pytest.raises(MembershipError) as caught:
+            await wrong.join("w2")
+        message = str(caught.value)
+        assert message.startswith(f"zkHosts {zk_server.hosts}: ZooKeeper refused user 'larbin' access to "
+                                  f"/larbin_test/wrong (NoAuth): a node on the path belongs to another identity")
+        assert "another-password" not in message and "\n" not in message
+        with pytest.raises(MembershipError, match=r"refused access to /larbin_test/wrong/members \(NoAuth\): "
+                                                  r"the crawl's nodes have an ACL: set zkAuth"):
+            await none.join("w3")
+        assert right.alive and right.members() == {"w1"}
+    finally:
+        await right.leave()
+
+
+@pytest.mark.slow
+@pytest.mark.async_timeout(150)
+async def test_a_crawl_with_zkauth_ends_despite_a_fake_member(tmp_path, redis_server, zk_server):
+    """The issue's attack, end to end: a stranger added a member to the crawl's
+    open members node (left by a run without zkAuth); without the check, the
+    partitions the map gives it are never crawled and the crawl never ends.
+    Two workers with zkAuth close the node, ignore the fake member (one line
+    each on stderr), and crawl everything (tests/test_dist_e2e.py's checks:
+    exact coverage, politeness, conservation, both workers in the view)."""
+    from test_dist_e2e import CRAWL, ZK_SESSION, crawl_with
+
+    zk_path = f"/e2e-auth-{uuid.uuid4().hex[:8]}"
+    ghost = f"{zk_path}/{CRAWL}/members/ghost"
+    stranger = await asyncio.to_thread(zk_client, zk_server)
+    try:
+        await asyncio.to_thread(stranger.create, ghost, b'{"pid": 1}', makepath=True)
+    finally:
+        closing(stranger)
+    await crawl_with(tmp_path, redis_server, 2, membership="zookeeper", zk_hosts=zk_server.hosts,
+                     zk_path=zk_path, zk_session_timeout=ZK_SESSION, zk_auth=AUTH)
+    for name in ("w0", "w1"):
+        log = (tmp_path / f"{name}.err").read_text()
+        said = [line for line in log.splitlines() if "ghost" in line]
+        assert said == [f"membership: ignoring {ghost}: not made by this crawl (no valid zkAuth mark; "
+                        "a persistent node)"], log[-2000:]
+        assert AUTH.password not in log
+
+
 # ------------------------------------------------------------------ no server
 
 
@@ -306,6 +487,12 @@ def test_the_factory_builds_the_named_membership(monkeypatch):
     m = make_membership(ZkConfig(), crawl="c1")
     assert isinstance(m, ZkMembership)
     assert (m.hosts, m.members_path, m.session_timeout) == ("zk1:2181,zk2:2182", "/crawls/c1/members", 5.0)
+    assert m.auth is None
+
+    class ZkAuthConfig(ZkConfig):
+        zk_auth = AUTH
+
+    assert make_membership(ZkAuthConfig(), crawl="c1").auth is AUTH
 
     class RedisConfig:
         membership = "redis"
@@ -324,3 +511,56 @@ def test_bad_names_are_refused_before_connecting():
         ZkMembership("zk1:2181", "x", 1.0)
     with pytest.raises(MembershipError, match="crawl name 'a/b' cannot name a znode"):
         ZkMembership("zk1:2181", "/x", 1.0, crawl="a/b")
+
+
+# ------------------------------------------------------------------ the zkAuth key
+
+SEED = "startUrl http://a.example/\n"
+
+
+def test_zkauth_is_read_round_trips_and_is_shown_without_its_password():
+    config = parse_config_text(SEED + "membership zookeeper\nzkAuth digest larbin:zk-s3cret:pass # the crawl's\n")
+    assert config.zk_auth == ZkAuth("larbin", "zk-s3cret:pass")  # the password may hold ':'
+    assert config.zk_auth.credential == "larbin:zk-s3cret:pass"
+    assert parse_config_text(SEED).zk_auth is None
+    # format_config writes it (the launcher's workers read their config from that text) ...
+    text = format_config(config)
+    assert "zkAuth digest larbin:zk-s3cret:pass" in text.splitlines()
+    assert parse_config_text(text) == config
+    # ... and every form meant for a person hides it
+    key = next(k for k in KEYS if k.name == "zkAuth")
+    assert key.shown(config.zk_auth) == ["zkAuth digest larbin:***"]
+    assert str(config.zk_auth) == "digest larbin:***"
+    for shown in (repr(config), str(config), repr(config.zk_auth)):
+        assert "zk-s3cret" not in shown
+    assert config.replace(zk_auth="digest other:another-secret").zk_auth.user == "other"
+    assert config.replace(zk_auth=None).zk_auth is None
+
+
+@pytest.mark.parametrize("value,message", [
+    ("", "expected 'digest USER:PASSWORD' (2 words), got 0 words (not shown: one may be the password)"),
+    ("larbin:zk-s3cret-password", "expected 'digest USER:PASSWORD' (2 words), got 1 word (not shown: "
+                                  "one may be the password)"),
+    ("digest larbin: zk-s3cret-password", "expected 'digest USER:PASSWORD' (2 words), got 3 words (not shown: "
+                                          "one may be the password)"),
+    ("sasl larbin:zk-s3cret-password", "expected 'digest USER:PASSWORD': the first word must be digest "
+                                       "(ZooKeeper's user:password scheme, the only one supported)"),
+    ("digest zk-s3cret-password", "expected 'digest USER:PASSWORD': the second word must be a user name, "
+                                  "':' and the password"),
+    ("digest :zk-s3cret-password", "expected 'digest USER:PASSWORD': the second word must be a user name, "
+                                   "':' and the password"),
+    ("digest lar/bin:zk-s3cret-password", "expected a user name of letters, digits, '.', '_', '@' or '-' "
+                                          "(at most 64) before the ':'"),
+    ("digest larbin:zk-s3cr", "the password is too short (7 characters): at least 8"),
+])
+def test_a_malformed_zkauth_is_one_line_naming_file_line_and_key_never_the_password(value, message):
+    with pytest.raises(ConfigError) as caught:
+        parse_config_text(SEED + f"zkAuth {value}\n", "crawl.conf")
+    assert str(caught.value) == f"crawl.conf:2: zkAuth: {message}"
+    assert "zk-s3cr" not in str(caught.value)
+    with pytest.raises(ConfigError) as caught:  # --set is checked alike
+        parse_config_text(SEED, "crawl.conf", [("zkAuth", value)])
+    assert str(caught.value) == f"--set:1: zkAuth: {message}"
+    with pytest.raises(ConfigError) as caught:  # and a Config built in code
+        Config(zk_auth="digest larbin:zk-s3cr")
+    assert str(caught.value) == "zkAuth: the password is too short (7 characters): at least 8"

@@ -13,7 +13,11 @@ declares one (:func:`parse_analyzer`); the kinds:
 * ``exec COMMAND ARGS...`` -- run with ``{input}`` (a file holding the
   body), ``{output}`` (``analysisDir/NAME/<sha1 of the URL>.out``) and
   ``{url}`` replaced; exit status 0 is success; the result's path is
-  written as a JSON line to ``analysisDir/NAME.jsonl``.
+  written as a JSON line to ``analysisDir/NAME.jsonl``.  The command runs
+  in a process group of its own, its output kept to the last 64 KiB of
+  each stream (the rest counted), and the group is killed at the page's
+  deadline or when the command ends (larbin_py.analysis.command);
+  past the deadline the try fails with :class:`AnalyzerTimeout`.
 
 The specs are plain data (they travel to the analysis processes as JSON);
 :func:`run` executes one in an analysis process (larbin_py.analysis.worker).
@@ -26,11 +30,14 @@ import importlib
 import json
 import os
 import re
-import subprocess
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 
-__all__ = ["AnalyzerError", "AnalyzerSpec", "KINDS", "PageView", "parse_analyzer", "run", "links_spec"]
+from .command import Tail, run_command
+
+__all__ = ["AnalyzerError", "AnalyzerSpec", "AnalyzerTimeout", "KINDS", "PageView", "parse_analyzer", "run",
+           "links_spec"]
 
 KINDS = ("links", "meta", "python", "exec")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
@@ -39,6 +46,10 @@ _TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 class AnalyzerError(Exception):
     """An analysis failed in a way worth a line (non-zero exit, a bad return value)."""
+
+
+class AnalyzerTimeout(AnalyzerError):
+    """An ``exec`` analyzer still ran at the page's deadline: its process group was killed."""
 
 
 @dataclass(frozen=True)
@@ -251,10 +262,14 @@ def _python(spec: AnalyzerSpec, page: PageView) -> list[dict]:
     return [r if "url" in r else {"url": page.url, **r} for r in records]
 
 
-def _exec(spec: AnalyzerSpec, page: PageView, analysis_dir: str, timeout: float) -> list[dict]:
+def _exec(spec: AnalyzerSpec, page: PageView, analysis_dir: str, deadline: float) -> list[dict]:
     out_dir = os.path.join(analysis_dir, spec.name)
     os.makedirs(out_dir, exist_ok=True)
     output = os.path.join(out_dir, hashlib.sha1(page.url.encode()).hexdigest() + ".out")
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise AnalyzerTimeout(f"{spec.args[0]} not started: the page's other analyzers used its time "
+                              "(0.9 x analysisTimeout)")
     fd, input_path = tempfile.mkstemp(prefix=".input-", dir=out_dir)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -262,24 +277,38 @@ def _exec(spec: AnalyzerSpec, page: PageView, analysis_dir: str, timeout: float)
         argv = [w.replace("{input}", input_path).replace("{output}", output).replace("{url}", page.url)
                 for w in spec.args]
         try:
-            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+            result = run_command(argv, deadline - time.monotonic())
         except FileNotFoundError:
             raise AnalyzerError(f"command not found: {argv[0]}") from None
-        except subprocess.TimeoutExpired:
-            raise AnalyzerError(f"{argv[0]} still running after {timeout:g} s: killed") from None
+        except PermissionError:
+            raise AnalyzerError(f"command not executable: {argv[0]}") from None
     finally:
         os.unlink(input_path)
-    if proc.returncode != 0:
-        raise AnalyzerError(f"{argv[0]} exited with status {proc.returncode}; stdout: "
-                            f"{proc.stdout[-500:].decode(errors='replace')!r}; stderr: "
-                            f"{proc.stderr[-500:].decode(errors='replace')!r}")
-    return [{"url": page.url, "output": output if os.path.exists(output) else None}]
+    said = f"stdout: {_ends(result.stdout)}; stderr: {_ends(result.stderr)}"
+    if result.timed_out:
+        raise AnalyzerTimeout(f"{argv[0]} still running after {round(left, 1):g} s (its process group, or "
+                              f"something in it holding its output, did not end): the group was killed; {said}")
+    if result.returncode != 0:
+        raise AnalyzerError(f"{argv[0]} exited with status {result.returncode}; {said}")
+    record = {"url": page.url, "output": output if os.path.exists(output) else None}
+    if result.stdout.dropped or result.stderr.dropped:
+        record["dropped"] = {"stdout": result.stdout.dropped, "stderr": result.stderr.dropped}
+    return [record]
 
 
-def run(spec: AnalyzerSpec, page: PageView, opts: dict) -> dict:
+def _ends(tail: Tail, keep: int = 500) -> str:
+    """The end of a captured stream for a message, with its size when cut."""
+    text = repr(bytes(tail.data[-keep:]).decode(errors="replace"))
+    return text if tail.total <= keep else f"{text} (the last {keep} of {tail.total} bytes)"
+
+
+def run(spec: AnalyzerSpec, page: PageView, opts: dict, deadline: float | None = None) -> dict:
     """Run one analyzer on one page (in an analysis process); raises on failure.
 
     ``opts``: ``analysis_dir``, ``timeout``, ``max_url_size``, ``get_images``.
+    ``deadline`` (``time.monotonic()``): when an ``exec`` command must be done
+    (the page's analyzers share it; default 0.9 × ``timeout`` from now, ahead
+    of the pool, which kills the process at ``timeout``).
     Returns what goes back to the loop: the links for ``links``, the number
     of records written otherwise.
     """
@@ -291,5 +320,13 @@ def run(spec: AnalyzerSpec, page: PageView, opts: dict) -> dict:
     elif spec.kind == "python":
         records = _python(spec, page)
     else:
-        records = _exec(spec, page, opts["analysis_dir"], max(0.1, 0.9 * opts.get("timeout", 60.0)))
+        if deadline is None:
+            deadline = time.monotonic() + exec_budget(opts)
+        records = _exec(spec, page, opts["analysis_dir"], deadline)
     return {"records": _append_jsonl(opts["analysis_dir"], spec.name, records)}
+
+
+def exec_budget(opts: dict) -> float:
+    """The seconds a page's ``exec`` analyzers have: 0.9 × analysisTimeout, so that a
+    command's group is killed by its analysis process before the pool kills that."""
+    return 0.9 * opts.get("timeout", 60.0)

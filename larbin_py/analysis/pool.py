@@ -12,7 +12,10 @@ process reads them as a chunk and writes their answers at once.
 Timeouts: one lazy timer per process.  The job at the head of the line has
 ``timeout`` seconds from when it became the head (its predecessor's answer,
 or its own write to an idle process); past it the process is killed, a new
-one started, and the job fails (``timeout``).  The pipe ends without an
+one started, and the job fails (``timeout``); an ``exec`` command it was
+running goes with it, its whole process group (:meth:`_Proc.kill`; the
+process kills a command's group itself at 0.9 × the timeout, so this is
+the fallback for a process that could not).  The pipe ends without an
 answer (the process was killed, or crashed): a new one is started and the
 job fails (``crash``); the jobs behind it fail as ``bystander`` (not their
 fault).  The caller counts the tries and decides (larbin_py.analysis.stage).
@@ -27,6 +30,7 @@ import signal
 import sys
 
 from ..loopclock import clock_step
+from .command import kill_with_groups
 
 __all__ = ["TaskFailed", "WorkerPool", "DEPTH"]
 
@@ -87,9 +91,12 @@ class _Proc(asyncio.SubprocessProtocol):
         return self.transport.get_returncode() if self.transport is not None else None
 
     def kill(self) -> None:
+        """SIGKILL the process, and the process group of each ``exec`` command it runs
+        (larbin_py.analysis.command.kill_with_groups: a command's group outlives the
+        process that started it)."""
         if self.transport is not None and self.transport.get_returncode() is None:
             try:
-                self.transport.kill()
+                kill_with_groups(self.transport.get_pid())
             except ProcessLookupError:
                 pass
 

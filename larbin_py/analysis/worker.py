@@ -13,7 +13,11 @@ its links joined by ``\\x1f`` (canonical URLs percent-encode control
 characters: no link holds a separator).  No JSON on the common path.
 
 The page is parsed once (:class:`~larbin_py.analysis.analyzers.PageView`
-keeps the extraction and its tree for every analyzer of the page).
+keeps the extraction and its tree for every analyzer of the page).  Its
+``exec`` analyzers share one deadline, 0.9 × the timeout from when the
+process takes the page (:func:`~larbin_py.analysis.analyzers.exec_budget`):
+a command's process group is killed by this process before the pool would
+kill the process itself (larbin_py.analysis.command).
 
 Batching: the process reads its pipe in chunks and writes the answers of
 all the pages it found there in one ``write()``, or sooner when 20 ms have
@@ -30,7 +34,7 @@ import sys
 import time
 import traceback
 
-from .analyzers import AnalyzerSpec, PageView, parse_headers, run
+from .analyzers import AnalyzerSpec, PageView, exec_budget, parse_headers, run
 
 #: Answers are written at least this often while a batch runs, seconds.
 FLUSH_EVERY = 0.02
@@ -130,6 +134,7 @@ def handle(line: str, specs: dict, opts: dict, spool: _Spool) -> bytes:
     except ValueError as exc:
         raise SystemExit(f"larbin_py analysis: a bad task line: {exc}: {line[:200]!r}")
     results: list = []
+    deadline = time.monotonic() + exec_budget(opts)  # the page's exec commands share it
     try:
         body = spool.read(msg["g"], msg["o"], msg["l"])
         headers = parse_headers(spool.read(msg["g"], msg["ho"], msg["hl"])) if msg["hl"] else []
@@ -138,7 +143,7 @@ def handle(line: str, specs: dict, opts: dict, spool: _Spool) -> bytes:
         return format_answer(msg["ids"][0], [exc] * len(msg["names"]))
     for name in msg["names"]:
         try:
-            results.append(run(specs[name], page, opts))
+            results.append(run(specs[name], page, opts, deadline))
         except Exception as exc:
             results.append(exc)
     return format_answer(msg["ids"][0], results)

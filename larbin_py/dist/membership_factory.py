@@ -39,7 +39,8 @@ def make_membership(config: Any, *, crawl: str,
             raise MembershipError(ZK_INSTALL_HINT) from None
         from .membership_zk import ZkMembership
 
-        return ZkMembership(config.zk_hosts, config.zk_path, config.zk_session_timeout, crawl=crawl)
+        return ZkMembership(config.zk_hosts, config.zk_path, config.zk_session_timeout, crawl=crawl,
+                            auth=getattr(config, "zk_auth", None))
     if kind == "redis":
         if redis_membership is None:
             raise ValueError("membership redis: the coordinator must pass redis_membership")

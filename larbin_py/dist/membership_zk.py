@@ -28,6 +28,26 @@ others even learn it is gone; its partitions' leases in Redis last
 ZooKeeper view then never hands out a partition whose lease is still held,
 and the Redis fence (``own:{p}``) stays the last word either way.
 
+Authentication (``zkAuth digest USER:PASSWORD``).  The session carries
+the digest identity (kazoo's ``auth_data``; kazoo sends it again on every
+new connection), and every znode the crawl creates -- the parts of zkPath
+it has to make, ``<zkPath>/<crawl>``, ``.../members`` and each member --
+has one ACL entry, that identity with every permission: a client without
+the password cannot list, add or delete members.  ``<zkPath>/<crawl>`` and
+``members`` already there with another ACL (made by a crawl without
+zkAuth) are set to it at join (a warning line), or the join fails naming
+the node when ZooKeeper refuses that.  A member's data carries a mark:
+blake2b keyed with the password, over the node's path and the session
+that owns it (:func:`member_mark`); a child of ``members`` without a valid
+mark -- made while the node was open, by another identity, by hand, or a
+persistent node -- is left out of :meth:`ZkMembership.members`, with one
+warning line per znode.  The marks are checked on kazoo's callback
+thread, one pipelined read of every child per change of the children, under
+a lock, always on the latest list; a check that failed (the connection
+lost meanwhile) is done again at the next :meth:`ZkMembership.heartbeat`.
+Without zkAuth the nodes are open (world:anyone) and every child counts:
+docs/membership.md, *Threat model*, says what that leaves unprotected.
+
 Reconnection.  The client retries forever.  The same session back (a short
 network blip, or a server restarted on its own dataDir within the timeout:
 ZooKeeper persists sessions) keeps the node: ``alive`` is True again.  A
@@ -38,6 +58,8 @@ creates it again (rejoins), and ``alive`` turns True once it is there.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -46,10 +68,10 @@ import threading
 import time
 from typing import Any, Callable
 
-from ..config import check_zk_hosts, check_zk_path
+from ..config import ZkAuth, check_zk_hosts, check_zk_path
 from .membership import MembershipChange, MembershipError
 
-__all__ = ["ZkMembership", "ZK_INSTALL_HINT"]
+__all__ = ["ZkMembership", "ZK_INSTALL_HINT", "mark_key", "member_mark"]
 
 log = logging.getLogger(__name__)
 #: kazoo's own logger: its connection retries log a WARNING each ("Connection dropped"...),
@@ -60,6 +82,38 @@ kazoo_log.setLevel(logging.ERROR)
 
 #: Said when kazoo is missing (it is an optional extra).
 ZK_INSTALL_HINT = "membership zookeeper needs kazoo: pip install larbin_py[zk]"
+
+
+def mark_key(auth: ZkAuth) -> bytes:
+    """The key of the members' marks, derived from the zkAuth identity (32 bytes)."""
+    return hashlib.blake2b(auth.credential.encode(), digest_size=32, person=b"larbin_py zkAuth").digest()
+
+
+def member_mark(key: bytes, path: str, owner: int) -> str:
+    """The mark of the member node at ``path`` owned by session ``owner`` (hex):
+    only a holder of the zkAuth password can make it, and it holds for that
+    path and that session only (copied to another name, or kept by a
+    persistent node whose owner is 0, it does not match)."""
+    message = f"{path}\n{owner:x}".encode()
+    return hashlib.blake2b(message, key=key, digest_size=32, person=b"larbin_py member").hexdigest()
+
+
+def is_marked(key: bytes, path: str, data: bytes, owner: int) -> bool:
+    """Does the member node at ``path`` (its ``data``, its session ``owner``) carry our mark?"""
+    try:
+        mark = json.loads(data)["mark"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return isinstance(mark, str) and owner != 0 and hmac.compare_digest(mark, member_mark(key, path, owner))
+
+
+def _describe_acl(acls: Any) -> str:
+    """An ACL for a message: scheme and user (a digest's hash is left out)."""
+    out = []
+    for acl in acls or ():
+        ident = acl.id.id.split(":", 1)[0] if acl.id.scheme == "digest" else acl.id.id
+        out.append(f"{acl.id.scheme}:{ident}")
+    return ",".join(out) or "none"
 
 
 def _check_name(what: str, name: str) -> str:
@@ -76,19 +130,29 @@ class ZkMembership:
     ZooKeeper session timeout in seconds (the server clamps it to
     [2, 20] × its tickTime), ``connect_timeout`` how long :meth:`join`
     waits for a first connection (default: the session timeout, at least
-    2 s).
+    2 s), ``auth`` zkAuth (None: open nodes, every child a member).
     """
 
     source = "zookeeper"
 
     def __init__(self, hosts: str, path: str = "/larbin_py", session_timeout: float = 6.0, *,
-                 crawl: str = "default", connect_timeout: float | None = None) -> None:
+                 crawl: str = "default", connect_timeout: float | None = None,
+                 auth: ZkAuth | None = None) -> None:
         self.hosts = check_zk_hosts(hosts)
         self.base = check_zk_path(path)
         self.crawl = _check_name("crawl name", crawl)
         self.session_timeout = float(session_timeout)
         self.connect_timeout = connect_timeout if connect_timeout is not None else max(2.0, self.session_timeout)
-        self.members_path = f"{self.base.rstrip('/')}/{self.crawl}/members"
+        self.crawl_path = f"{self.base.rstrip('/')}/{self.crawl}"
+        self.members_path = f"{self.crawl_path}/members"
+        self.auth = auth
+        self._mark_key = mark_key(auth) if auth is not None else None
+        #: Children of ``members`` left out for want of a valid mark (zkAuth only).
+        self.ignored: frozenset[str] = frozenset()
+        self._logged: set[tuple[str, int]] = set()  # (name, czxid) of the foreign nodes said
+        self._verify_lock = threading.Lock()
+        self._children: frozenset[str] = frozenset()  # the latest children list (zkAuth only)
+        self._verify_failed = False
         self.worker_id: str | None = None
         self.node_path: str | None = None
         self._client: Any = None
@@ -117,19 +181,29 @@ class ZkMembership:
         self.worker_id = _check_name("worker id", worker_id)
         self.node_path = f"{self.members_path}/{worker_id}"
         self._loop = asyncio.get_running_loop()
+        auth = {}
+        if self.auth is not None:
+            from kazoo.security import make_digest_acl
+
+            auth = dict(auth_data=[(self.auth.scheme, self.auth.credential)],
+                        default_acl=[make_digest_acl(self.auth.user, self.auth.password, all=True)])
         self._client = KazooClient(
             hosts=self.hosts, timeout=self.session_timeout, logger=kazoo_log,
             # retry for ever, quickly: a restarted server is found within a second
             connection_retry={"max_tries": -1, "delay": 0.05, "backoff": 2, "max_delay": 1.0},
-            command_retry={"max_tries": 3, "delay": 0.05, "backoff": 2, "max_delay": 1.0})
+            command_retry={"max_tries": 3, "delay": 0.05, "backoff": 2, "max_delay": 1.0}, **auth)
         self._client.add_listener(self._on_state)
         try:
             await asyncio.to_thread(self._client.start, self.connect_timeout)
         except KazooTimeoutError:
             raise MembershipError(f"zkHosts {self.hosts}: ZooKeeper unreachable (no session within "
                                   f"{self.connect_timeout:g} s)") from None
+        from kazoo.exceptions import NoAuthError
+
         try:
             await asyncio.to_thread(self._client.ensure_path, self.members_path)
+            if self.auth is not None:
+                await asyncio.to_thread(self._secure)
             await self._register()
             self._joined = True
             await asyncio.to_thread(ChildrenWatch, self._client, self.members_path, self._on_children)
@@ -138,6 +212,8 @@ class ZkMembership:
             await self._shutdown(delete=True)
             if isinstance(exc, (MembershipError, asyncio.CancelledError)):
                 raise
+            if isinstance(exc, NoAuthError):
+                raise MembershipError(self._refused(self.members_path)) from None
             raise MembershipError(f"zkHosts {self.hosts}: cannot join {self.members_path}: "
                                   f"{type(exc).__name__} {exc}".rstrip()) from None
         self._note(f"{worker_id} joined (session {self._node_session:#x})")
@@ -148,6 +224,8 @@ class ZkMembership:
         and created again."""
         if not self._joined or self._closed or not self._connected:
             return
+        if self._verify_failed:
+            await asyncio.to_thread(self._verify_again)
         if self._registered() and self.worker_id not in self._view:
             stat = await asyncio.to_thread(self._client.exists, self.node_path)
             if stat is None or stat.ephemeralOwner != self._node_session:
@@ -209,11 +287,67 @@ class ZkMembership:
         self._hop(self._after_state, state)
 
     def _on_children(self, children: list[str]) -> bool | None:
-        """The children watch (kazoo's thread): hop with a copy; False ends the watch."""
+        """The children watch (kazoo's thread): hop with a copy (with zkAuth, of the
+        children that carry our mark); False ends the watch."""
         if self._closed:
             return False
-        self._hop(self._apply_view, frozenset(children))
+        if self._mark_key is None:
+            self._hop(self._apply_view, frozenset(children))
+            return None
+        with self._verify_lock:
+            self._children = frozenset(children)
+            self._verify_latest()
         return None
+
+    def _verify_again(self) -> None:
+        """(A thread.) The heartbeat's retry of a check that failed."""
+        with self._verify_lock:
+            if self._verify_failed and not self._closed:
+                self._verify_latest()
+
+    def _verify_latest(self) -> None:
+        """(Under the lock, a thread.) Check the latest children list's marks and hop
+        the marked ones to the loop; on a lost connection, leave it for the heartbeat."""
+        try:
+            view = self._marked(self._children)
+        except Exception as exc:
+            self._verify_failed = True
+            log.info("membership: checking the members' marks failed (%s); retrying at the heartbeat",
+                     type(exc).__name__)
+            return
+        self._verify_failed = False
+        self._hop(self._apply_view, view)
+
+    def _marked(self, children: frozenset[str]) -> frozenset[str]:
+        """The children whose node carries a valid mark; the others are logged once a znode."""
+        from kazoo.exceptions import NoAuthError, NoNodeError
+
+        client, key = self._client, self._mark_key
+        timeout = self.connect_timeout + self.session_timeout
+        reads = {name: client.get_async(f"{self.members_path}/{name}") for name in sorted(children)}
+        good, foreign = set(), set()
+        for name, read in reads.items():
+            path = f"{self.members_path}/{name}"
+            try:
+                data, stat = read.get(timeout=timeout)
+            except NoNodeError:  # gone since the list was read: the next event drops it
+                continue
+            except NoAuthError:  # its ACL shuts our identity out: not one of ours
+                data, stat = None, None
+            if stat is not None and is_marked(key, path, data, stat.ephemeralOwner):
+                good.add(name)
+                continue
+            foreign.add(name)
+            said = (name, stat.czxid if stat is not None else -1)
+            if said not in self._logged:
+                self._logged.add(said)
+                what = ("unreadable to zkAuth's identity" if stat is None else
+                        "a persistent node" if not stat.ephemeralOwner else
+                        f"owned by session {stat.ephemeralOwner:#x}")
+                log.warning("membership: ignoring %s: not made by this crawl (no valid zkAuth mark; %s)",
+                            path, what)
+        self.ignored = frozenset(foreign)
+        return frozenset(good)
 
     def _hop(self, fn: Callable[..., Any], *args: Any) -> None:
         loop = self._loop
@@ -290,6 +424,32 @@ class ZkMembership:
             self._note(f"{self.worker_id} (this worker) rejoined (session {self._node_session:#x})")
         self._refresh()
 
+    def _secure(self) -> None:
+        """(A thread.) The crawl's own nodes (``<zkPath>/<crawl>`` and ``members``) get
+        zkAuth's ACL when they have another (made by a crawl without zkAuth)."""
+        from kazoo.exceptions import NoAuthError
+
+        client, ours = self._client, list(self._client.default_acl)
+        for path in (self.crawl_path, self.members_path):
+            try:
+                acls, _stat = client.get_acls(path)
+                if list(acls) == ours:
+                    continue
+                client.set_acls(path, ours)
+            except NoAuthError:
+                raise MembershipError(self._refused(path)) from None
+            log.warning("membership: %s had the ACL %s: set to zkAuth's identity (%s) only",
+                        path, _describe_acl(acls), self.auth.user)
+
+    def _refused(self, path: str) -> str:
+        """The sentence for ZooKeeper's NoAuth at ``path`` (never the password)."""
+        if self.auth is None:
+            return (f"zkHosts {self.hosts}: ZooKeeper refused access to {path} (NoAuth): the crawl's "
+                    "nodes have an ACL: set zkAuth to the crawl's identity")
+        return (f"zkHosts {self.hosts}: ZooKeeper refused user {self.auth.user!r} access to {path} (NoAuth): "
+                "a node on the path belongs to another identity (a wrong zkAuth password, another "
+                "crawl's zkAuth, or made by hand): use the crawl's zkAuth, another zkPath, or delete the node")
+
     async def _register(self) -> None:
         self._node_session = await asyncio.to_thread(self._create_node)
 
@@ -303,12 +463,15 @@ class ZkMembership:
         from kazoo.exceptions import NodeExistsError
 
         client, path = self._client, self.node_path
-        data = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode()
         timeout = self.connect_timeout + self.session_timeout
         waited = False
         for _ in range(3):
+            marked_for = self.session_id
+            holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+            if self._mark_key is not None and marked_for is not None:
+                holder["mark"] = member_mark(self._mark_key, path, marked_for)
             try:
-                client.create_async(path, data, ephemeral=True).get(timeout=timeout)
+                client.create_async(path, json.dumps(holder).encode(), ephemeral=True).get(timeout=timeout)
             except NodeExistsError:
                 pass
             gone = threading.Event()
@@ -317,6 +480,10 @@ class ZkMembership:
                 continue
             session = self.session_id
             if session is not None and stat.ephemeralOwner == session:
+                if self._mark_key is not None and session != marked_for:
+                    # a new session between the mark and the create: the mark names the old one
+                    client.delete_async(path, version=stat.version).get(timeout=timeout)
+                    continue
                 return session
             if not waited and self._holder_is_dead(client.get_async(path).get(timeout=timeout)[0]):
                 # a worker of this id killed on this machine: its session ends
