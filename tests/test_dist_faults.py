@@ -126,6 +126,55 @@ async def test_a_worker_killed_four_times_forgets_nothing_and_refetches_only_wha
         print(f"fetched twice {len(twice)}, held at the kills {held_at_kills}")
 
 
+@pytest.mark.async_timeout(200)
+async def test_a_url_whose_fetch_kills_its_worker_three_times_is_forgotten_as_workerCrash_and_named(
+        tmp_path, redis_server):
+    """The poison-pill guard: each time the first page of h5 (a server that takes
+    3 s to answer) is being fetched, the worker fetching it is SIGKILLed, as if
+    the page killed it.  After the third death it is forgotten as workerCrash,
+    named in the log and the summary, never requested a fourth time."""
+    from larbin_py.dist.partition import partition_of
+
+    slow = "h5.sim.test"
+    async with Sim(sim_config(seed=47, hosts=12, pages_per_host=(2, 4), load={slow: (3.0, 0.0)})) as sim:
+        config = worker_config(tmp_path, sim, redis_server.url, "", timeout_page=5.0)
+        out = io.StringIO()
+        launcher = Launcher(config, 2, out=out, env=dict(os.environ, PYTHONPATH=HERE))
+        run = asyncio.ensure_future(launcher.run())
+        rio = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
+        part = partition_of(slow, 64)
+        poison, killed, last = None, [], 0.0
+        try:
+            for _ in range(3):
+                async def fetching():
+                    assert not run.done(), out.getvalue()[-3000:]
+                    hits = [r for r in sim.log.requests if r.host == slow and r.path != "/robots.txt"
+                            and r.t > last and (poison is None or r.url == poison)]
+                    if not hits:
+                        return None
+                    owner = (await rio.view(rows=True)).rows[part].owner
+                    w = next((w for w in launcher.workers if w.wid == owner and w.proc is not None), None)
+                    return (hits[0].url, w.proc) if w is not None else None
+                url, proc = await wait_for(fetching, 60, f"{poison or slow} was not fetched again")
+                poison = poison or url
+                proc.send_signal(signal.SIGKILL)
+                killed.append(url)
+                last = time.monotonic()
+        finally:
+            await rio.close()
+        code = await asyncio.wait_for(run, 120)
+        text = out.getvalue()
+        assert code == 0, text[-3000:]
+        assert killed == [poison] * 3
+        assert sum(1 for r in sim.log.requests if r.url == poison) == 3  # never a fourth time
+        t = (await totals(redis_server.url)).totals
+        assert t.forgotten.get("workerCrash") == 1 and t.balanced and t.queued == 0, t
+        assert f"{poison} forgotten as workerCrash: a worker died 3 times while fetching it" in text
+        assert f"  workerCrash     {poison} (a worker died fetching each, 3 times)" in text
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        assert set(requested_urls(sim)) == truth.must_request
+
+
 # ---------------------------------------------------------------------------
 # Every error reply
 # ---------------------------------------------------------------------------

@@ -71,3 +71,40 @@ def test_the_workers_shared_keys_are_the_launchers():
     config = parse_config_text("", require_start_urls=False)
     assert shared.SHARED_KEYS == launcher.SHARED_KEYS
     assert shared.crawl_meta(config) == launcher.crawl_meta(config)
+
+
+# --- the in-flight file (larbin_py.dist.inflight) ------------------------------
+
+def test_the_inflight_file_holds_exactly_the_requests_running_and_reuses_its_slots(tmp_path):
+    from larbin_py.dist.inflight import SLOT, InflightLog, left_in
+
+    path = str(tmp_path / "inflight-w1")
+    log = InflightLog(path)
+    a, b, c = log.start("3/1-0"), log.start("3/2-0"), log.start("7/5-1")
+    assert left_in(path) == ["3/1-0", "3/2-0", "7/5-1"]  # read by another process, as after a death
+    log.end(b)
+    assert left_in(path) == ["3/1-0", "7/5-1"]
+    d = log.start("9/9-9")  # the freed slot again: the file does not grow
+    assert d == b and os.path.getsize(path) == 3 * SLOT
+    assert log.start("x" * SLOT) is None and log.untracked == 1  # too long for a slot: not tracked
+    for slot in (a, c, d):
+        log.end(slot)
+    log.close()  # nothing running: a clean stop leaves it empty
+    assert os.path.getsize(path) == 0 and left_in(path) == []
+
+
+def test_the_inflight_file_outlives_a_sigkill_of_its_writer(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from larbin_py.dist.inflight import left_in
+
+    path = str(tmp_path / "inflight-w2")
+    code = (f"import os, signal; from larbin_py.dist.inflight import InflightLog\n"
+            f"log = InflightLog({path!r}); s = log.start('1/10-0'); log.start('2/20-0'); log.end(s)\n"
+            f"os.kill(os.getpid(), signal.SIGKILL)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert proc.returncode == -signal.SIGKILL
+    assert left_in(path) == ["2/20-0"]  # the request that was running when it died
+    assert left_in(str(tmp_path / "none")) == []
