@@ -2,7 +2,8 @@
 
     python bench/distributed.py [--quick] [--workers 1,2,4] [--rounds R] [--hosts H] [--pages P]
                                 [--membership redis|zookeeper] [--lease-ttl S] [--seen-buckets B]
-                                [--ip-lease-hold S] [--no-takeover] [--no-controls] [--profile DIR]
+                                [--ip-lease-hold S] [--no-takeover] [--no-controls] [--no-wait]
+                                [--profile DIR]
 
 The web of bench/throughput.py (by default 200 hosts x 100 pages of 10-60 KB,
 30-150 links each) is exported as static files and served by nginx on 50
@@ -58,6 +59,10 @@ forked from the launcher's zygote, which has imported them
 (larbin_py/dist/zygote.py).  ``--profile DIR`` samples each
 worker with py-spy (collapsed stacks, one file per worker; those figures
 are not comparable).
+
+Two rows (``--no-wait`` skips them) measure what ``redisReplicas 1`` costs:
+N = 2 on a redis-server over TCP with one replica in sync (its CPU counted
+too), without and with ``WAIT 1`` at the end of every tick.
 
 Then, unless ``--no-takeover``: three workers crawl the same web with
 ``respawn false``; once worker w2 owns partitions with entries read and not
@@ -249,10 +254,47 @@ async def queue_sample(io: RedisIO, keys: Keys, seen_buckets: int) -> dict:
             "seen_bytes": sum(int(x or 0) for x in out[1 + 2 * PARTITIONS:])}
 
 
-async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk: Zk | None, **overrides) -> dict:
-    server = RedisServer(os.path.join(work, "redis")).start()
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_with_replica(work: str) -> tuple[RedisServer, RedisServer, str]:
+    """A primary on TCP (the private server's settings) and one replica of it, in sync:
+    ``(primary, replica, the primary's redis:// URL)``."""
+    port = free_port()
+    primary = RedisServer(os.path.join(work, "redis"), extra=("--port", str(port))).start()
+    replica = RedisServer(os.path.join(work, "replica"),
+                          extra=("--port", str(free_port()), "--replicaof", "127.0.0.1", str(port))).start()
+    import redis
+
+    r = redis.Redis(port=port)
     try:
-        changes = {"redis_url": server.url, **overrides}
+        deadline = time.monotonic() + 30
+        while int(r.info("replication").get("connected_slaves", 0)) < 1 or r.wait(1, 100) < 1:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the replica did not come in sync")
+            time.sleep(0.05)
+    finally:
+        r.close()
+    return primary, replica, f"redis://127.0.0.1:{port}/0"
+
+
+async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk: Zk | None, *,
+                        replica: bool = False, **overrides) -> dict:
+    """``--workers n`` on a private redis-server (``replica``: on TCP, with one replica
+    in sync, whose CPU is counted too)."""
+    copy = None
+    if replica:
+        server, copy, url = start_with_replica(work)
+    else:
+        server = RedisServer(os.path.join(work, "redis")).start()
+        url = server.url
+    try:
+        changes = {"redis_url": url, **overrides}
         if zk is not None:
             changes.update(zk_hosts=zk.hosts, zk_path=f"/larbin_bench_{os.getpid()}_{n}_{int(time.time() * 1000)}")
         conf = write_config(web, dns_port, work, args, **changes)
@@ -260,6 +302,7 @@ async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk:
         keys = Keys(CRAWL)
         before = await redis_figures(io)
         zk0 = zk.cpu_seconds() if zk is not None else 0.0
+        copy0 = process_cpu(copy.process.pid) if copy is not None else 0.0
         trips0 = io.round_trips
         run = asyncio.get_running_loop().run_in_executor(
             None, run_child, [sys.executable, "-m", "larbin_py", "-c", conf, "--workers", str(n)], work)
@@ -287,6 +330,7 @@ async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk:
             spy.wait()
         res["pages"] = pages_of(res)
         zk1 = zk.cpu_seconds() if zk is not None else 0.0
+        copy1 = process_cpu(copy.process.pid) if copy is not None else 0.0
         if zk is not None and not zk.was_used(changes["zk_path"]):
             raise RuntimeError("membership zookeeper: the workers never joined through ZooKeeper")
         mine = io.round_trips - trips0 + 4  # the four INFO calls below
@@ -302,7 +346,7 @@ async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk:
         best = max(samples, key=lambda s: s["entries"], default=None)
         res.update(
             crawler_cpu_s=res["cpu_s"],
-            redis_cpu_s=after["cpu_s"] - before["cpu_s"],
+            redis_cpu_s=after["cpu_s"] - before["cpu_s"] + copy1 - copy0,
             zk_cpu_s=zk1 - zk0,
             redis_reads=after["reads"] - before["reads"] - mine,
             links_to_redis=after["sadds"] - before["sadds"],
@@ -323,6 +367,8 @@ async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk:
         return res
     finally:
         server.stop()
+        if copy is not None:
+            copy.stop()
 
 
 def worker_pids(launcher_pid: int) -> dict[str, int]:
@@ -443,6 +489,9 @@ async def main_async(args) -> int:
     settings += [(f"N = {n}", "workers", n, {}) for n in args.workers]
     if args.controls and 4 in args.workers and args.lease_ttl != 2.0:
         settings.append(("N = 4, leaseTtl 2", "workers", 4, {"lease_ttl": 2.0}))
+    if args.wait and 2 in args.workers:  # what WAIT costs: the same Redis pair, with and without it
+        settings += [("N = 2, a replica, redisReplicas 0", "workers", 2, {"replica": True, "redis_replicas": 0}),
+                     ("N = 2, a replica, redisReplicas 1", "workers", 2, {"replica": True, "redis_replicas": 1})]
     runs: dict[str, list[dict]] = {label: [] for label, *_ in settings}
     take = None
     start_cpu = median([process_start_cpu() for _ in range(3)])
@@ -533,6 +582,14 @@ async def main_async(args) -> int:
           f"({figures[worker_labels[0]]['accepted']:,.0f} URLs, "
           f"{figures[worker_labels[0]]['accepted'] / (PARTITIONS * args.seen_buckets):.1f} per bucket) "
           f"(aim <= {AIM_SEEN_BYTES:g}: {verdict(aims['seen_bytes_per_url']['met']) if judged else 'quick run, not judged'})")
+    if "N = 2, a replica, redisReplicas 1" in figures:
+        w0, w1 = figures["N = 2, a replica, redisReplicas 0"], figures["N = 2, a replica, redisReplicas 1"]
+        print(f"WAIT 1 on every tick (redisReplicas 1, a replica in sync on loopback): "
+              f"{w1['cpu_s'] - w0['cpu_s']:+.2f} CPU s ({(w1['cpu_s'] - w0['cpu_s']) / w1['pages'] * 1e6:+.0f} us "
+              f"a page), wall {w1['wall_s'] - w0['wall_s']:+.2f} s, pages per CPU-second "
+              f"{w1['pages_per_cpu_s'] / w0['pages_per_cpu_s']:.3f} x without it")
+        aims["wait_cost"] = {"cpu_s": w1["cpu_s"] - w0["cpu_s"], "wall_s": w1["wall_s"] - w0["wall_s"],
+                             "cpu_ratio": w1["pages_per_cpu_s"] / w0["pages_per_cpu_s"]}
     print("wall-clock scaling (reported, not judged: 2 cores): "
           + ", ".join(f"{label} {figures[label]['speed_ratio']:.2f}x" for label in worker_labels))
     zk_run = args.membership == "zookeeper"
@@ -569,6 +626,8 @@ def main() -> int:
     p.add_argument("--seen-buckets", type=int, default=None,
                    help="seenBuckets of the crawls (default: as many URLs per bucket as 128 gives 1 M URLs)")
     p.add_argument("--no-takeover", dest="takeover", action="store_false")
+    p.add_argument("--no-wait", dest="wait", action="store_false",
+                   help="skip the two rows on a Redis with a replica, without and with redisReplicas 1 (WAIT)")
     p.add_argument("--no-controls", dest="controls", action="store_false",
                    help="skip the control rows (two embedded crawls at once; N = 4 with leaseTtl 2)")
     p.add_argument("--profile", metavar="DIR", help="sample each worker with py-spy into DIR (figures not comparable)")
