@@ -488,3 +488,25 @@ def test_a_sandbox_that_cannot_start_stops_the_crawl_with_exit_2_and_one_line(wo
     assert lines[0].startswith(f"larbin_py: Chromium's sandbox cannot start{who} (No usable sandbox!): "), lines
     assert "user namespaces" in lines[0] and "dynamicSandbox off" in lines[0]
     assert not (work_dir / "state" / "browser").exists()
+
+
+@pytest.mark.async_timeout(60)
+async def test_an_answer_over_the_message_limit_fails_only_its_own_command(work_dir, monkeypatch):
+    require_service("chromium", "apt-get install chromium")
+    from larbin_py.net import cdp
+
+    monkeypatch.setattr(cdp, "MAX_MESSAGE", 1 << 20)
+    browser = Browser(str(work_dir))
+    try:
+        conn = await browser.start()
+        tid = (await conn.send("Target.createTarget", {"url": "about:blank"}))["targetId"]
+        s = conn.session((await conn.send("Target.attachToTarget", {"targetId": tid, "flatten": True}))["sessionId"])
+        big = s.send("Runtime.evaluate", {"expression": "'x'.repeat(3 << 20)", "returnByValue": True}, timeout=20)
+        small = s.send("Runtime.evaluate", {"expression": "6 * 7", "returnByValue": True}, timeout=20)
+        got = await asyncio.gather(big, small, return_exceptions=True)
+        assert isinstance(got[0], cdp.CDPTooLarge) and "Runtime.evaluate" in str(got[0]), got[0]
+        assert got[1]["result"]["value"] == 42
+        assert not conn.is_closed and conn.oversized == 1
+        assert (await conn.send("Browser.getVersion"))["product"]
+    finally:
+        await browser.close()
