@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -490,6 +491,157 @@ def test_a_sandbox_that_cannot_start_stops_the_crawl_with_exit_2_and_one_line(wo
     assert not (work_dir / "state" / "browser").exists()
 
 
+WEBRTC = b"""<!DOCTYPE html><html><head><title>rtc</title></head><body><script>
+let pending = 3;
+const timer = setInterval(() => fetch('/tick'), 50);  // keeps the render going until all is said
+function say(x) { fetch('/log?' + encodeURIComponent(x)); if (--pending === 0) clearInterval(timer); }
+function attempt(where, w) {
+  try {
+    const pc = new w.RTCPeerConnection({iceServers: [{urls: 'stun:127.0.0.1:UDP'}]});
+    pc.createDataChannel('x');
+    pc.onicegatheringstatechange = () => { if (pc.iceGatheringState === 'complete') say(where + ':gathered'); };
+    pc.createOffer().then(o => pc.setLocalDescription(o)).catch(e => say(where + ':failed'));
+  } catch (e) { say(where + ':' + e.name); }
+}
+attempt('page', window);
+attempt('frame', document.body.appendChild(document.createElement('iframe')).contentWindow);
+try { new WebTransport('https://127.0.0.1:UDP/'); say('webtransport:made'); }
+catch (e) { say('webtransport:' + e.name); }
+</script></body></html>"""
+
+
+@pytest.mark.async_timeout(60)
+@pytest.mark.parametrize("layer", ["init script and flags", "flags alone"])
+async def test_a_rendered_page_sends_nothing_to_a_stun_server(work_dir, monkeypatch, layer):
+    require_service("chromium", "apt-get install chromium")
+    import socket
+
+    if layer == "flags alone":  # the APIs left in the page: Chromium's flags must stop the datagrams
+        monkeypatch.setattr(dynamic_mod, "INIT_SCRIPT", "0")
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.setblocking(False)
+    page = WEBRTC.replace(b"UDP", str(udp.getsockname()[1]).encode())
+    async with PageSite({"/": page, "/tick": b"", "/log": b""}) as site:
+        http, dyn = renderer(site, work_dir, timeout=15.0)
+        try:
+            res = await dyn.fetch(site.base + "/", "127.0.0.1", site.port)
+        finally:
+            await dyn.close()
+            await http.close()
+    said = {p[len("/log?"):].replace("%3A", ":") for p in site.paths if p.startswith("/log?")}
+    if layer == "flags alone":  # the page got as far as it could: gathering ended, with nothing gathered
+        assert said == {"page:gathered", "frame:gathered", "webtransport:made"}, (said, res.render_reason)
+    else:  # the APIs are gone, in the page and in a frame it makes
+        assert said == {"page:TypeError", "frame:TypeError", "webtransport:ReferenceError"}, said
+    received = []
+    while True:  # loopback delivers at once: what the page sent before it spoke is here
+        try:
+            received.append(udp.recv(2048))
+        except BlockingIOError:
+            break
+    udp.close()
+    assert received == []
+
+
+@pytest.mark.async_timeout(120)
+async def test_renders_keep_no_page_alive_once_they_end(work_dir, monkeypatch):
+    """Every render used to leave a callback on the connection's ``closed`` future holding its page
+    (up to maxPageSize) until the browser died.  50 renders, counted twice: a page's render costs
+    Chromium ~150 ms of CPU (a navigation, a renderer process now and then), so 500 here would
+    take a minute of a 2-core machine; the count of live pages must not grow at all."""
+    require_service("chromium", "apt-get install chromium")
+    import gc
+
+    from larbin_py.net.http import FetchResult
+
+    monkeypatch.setattr(dynamic_mod, "IDLE", 0.0)  # tiny pages without scripts: nothing to wait for
+    monkeypatch.setattr(dynamic_mod, "TAB_PAGES", 10**6)  # no tab recycled: the renders alone
+
+    def alive() -> int:
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if isinstance(o, FetchResult))
+
+    page = b"<!DOCTYPE html><html><body><a href='/next'>next</a>" + b"x" * 2000 + b"</body></html>"
+    async with PageSite({"/": page}) as site:
+        http, dyn = renderer(site, work_dir, tabs=4, timeout=20.0)
+
+        async def render(_i) -> str:
+            res = await dyn.fetch(site.base + "/", "127.0.0.1", site.port)
+            return res.render_reason if res.error is None else res.error
+
+        try:
+            await dyn.start()
+            before = alive()
+            reasons = Counter(await asyncio.gather(*(render(i) for i in range(25))))
+            half = alive()
+            reasons.update(await asyncio.gather(*(render(i) for i in range(25))))
+            after = alive()
+        finally:
+            await dyn.close()
+            await http.close()
+    assert reasons == {"ok": 50}, reasons
+    assert half - before <= 4 and after - before <= 4, (before, half, after)  # each page freed with its render
+
+
+@pytest.mark.async_timeout(60)
+async def test_a_tab_that_cannot_open_is_an_outcome_not_an_exception(work_dir):
+    require_service("chromium", "apt-get install chromium")
+    import signal
+
+    async with PageSite({"/": b"<!DOCTYPE html><html><body><a href='/a'>a</a></body></html>"}) as site:
+        http, dyn = renderer(site, work_dir, timeout=1.5)
+        try:
+            await dyn.start()
+            pid = dyn.browser.pid
+            os.kill(pid, signal.SIGSTOP)  # a browser that does not answer (a machine under load)
+            try:
+                loop = asyncio.get_running_loop()
+                t0 = loop.time()
+                res = await dyn.fetch(site.base + "/", "127.0.0.1", site.port)
+                took = loop.time() - t0
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert res.error == "noConnection" and "no tab could be opened" in res.error_detail, res.error_detail
+            assert res.body == res.static_body and dyn.stats["unrendered"] == {"noTab": 1}
+            assert took < 1.5 + 2.0, took  # bounded by dynamicTimeout, not a fixed 10 s
+            dyn.timeout = 10.0
+            again = await dyn.fetch(site.base + "/", "127.0.0.1", site.port)
+            assert again.error is None and again.render_reason == "ok" and dyn.browser.starts == 1
+        finally:
+            await dyn.close()
+            await http.close()
+
+
+BIG = (b"<!DOCTYPE html><html><head><title>big</title></head><body><a href='/first'>first</a>"
+       b"<p id='big' hidden></p><script>"  # hidden: 150 M characters to lay out would take minutes
+       b"document.getElementById('big').textContent = '\\u00e9'.repeat(150 * 1024 * 1024);</script>"
+       b"</body></html>")  # 300 MB of UTF-8 once serialized
+
+
+@pytest.mark.async_timeout(90)
+async def test_a_300_mb_dom_comes_back_cut_and_the_render_beside_it_goes_on(work_dir):
+    require_service("chromium", "apt-get install chromium")
+    async with PageSite({"/big": BIG, "/held": HOLDING}) as site:
+        http, dyn = renderer(site, work_dir, tabs=2, timeout=30.0, max_page_size=1_000_001)
+        try:
+            beside = asyncio.ensure_future(dyn.fetch(site.base + "/held", "127.0.0.1", site.port))
+            await site.wait_for(lambda paths: "/hold" in paths, 20)  # it renders, and goes on until released
+            big = await dyn.fetch(site.base + "/big", "127.0.0.1", site.port)
+            site.release.set()
+            other = await asyncio.wait_for(beside, 30)
+        finally:
+            await dyn.close()
+            await http.close()
+    assert big.error is None and big.render_reason == "ok", (big.error_detail, big.render_reason)
+    assert 1_000_000 <= len(big.body) <= 1_000_001 and dyn.counters["renderTooBig"] == 1
+    text = big.body.decode("utf-8")  # cut between two characters
+    assert text.startswith("<!DOCTYPE html>\n<html><head><title>big</title>") and 'href="/first"' in text
+    assert text.endswith("\u00e9" * 1000)
+    assert other.error is None and other.render_reason == "ok" and b"<title>released</title>" in other.body
+    assert dyn.browser.starts == 1 and dyn.counters["crashes"] == 0
+
+
 @pytest.mark.async_timeout(60)
 async def test_an_answer_over_the_message_limit_fails_only_its_own_command(work_dir, monkeypatch):
     require_service("chromium", "apt-get install chromium")
@@ -508,5 +660,58 @@ async def test_an_answer_over_the_message_limit_fails_only_its_own_command(work_
         assert got[1]["result"]["value"] == 42
         assert not conn.is_closed and conn.oversized == 1
         assert (await conn.send("Browser.getVersion"))["product"]
+    finally:
+        await browser.close()
+
+
+SERIALIZED = """<!DOCTYPE html><html lang="fr"><head><title>a &amp; b</title><style>p > a { color: red }</style>
+</head><body><!-- a comment --><p class="x" data-v='quote " &amp; nbsp&nbsp;and <tag>'>text &lt;tag&gt; &amp;
+caf\u00e9 \U0001F600&nbsp;end<br><img src="/i.png" alt=""><a href="/l?a=1&amp;b=2">link</a></p>
+<template><b>inside</b></template><svg viewBox="0 0 10 10"><foreignObject><p>fo</p></foreignObject>
+<circle cx="5" cy="5" r="4"></circle></svg><math><mi>x</mi></math><textarea>raw &lt; text</textarea>
+<script>var s = "<b>" && 1 < 2;</script><noscript><p>ns</p></noscript><table><tr><td>c</td></tr></table>
+</body></html>"""
+
+
+@pytest.mark.async_timeout(60)
+async def test_the_dom_serialized_in_the_page_is_its_outer_html_and_cut_between_characters(work_dir):
+    require_service("chromium", "apt-get install chromium")
+    browser = Browser(str(work_dir))
+    try:
+        conn = await browser.start()
+        tid = (await conn.send("Target.createTarget", {"url": "about:blank"}))["targetId"]
+        s = conn.session((await conn.send("Target.attachToTarget", {"targetId": tid, "flatten": True}))["sessionId"])
+
+        async def value(expression):
+            got = await s.send("Runtime.evaluate", {"expression": expression, "returnByValue": True})
+            return got["result"]["value"]
+
+        async def serialized(limit: int, chunk: int = 1 << 20) -> tuple[str, bool]:
+            head = await value(dynamic_mod._SERIALIZE_JS % {"max": limit})
+            parts, done = [], False
+            while not done:
+                text, done = await value(dynamic_mod._CHUNK_JS % {"chunk": chunk})
+                parts.append(text)
+            return "".join(parts), head["cut"]
+
+        await s.send("Page.setDocumentContent", {"frameId": tid, "html": SERIALIZED})
+        outer = ("(document.doctype ? '<!DOCTYPE ' + document.doctype.name + '>\\n' : '')"
+                 " + document.documentElement.outerHTML")
+        # deeper than a recursion could go (hidden: no style or layout for the renderer to work out)
+        await value("let e = document.body.appendChild(document.createElement('div')); e.hidden = true;"
+                    " for (let i = 0; i < 20000; i++) e = e.appendChild(document.createElement('i'));"
+                    " e.textContent = 'deep'; 1")
+        expected = await value(outer)
+        assert await serialized(10**9) == (expected, False)
+        whole = expected.encode("utf-8")
+        for limit in (1, 150, 151, 152, 153, 200, len(whole) - 1):
+            text, cut = await serialized(limit)
+            got = text.encode("utf-8")
+            assert cut and len(got) <= limit and whole.startswith(got) and len(got) > limit - 4, limit
+        # a slice that would end between the two halves of a surrogate pair keeps the pair whole
+        at = expected.index("\U0001F600")
+        units = len(expected[:at].encode("utf-16-le")) // 2  # the pair's first code unit
+        limit = len(expected[:at + 10].encode("utf-8"))
+        assert await serialized(limit, chunk=units + 1) == (expected[:at + 10], True)
     finally:
         await browser.close()
