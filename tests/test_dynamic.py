@@ -491,6 +491,24 @@ def test_a_sandbox_that_cannot_start_stops_the_crawl_with_exit_2_and_one_line(wo
     assert not (work_dir / "state" / "browser").exists()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="Chromium changes user only when the crawler runs as root")
+def test_root_that_cannot_change_user_stops_the_crawl_with_exit_2_and_one_line(work_dir):
+    require_service("chromium", "apt-get install chromium")
+    import subprocess
+    import sys
+
+    conf = work_dir / "larbin.conf"
+    conf.write_text(f"startUrl http://127.0.0.1:9/\ndynamicPages\n  http://127.0.0.1:9/\nend\n"
+                    f"stateDir {work_dir}/state\nsaveDir {work_dir}/save\nhttpPort 0\n")
+    # root, as in a container started with --cap-drop SETUID --cap-drop SETGID
+    done = subprocess.run([shutil.which("setpriv"), "--bounding-set=-setuid,-setgid", "--", sys.executable, "-m",
+                           "larbin_py", "-c", str(conf)], capture_output=True, text=True, timeout=60)
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("larbin_py: cannot run Chromium as dynamicUser nobody (setpriv: "), lines
+    assert "without CAP_SETUID/CAP_SETGID" in lines[0]
+
+
 WEBRTC = b"""<!DOCTYPE html><html><head><title>rtc</title></head><body><script>
 let pending = 3;
 const timer = setInterval(() => fetch('/tick'), 50);  // keeps the render going until all is said

@@ -51,6 +51,8 @@ awaited beside its first answer), so nothing waits for ``start_timeout``.
   profile) -> the fixes, and ``dynamicSandbox off`` as the last resort;
 * ``dynamicUser`` cannot reach the profile (a parent directory it may not
   enter, such as /root) -> the directory named;
+* root without the capability to change user (setpriv fails) -> run the
+  crawler as an unprivileged user;
 * Chromium missing or broken -> the ``apt-get`` hint.
 
 The network
@@ -226,6 +228,11 @@ def start_failure(log: str, *, path: str, detail: str, who: RunAs | None, sandbo
     user = f" as {who.name}" if who is not None else ""
     if complaint is not None:
         return f"Chromium's sandbox cannot start{user} ({complaint}): {SANDBOX_FIX}"
+    switch = next((ln.strip() for ln in log.splitlines() if ln.startswith("setpriv:")), None)
+    if who is not None and switch is not None:
+        return (f"cannot run Chromium as dynamicUser {who.name} ({switch}): the crawler is root without "
+                f"CAP_SETUID/CAP_SETGID (a container that drops them?); run the crawler as an unprivileged "
+                f"user instead (Chromium then runs as that user)")
     if who is not None:
         blocked = blocking_directory(profile, who.uid, who.gid)
         if blocked is not None:
