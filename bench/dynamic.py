@@ -103,6 +103,7 @@ async def one_crawl(args, mode: str, tabs: int, seed_all: bool = False) -> dict:
     async with Sim(sim_config(args)) as sim:
         dynamic = (("re:https?://", "none"),) if mode == "dynamic" else ()
         with tempfile.TemporaryDirectory(prefix="bench-dynamic-") as work:
+            os.chmod(work, 0o711)  # as root, Chromium runs as nobody, who must reach stateDir/browser
             config = crawl_config(sim, work, dynamic, tabs)
             if seed_all:
                 from larbin_py.demo import crawl_rules
@@ -202,10 +203,11 @@ async def transport_rtt(n: int) -> list[dict]:
 
     import websockets
 
-    from larbin_py.net.browser import FLAGS, Browser
+    from larbin_py.net.browser import FLAGS, Browser, as_user, browser_env, run_as
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-cdp-") as work:
+        os.chmod(work, 0o711)  # as root, Chromium runs as nobody, who must reach its profile
         browser = Browser(work)
         t0 = time.monotonic()
         conn = await browser.connection()
@@ -217,14 +219,19 @@ async def transport_rtt(n: int) -> list[dict]:
                      "rtt_ms": round((time.monotonic() - t0) / n * 1e3, 3)})
         await browser.close()
 
-        profile = os.path.join(work, "ws-profile")
+        profile = os.path.join(work, "ws-profile")  # the same user and sandbox as the pipe's browser
+        who = run_as(browser.user, os.geteuid())
+        os.mkdir(profile, 0o700)
+        if who is not None:
+            os.chown(profile, who.uid, who.gid)
         flags = [f for f in FLAGS if f != "--remote-debugging-pipe"]
         args = [*flags, "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
-                f"--user-data-dir={profile}", *(["--no-sandbox"] if os.geteuid() == 0 else []), "about:blank"]
+                f"--user-data-dir={profile}", "about:blank"]
         t0 = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(find_chromium(), *args, stdin=asyncio.subprocess.DEVNULL,
-                                                    stdout=asyncio.subprocess.DEVNULL,
-                                                    stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        proc = await asyncio.create_subprocess_exec(*as_user(who), find_chromium(), *args,
+                                                    stdin=asyncio.subprocess.DEVNULL,
+                                                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+                                                    start_new_session=True, env=browser_env(profile, os.environ))
         try:
             url = None
             while url is None:

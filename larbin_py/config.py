@@ -310,6 +310,8 @@ class Config:
     dynamic_connexions: int = 2
     dynamic_timeout: float = 10.0
     dynamic_other_hosts: bool = False
+    dynamic_user: str = "nobody"
+    dynamic_sandbox: bool = True
     redis_url: str = ""
     redis_replicas: int | None = None  # auto: replicas_for()
     crawl_name: str = "larbin"
@@ -909,6 +911,21 @@ class _DynamicPages(_List):
         return [self.name, *(f"    {p} {t}" for p, t in value), "end"] if value else []
 
 
+class _UserName(_Text):
+    """``dynamicUser``: a user name (letters, digits, '.', '_', '-', a final '$') or a uid."""
+
+    _RE = re.compile(r"(?:[A-Za-z_][A-Za-z0-9._-]{0,31}\$?|[0-9]{1,10})\Z")
+
+    def __init__(self, name: str, attr: str):
+        super().__init__(name, attr, one_word=True)
+
+    def coerce(self, value: Any) -> str:
+        value = super().coerce(value)
+        if not self._RE.match(value):
+            raise _Bad(f"expected a user name or uid (letters, digits, '.', '_', '-'), got {value!r}")
+        return value
+
+
 class _Analyzer(_List):
     """``analyzer NAME [urls=RE] [types=T,...] KIND ARGS...``: one analyzer a line (larbin_py.analysis)."""
 
@@ -1034,6 +1051,8 @@ KEYS: tuple[_Key, ...] = (
     _Int("dynamicConnexions", "dynamic_connexions", 1, 64),
     _Seconds("dynamicTimeout", "dynamic_timeout", 0, 600, above=True),
     _Switch("dynamicOtherHosts", "dynamic_other_hosts"),
+    _UserName("dynamicUser", "dynamic_user"),
+    _Switch("dynamicSandbox", "dynamic_sandbox"),
     _Int("analysisWorkers", "analysis_workers", 0, 256),
     _Switch("analysisShare", "analysis_share"),
     _Analyzer("analyzer", "analyzers"),

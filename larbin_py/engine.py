@@ -99,7 +99,7 @@ class Engine:
             self.analysis.attach(self.frontier, self.counts, self._spawn)
             self.pages.analysis = self.analysis
         #: The I/O edge (larbin_py.wiring): resolver, fetcher, output injected, or built once the loop runs.
-        self.edge = Edge(config, resolver=resolver, fetcher=fetcher, output=output)
+        self.edge = Edge(config, resolver=resolver, fetcher=fetcher, output=output, err=self.err)
         #: When progress is made durable, and the engine's section of it (larbin_py.checkpoints).
         self.checkpoints = Checkpoints(st, self.frontier, counts=self.counts, digests=self.pages.digests,
                                        analysis=self.analysis, interval=config.checkpoint_interval,

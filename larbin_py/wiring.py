@@ -24,6 +24,8 @@ resolver) after.
 
 from __future__ import annotations
 
+import sys
+
 from .net.browser import Browser, BrowserUnavailable
 from .net.dns import Resolver
 from .net.dynamic import build_dynamic
@@ -72,8 +74,9 @@ class Edge:
     Chromium and the fetcher that renders with it (None when off).
     """
 
-    def __init__(self, config, *, resolver=None, fetcher=None, output=None) -> None:
+    def __init__(self, config, *, resolver=None, fetcher=None, output=None, err=None) -> None:
         self.config = config
+        self.err = err if err is not None else sys.stderr  # warnings at start (dynamicSandbox off)
         self.resolver, self.fetcher, self.output = resolver, fetcher, output
         self.writer: WriterThread | None = None
         self.robots: RobotsFetch | None = None
@@ -81,10 +84,13 @@ class Edge:
         self.dynamic = None
 
     async def start_browser(self) -> None:
-        """dynamicPages: Chromium starts before the crawl (missing or broken: StartError, exit 2)."""
+        """dynamicPages: Chromium starts before the crawl (missing or broken, a sandbox that cannot
+        start: StartError, exit 2); with dynamicSandbox off, a warning line first."""
         if not self.config.dynamic_pages:
             return
-        self.browser = Browser(self.config.state_dir)
+        self.browser = Browser.for_config(self.config)
+        if self.browser.warning is not None:
+            print(f"larbin_py: warning: {self.browser.warning}", file=self.err)
         try:
             await self.browser.start()
         except BrowserUnavailable as exc:

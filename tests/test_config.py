@@ -172,6 +172,8 @@ NON_DEFAULTS = {
     "dynamic_connexions": 4,
     "dynamic_timeout": 3.5,
     "dynamic_other_hosts": True,
+    "dynamic_user": "larbin-chromium",
+    "dynamic_sandbox": False,
     "membership": "zookeeper",
     "zk_hosts": "zk1.example:2181,[::1]:2182",
     "zk_path": "/crawls/larbin",

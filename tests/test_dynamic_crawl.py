@@ -21,6 +21,7 @@ from larbin_py.sim import Sim, SimConfig
 from larbin_py.sim.dynamic import DYN_LINKS, JS_HOST, REFRESH_TARGET, SECRET_LINKS
 
 from conftest import require_service
+from test_dynamic import work_dir  # noqa: F401 -- a fixture: a temp directory Chromium's user can reach
 from test_e2e import ROBOTS_PATHS, SLACK, check_conservation, make_config
 
 pytestmark = pytest.mark.slow
@@ -62,10 +63,10 @@ def check_politeness_with_sub_requests(sim, wait: float) -> None:
 
 
 @pytest.mark.async_timeout(120)
-async def test_dynamic_pages_find_every_javascript_link_politely(tmp_path):
+async def test_dynamic_pages_find_every_javascript_link_politely(work_dir):
     require_service("chromium", "apt-get install chromium")
     async with Sim(SimConfig(**SIM)) as sim:
-        config = make_config(tmp_path, sim, wait_duration=WAIT, dynamic_pages=rules(sim.port),
+        config = make_config(work_dir, sim, wait_duration=WAIT, dynamic_pages=rules(sim.port),
                              dynamic_timeout=3.0, output_mode="warc")
         truth = sim.truth(crawl_rules(config, sim.seeds))
         engine = Engine(config)
@@ -94,7 +95,7 @@ async def test_dynamic_pages_find_every_javascript_link_politely(tmp_path):
         # the WARC keeps each rendered page's fetched answer and its rendering, marked as such
         from warcio.archiveiterator import ArchiveIterator
         conversions = {}
-        for path in glob.glob(str(tmp_path / "save" / "*.warc.gz")):
+        for path in glob.glob(str(work_dir / "save" / "*.warc.gz")):
             with open(path, "rb") as f:
                 for rec in ArchiveIterator(f):
                     if rec.rec_type == "conversion":
@@ -126,11 +127,11 @@ async def test_without_dynamic_pages_no_javascript_link_is_found(tmp_path, mode)
 
 
 @pytest.mark.async_timeout(120)
-async def test_killing_the_browser_mid_crawl_loses_nothing(tmp_path):
+async def test_killing_the_browser_mid_crawl_loses_nothing(work_dir):
     require_service("chromium", "apt-get install chromium")
     async with Sim(SimConfig(**SIM)) as sim:
         # generous timeout (a loaded machine must not turn a render into a timeout); no endless page
-        config = make_config(tmp_path, sim, wait_duration=0.0, dynamic_pages=rules(sim.port, endless=False),
+        config = make_config(work_dir, sim, wait_duration=0.0, dynamic_pages=rules(sim.port, endless=False),
                              dynamic_timeout=10.0, output_mode="mirror")
         truth = sim.truth(crawl_rules(config, sim.seeds))
         engine = Engine(config)
@@ -146,7 +147,7 @@ async def test_killing_the_browser_mid_crawl_loses_nothing(tmp_path):
         assert summary.dynamic["crashes"] >= 1 and summary.dynamic["browser_starts"] >= 2
         # the mirror holds each page as rendered (the one rendered when the browser died too):
         # every link its JavaScript writes is in its file
-        stored = stored_pages(tmp_path / "save")
+        stored = stored_pages(work_dir / "save")
         base = f"http://{JS_HOST}:{sim.port}"
         for page, links in DYN_LINKS.items():
             if page != "/endless.html":  # no rule for it here
@@ -208,7 +209,7 @@ class CookieSite:
 
 
 @pytest.mark.async_timeout(60)
-async def test_with_use_cookies_a_scripts_request_carries_the_crawls_cookies(tmp_path):
+async def test_with_use_cookies_a_scripts_request_carries_the_crawls_cookies(work_dir):
     require_service("chromium", "apt-get install chromium")
     from larbin_py.config import parse_config_text
 
@@ -219,8 +220,8 @@ async def test_with_use_cookies_a_scripts_request_carries_the_crawls_cookies(tmp
         def config(name, dynamic):
             return parse_config_text("", require_start_urls=False).replace(
                 start_urls=(root,), private_networks="allow", http_port=0,
-                output_mode="save", wait_duration=0.0, save_dir=str(tmp_path / name / "save"),
-                state_dir=str(tmp_path / name / "state"), use_cookies=True, dynamic_pages=dynamic,
+                output_mode="save", wait_duration=0.0, save_dir=str(work_dir / name / "save"),
+                state_dir=str(work_dir / name / "state"), use_cookies=True, dynamic_pages=dynamic,
                 dynamic_timeout=10.0)
         summary = await Engine(config("rendered", ((root, "none"),))).run()
         asked = list(site.requests)
@@ -232,7 +233,47 @@ async def test_with_use_cookies_a_scripts_request_carries_the_crawls_cookies(tmp
     assert any(path == "/members.html" for path, _ in asked)  # the link the XHR gave
     assert summary.pages == 2
     # save mode stores the rendered DOM: the link the script wrote is in the page's file
-    assert b'href="/members.html"' in stored_pages(tmp_path / "rendered" / "save")[root]
+    assert b'href="/members.html"' in stored_pages(work_dir / "rendered" / "save")[root]
     # without the rule: the page as fetched, no such link, nothing else crawled
     assert plain.pages == 1 and [p for p, _ in site.requests] == ["/robots.txt", "/"]
-    assert b"/members.html" not in stored_pages(tmp_path / "plain" / "save")[root]
+    assert b"/members.html" not in stored_pages(work_dir / "plain" / "save")[root]
+
+
+@pytest.mark.async_timeout(60)
+async def test_dynamic_sandbox_off_is_said_at_start_and_chromium_is_still_not_root(work_dir, capsys):
+    require_service("chromium", "apt-get install chromium")
+    import os
+    import pwd
+
+    from larbin_py.config import parse_config_text
+    from larbin_py.runner import run_engine
+
+    site = CookieSite()
+    port = await site.start()
+    root = f"http://127.0.0.1:{port}/"
+    seen = {}
+
+    def started(engine):  # the browser is up: what it runs as, and with which switches
+        pid = engine.edge.browser.pid
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            seen["args"] = f.read().split(b"\0")
+        with open(f"/proc/{pid}/status") as f:
+            seen["uid"] = int(next(ln for ln in f if ln.startswith("Uid:")).split()[2])
+
+    try:
+        config = parse_config_text("", require_start_urls=False).replace(
+            start_urls=(root,), private_networks="allow", http_port=0, output_mode="none", wait_duration=0.0,
+            save_dir=str(work_dir / "save"), state_dir=str(work_dir / "state"), dynamic_pages=((root, "none"),),
+            dynamic_timeout=10.0, dynamic_sandbox=False)
+        engine = Engine(config)
+        engine.on_servers_started = started
+        code = await run_engine(engine)
+    finally:
+        site.server.close()
+    err = capsys.readouterr().err
+    who = "nobody" if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
+    assert code == 0 and [ln for ln in err.splitlines() if "warning" in ln] == [
+        f"larbin_py: warning: dynamicSandbox off: Chromium renders crawled pages without its sandbox "
+        f"(--no-sandbox); a renderer exploit runs as {who} with nothing else in its way"]
+    assert b"--no-sandbox" in seen["args"] and seen["uid"] == pwd.getpwnam(who).pw_uid
+    assert any(path == "/data.json" for path, _ in site.requests)  # rendered: the page's script ran

@@ -17,18 +17,28 @@ no answer in time raises :class:`CDPTimeout`, and when the pipe closes (the
 browser exited or crashed) every pending command and every later one raises
 :class:`BrowserClosed`; ``closed`` is a future that is then done.  Nothing
 here blocks: the pipes are asyncio transports.
+
+Messages are bounded: one longer than :data:`MAX_MESSAGE` is never held
+whole.  It is read past in pieces up to its NUL (JSON escapes every control
+character, so a NUL always ends a message and the stream stays in step),
+counted in ``oversized``, and the command it answers (its ``"id"`` opens
+the message) raises :class:`CDPTooLarge`; every other command and event
+goes on.  Callers that may get large answers (a rendered DOM) fetch them in
+slices (:mod:`larbin_py.net.dynamic`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any, Callable
 
-__all__ = ["CDPConnection", "Session", "CDPError", "CDPTimeout", "BrowserClosed"]
+__all__ = ["CDPConnection", "Session", "CDPError", "CDPTimeout", "CDPTooLarge", "BrowserClosed", "MAX_MESSAGE"]
 
-#: Largest message read (a rendered DOM travels in one; maxPageSize is below this).
-MAX_MESSAGE = 256 * 1024 * 1024
+#: Largest message held whole; a longer one is skipped (see the module docstring).
+MAX_MESSAGE = 32 * 1024 * 1024
+_ID_RE = re.compile(rb'\{\s*"id"\s*:\s*(\d+)')
 
 
 class CDPError(Exception):
@@ -46,6 +56,13 @@ class CDPTimeout(CDPError):
 
     def __init__(self, method: str, timeout: float) -> None:
         super().__init__(method, -1, f"no answer in {timeout:g} s")
+
+
+class CDPTooLarge(CDPError):
+    """A command's answer was longer than MAX_MESSAGE: skipped, never held whole."""
+
+    def __init__(self, method: str, size: int) -> None:
+        super().__init__(method, -1, f"answer of {size} bytes is over the {MAX_MESSAGE}-byte limit")
 
 
 class BrowserClosed(ConnectionError):
@@ -99,6 +116,7 @@ class CDPConnection:
         self.sessions: dict[str | None, Session] = {None: self.browser}
         self.messages_in = 0
         self.messages_out = 0
+        self.oversized = 0
         self._read_transport: asyncio.BaseTransport | None = None
         self._task = loop.create_task(self._read())
 
@@ -168,14 +186,23 @@ class CDPConnection:
 
     async def _read(self) -> None:
         reader = self._reader
+        head = b""  # the start of an oversized message being skipped
+        skipped = 0
         try:
             while True:
                 try:
                     raw = await reader.readuntil(b"\0")
                 except asyncio.IncompleteReadError:
                     break
-                except asyncio.LimitOverrunError:
-                    break  # a message past MAX_MESSAGE: the stream cannot be resynchronized
+                except asyncio.LimitOverrunError as exc:  # no NUL within the limit: read past it
+                    piece = await reader.readexactly(exc.consumed)
+                    head = head or piece[:64]
+                    skipped += len(piece)
+                    continue
+                if head:  # the end of the oversized message
+                    self._oversized(head, skipped + len(raw))
+                    head, skipped = b"", 0
+                    continue
                 self.messages_in += 1
                 try:
                     msg = json.loads(raw[:-1])
@@ -186,6 +213,14 @@ class CDPConnection:
             pass
         finally:
             self._close_all()
+
+    def _oversized(self, head: bytes, size: int) -> None:
+        """A message over MAX_MESSAGE was skipped: the command it answered fails."""
+        self.oversized += 1
+        m = _ID_RE.match(head)
+        entry = self._pending.get(int(m.group(1))) if m else None
+        if entry is not None and not entry[1].done():
+            entry[1].set_exception(CDPTooLarge(entry[0], size))
 
     def _dispatch(self, msg: dict) -> None:
         mid = msg.get("id")

@@ -17,8 +17,12 @@ One page, step by step:
    once) navigates to the URL with every request intercepted (DevTools
    ``Fetch`` domain, request stage).  The document request is answered with
    the body of step 1; the browser never touches the network itself.
-3. Every *sub-request* the page makes (scripts, XHR, fetch, stylesheets,
-   frames) is policed before the crawler makes it for the browser:
+   :data:`INIT_SCRIPT` runs first in every frame of the tab: WebRTC,
+   WebTransport and the capture devices are gone from the page.
+3. Every *sub-request* the page makes (scripts, XHR, fetch, EventSource,
+   stylesheets, same-site frames and their requests, dedicated workers and
+   their requests; a cross-site frame's document too) is policed before the
+   crawler makes it for the browser:
 
    * images, media and fonts are refused (``blocked``);
    * a scheme other than http(s), a method other than GET/HEAD: refused;
@@ -49,10 +53,22 @@ One page, step by step:
    ``call:FUNCTION``: the page's function is called; ``none``), then the page
    settles: no sub-request in flight nor started for :data:`IDLE` seconds.
    Everything is bounded by ``dynamicTimeout`` from the start of the render.
-5. The rendered DOM (``document.documentElement.outerHTML``) is the page's
-   body (:class:`RenderedResult`, ``rendered`` True): saved, archived (the
-   WARC gets the HTTP response and the rendering as a ``conversion`` record)
-   and parsed for links like any page.
+5. The rendered DOM (what ``document.documentElement.outerHTML`` gives,
+   after the doctype) is the page's body (:class:`RenderedResult`,
+   ``rendered`` True): saved, archived (the WARC gets the HTTP response and
+   the rendering as a ``conversion`` record) and parsed for links like any
+   page.  It is serialized *inside the page*, in an isolated world of the
+   crawler's (:data:`WORLD`: page scripts can neither see nor redefine what
+   it uses), by :data:`_SERIALIZE_JS`, which stops at maxPageSize bytes of
+   UTF-8 (between two characters; counted ``renderTooBig``), and read in
+   slices of :data:`CHUNK` code units: a page of any size never costs more
+   than maxPageSize, and no DevTools answer more than a slice.
+
+What a page cannot reach: requests that interception does not see (a
+cross-site frame's or a shared or service worker's own requests, a
+WebSocket) go to the closed proxy of the browser's flags and fail there;
+Chromium resolves no name itself; UDP (WebRTC, QUIC) is off by flags and by
+:data:`INIT_SCRIPT` (see :mod:`larbin_py.net.browser`).
 
 Failures:
 
@@ -66,6 +82,20 @@ Failures:
 * the browser crashes (or is killed): the result is ``noConnection`` ("browser
   crashed"), which the engine retries like any connection failure, and the
   next page restarts the browser (:class:`larbin_py.net.browser.Browser`).
+
+:meth:`DynamicFetcher.fetch` never raises.  Whatever keeps a page from being
+rendered at all -- the browser dead or unable to restart, a tab that cannot
+be opened by the render's deadline (each command of the render, the tab's
+opening included, is bounded by ``dynamicTimeout``), another DevTools error,
+an answer of an unexpected shape -- is the same ``noConnection`` outcome:
+retried, then forgotten after the URL's retries, and counted in
+:attr:`DynamicFetcher.unrendered` by why (``browser``, ``noTab``,
+``devtools``, ``error``; the stats' ``unrendered``).  A tab half opened is
+disposed of with its browser context.
+
+A render holds its page (``FetchResult``, up to maxPageSize) only while it
+runs: :meth:`_Render.end` takes its callback off the connection's ``closed``
+future, which lives as long as the browser, and clears the tab's handlers.
 
 Tabs are recycled: a tab serves :data:`TAB_PAGES` pages (each one starting
 from ``about:blank``) in its own browser context, then the tab and its
@@ -97,8 +127,12 @@ IDLE = 0.5
 TAB_PAGES = 20
 #: Scrolls to the bottom at most, while the page keeps growing.
 SCROLL_ROUNDS = 3
-#: Seconds to read the DOM of a page (past dynamicTimeout) before its renderer counts as hung.
+#: Seconds for each command that reads the DOM (past dynamicTimeout) before the renderer counts as hung.
 READ_TIMEOUT = 5.0
+#: UTF-16 code units of the rendered DOM per DevTools answer (at most ~6 MB of JSON each).
+CHUNK = 1 << 20
+#: The isolated world the crawler's own scripts run in (page scripts can neither see nor alter it).
+WORLD = "larbin_py"
 #: Resource types never fetched for a page (DevTools Network.ResourceType).
 BLOCKED_TYPES = frozenset({"Image", "Media", "Font"})
 #: Headers of the fetched answer not handed to the browser: the body it gets is decoded and whole.
@@ -108,8 +142,126 @@ TRIGGERS = ("none", "scroll", "call")
 #: Why a rendered page ended as it did (the stats' ``dynamic.pages`` counter).
 RENDER_REASONS = ("ok", "dynamicTimeout", "noFunction", "renderFailed")
 _FUNCTION_RE = re.compile(r"[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)*\Z")
-_DOM_JS = ("(document.doctype ? '<!DOCTYPE ' + document.doctype.name + '>\\n' : '')"
-           " + (document.documentElement ? document.documentElement.outerHTML : '')")
+
+#: Run in every frame before its own scripts (Page.addScriptToEvaluateOnNewDocument, in the page's
+#: world): the APIs that send what interception cannot see are gone.  WebRTC (RTCPeerConnection and
+#: every RTC* / webkitRTC* interface) speaks UDP to any address; WebTransport speaks QUIC; capture
+#: devices (navigator.mediaDevices, getUserMedia) have no use in a crawl (an http: page has none
+#: anyway: they exist in secure contexts only).  The browser's flags stop the same traffic
+#: (larbin_py.net.browser): this is the second lock, and the one a page sees.
+INIT_SCRIPT = r"""(() => {
+  const g = globalThis;
+  for (const name of Object.getOwnPropertyNames(g)) {
+    if (/^(webkit)?RTC|^WebTransport/.test(name)) { try { delete g[name]; } catch (e) {} }
+  }
+  const nav = g.Navigator && g.Navigator.prototype;
+  for (const name of ['mediaDevices', 'getUserMedia', 'webkitGetUserMedia']) {
+    try { if (nav) delete nav[name]; } catch (e) {}
+  }
+})();"""
+
+#: Serializes the document as outerHTML does (its doctype first) in the crawler's isolated world,
+#: walking the tree without recursion and stopping at MAX bytes of UTF-8 (cut between two
+#: characters): nothing larger than the limit is ever built, whatever the page's size or depth,
+#: and page scripts cannot alter the built-ins it uses.  The parts wait in the world's global for
+#: _CHUNK_JS; the answer is {cut, bytes}.
+_SERIALIZE_JS = r"""(() => {
+  const MAX = %(max)d;
+  const VOID = new Set(['area', 'base', 'basefont', 'bgsound', 'br', 'col', 'embed', 'frame', 'hr', 'img',
+                        'input', 'keygen', 'link', 'meta', 'param', 'source', 'track', 'wbr']);
+  const RAW = new Set(['style', 'script', 'xmp', 'iframe', 'noembed', 'noframes', 'plaintext', 'noscript']);
+  const NS = 'http://www.w3.org/1999/xhtml';
+  const ASCII = /^[\x00-\x7f]*$/;
+  const ENT = {'&': '&amp;', '\u00a0': '&nbsp;', '"': '&quot;', '<': '&lt;', '>': '&gt;'};
+  const enc = new TextEncoder(), dec = new TextDecoder();
+  const parts = [];
+  let size = 0, cut = false;
+  const room = () => MAX - size;
+  const put = (s) => {
+    if (cut || !s) return;
+    if (s.length > room()) { s = s.slice(0, room()); cut = true; }
+    if (ASCII.test(s)) { size += s.length; parts.push(s); return; }
+    const b = enc.encode(s);
+    if (b.length > room()) {  // back to the start of the character the limit falls in
+      let k = room();
+      while (k > 0 && (b[k] & 0xc0) === 0x80) k--;
+      s = dec.decode(b.subarray(0, k)); size += k; cut = true;
+    } else size += b.length;
+    parts.push(s);
+  };
+  const html = (n) => n.nodeType === 1 && n.namespaceURI === NS;
+  const tag = (n) => html(n) ? n.localName : n.tagName;
+  const some = (s) => s.slice(0, room() + 1);
+  const leaf = (n) => {
+    switch (n.nodeType) {
+      case 3: {
+        const raw = n.parentNode && html(n.parentNode) && RAW.has(n.parentNode.localName);
+        put(raw ? some(n.data) : some(n.data).replace(/[&\u00a0<>]/g, c => ENT[c]));
+        break;
+      }
+      case 4: put('<![CDATA[' + some(n.data) + ']]>'); break;
+      case 7: put('<?' + n.target + ' ' + some(n.data) + '>'); break;
+      case 8: put('<!--' + some(n.data) + '-->'); break;
+    }
+  };
+  const d = document, root = d.documentElement;
+  const open = [];  // the elements whose end tag is due, innermost last
+  const after = (n) => {  // the node after n's subtree, closing the elements that end with it
+    for (;;) {
+      if (n === root) return null;
+      if (n.nextSibling !== null) return n.nextSibling;
+      n = open.pop();
+      if (n === undefined) return null;
+      put('</' + tag(n) + '>');
+    }
+  };
+  if (d.doctype) put('<!DOCTYPE ' + d.doctype.name + '>\n');
+  let n = root;
+  while (n !== null && !cut) {
+    if (n.nodeType === 1) {
+      let start = '<' + tag(n);
+      for (const a of n.attributes) {
+        start += ' ' + a.name + '="' + some(a.value).replace(/[&\u00a0"<>]/g, c => ENT[c]) + '"';
+        if (start.length > room()) break;
+      }
+      put(start + '>');
+      if (!(html(n) && VOID.has(n.localName))) {
+        const first = (html(n) && n.localName === 'template' ? n.content : n).firstChild;
+        if (first !== null) { open.push(n); n = first; continue; }
+        put('</' + tag(n) + '>');
+      }
+    } else leaf(n);
+    n = after(n);
+  }
+  globalThis.__larbinDom = {parts, i: 0};
+  return {cut, bytes: size};
+})()"""
+
+#: The next slice of the serialized DOM, [text, done]: at most CHUNK code units (never half of
+#: a surrogate pair), so that no DevTools answer is large whatever maxPageSize is.
+_CHUNK_JS = r"""(() => {
+  const st = globalThis.__larbinDom;
+  if (!st) return ['', true];
+  let out = '', n = 0;
+  while (st.i < st.parts.length && n < %(chunk)d) {
+    const p = st.parts[st.i];
+    if (n + p.length <= %(chunk)d) { out += p; n += p.length; st.i++; continue; }
+    let k = %(chunk)d - n;
+    const c = p.charCodeAt(k - 1);
+    if (c >= 0xd800 && c <= 0xdbff) k--;
+    if (k <= 0) break;
+    out += p.slice(0, k); st.parts[st.i] = p.slice(k); n += k;
+    break;
+  }
+  const done = st.i >= st.parts.length;
+  if (done) delete globalThis.__larbinDom;
+  return [out, done];
+})()"""
+
+#: The scroll trigger, in the isolated world (the page's listeners still get the event).
+_SCROLL_JS = ("window.scrollTo(0, document.documentElement.scrollHeight);"
+              "window.dispatchEvent(new Event('scroll'));"
+              "document.documentElement.scrollHeight")
 
 
 def parse_rule(words: list[str] | tuple[str, ...]) -> tuple[str, str]:
@@ -254,16 +406,34 @@ class _Tab:
         self.pages = 0
 
     @classmethod
-    async def open(cls, conn: CDPConnection) -> "_Tab":
-        ctx = (await conn.send("Target.createBrowserContext", {"disposeOnDetach": True}))["browserContextId"]
-        tid = (await conn.send("Target.createTarget", {"url": "about:blank", "browserContextId": ctx}))["targetId"]
-        sid = (await conn.send("Target.attachToTarget", {"targetId": tid, "flatten": True}))["sessionId"]
-        tab = cls(conn, ctx, tid, conn.session(sid))
-        s = tab.session
-        await s.send("Page.enable")
-        await s.send("Page.setLifecycleEventsEnabled", {"enabled": True})
-        await s.send("Fetch.enable", {"patterns": [{"urlPattern": "*", "requestStage": "Request"}]})
-        return tab
+    async def open(cls, conn: CDPConnection, remaining: Callable[[], float]) -> "_Tab":
+        """A new tab, each command bounded by ``remaining()`` seconds (the render's deadline).
+
+        Raises :class:`_NoTab` (the DevTools error as its cause) or BrowserClosed; what was
+        made before the failure is disposed of (its browser context, and so its tab).
+        """
+        ctx = None
+        try:
+            ctx = (await conn.send("Target.createBrowserContext", {"disposeOnDetach": True},
+                                   timeout=remaining()))["browserContextId"]
+            tid = (await conn.send("Target.createTarget", {"url": "about:blank", "browserContextId": ctx},
+                                   timeout=remaining()))["targetId"]
+            sid = (await conn.send("Target.attachToTarget", {"targetId": tid, "flatten": True},
+                                   timeout=remaining()))["sessionId"]
+            tab = cls(conn, ctx, tid, conn.session(sid))
+            s = tab.session
+            await s.send("Page.enable", timeout=remaining())
+            await s.send("Page.setLifecycleEventsEnabled", {"enabled": True}, timeout=remaining())
+            await s.send("Page.addScriptToEvaluateOnNewDocument", {"source": INIT_SCRIPT}, timeout=remaining())
+            await s.send("Fetch.enable", {"patterns": [{"urlPattern": "*", "requestStage": "Request"}]},
+                         timeout=remaining())
+            return tab
+        except (CDPError, KeyError, TypeError) as exc:
+            if ctx is not None:  # answered in turn, after any late createTarget: its tab goes too
+                conn.post("Target.disposeBrowserContext", {"browserContextId": ctx})
+            if conn.is_closed:
+                raise BrowserClosed("the browser exited while a tab was opened") from None
+            raise _NoTab(str(exc) or type(exc).__name__) from exc
 
     async def close(self) -> None:
         self.session.detach()
@@ -275,6 +445,10 @@ class _Tab:
                                  timeout=5.0)
         except (CDPError, BrowserClosed):
             pass
+
+
+class _NoTab(Exception):
+    """No tab could be opened (the browser did not answer in time, or refused)."""
 
 
 class _Render:
@@ -295,12 +469,22 @@ class _Render:
         self.loads: set = set()
         self.tasks: set[asyncio.Task] = set()
         self.sub_requests = 0
+        self.world: int | None = None  # the isolated world's execution context, once made
         tab.conn.closed.add_done_callback(self._browser_gone)
 
     def _browser_gone(self, _fut) -> None:
         """The browser died: wake every wait of this render (it then raises BrowserClosed)."""
         self.changed.set()
         self.loaded.set()
+
+    def end(self) -> None:
+        """The render is over: its sub-requests cancelled, nothing left that refers to it
+        (the connection's ``closed`` future outlives every render: a callback left there would
+        keep this render, and its page, alive until the browser dies)."""
+        for task in list(self.tasks):
+            task.cancel()
+        self.tab.conn.closed.remove_done_callback(self._browser_gone)
+        self.tab.session.handlers.clear()
 
     # -- events (called by the connection's reader: no await here) --------
     def on_paused(self, p: dict) -> None:
@@ -420,9 +604,16 @@ class _Render:
             except asyncio.TimeoutError:
                 pass
 
-    def cancel(self) -> None:
-        for task in list(self.tasks):
-            task.cancel()
+    async def evaluate(self, expression: str, timeout: float):
+        """``expression``'s value, run in the crawler's isolated world of the page (made on first use)."""
+        s = self.tab.session
+        if self.world is None:
+            got = await s.send("Page.createIsolatedWorld", {"frameId": self.tab.target_id, "worldName": WORLD},
+                               timeout=timeout)
+            self.world = got["executionContextId"]
+        got = await s.send("Runtime.evaluate", {"expression": expression, "contextId": self.world,
+                                                "returnByValue": True}, timeout=timeout)
+        return (got.get("result") or {}).get("value")
 
 
 class DynamicFetcher:
@@ -454,6 +645,9 @@ class DynamicFetcher:
         self.counters: Counter[str] = Counter()
         #: Sub-requests refused, by reason (blocked, otherHost, forbiddenRobots...).
         self.refused: Counter[str] = Counter()
+        #: Pages given back unrendered as noConnection (retried), by why: browser (crashed or
+        #: would not restart), noTab, devtools (another DevTools error), error (an unexpected answer).
+        self.unrendered: Counter[str] = Counter()
         self._closing = False
 
     def trigger(self, url: str) -> str | None:
@@ -471,7 +665,8 @@ class DynamicFetcher:
                 "sub_requests": self.counters["subRequests"],
                 "sub_bytes": self.counters["subBytes"],
                 "sub_failed": self.counters["subFailed"],
-                "sub_refused": dict(self.refused)}
+                "sub_refused": dict(self.refused),
+                "unrendered": dict(self.unrendered)}
 
     async def start(self) -> None:
         """Start the browser now (BrowserUnavailable: the crawl cannot run as configured)."""
@@ -493,23 +688,37 @@ class DynamicFetcher:
             started = self.clock()
             try:
                 out = await self._render(url, res, trigger, request)
-            except (BrowserClosed, BrowserUnavailable) as exc:
-                self.counters["crashes"] += 1
-                out = _rendered(res, render_reason="renderFailed", trigger=trigger, static_body=res.body)
-                out.error = "noConnection"
-                out.error_detail = f"browser crashed: {exc}"
-                return out
+            except Exception as exc:  # noqa: BLE001 -- every failure of the browser is an outcome
+                return self._unrendered(res, trigger, exc)
             out.render_time = self.clock() - started
         self.counters[out.render_reason] += 1
         return out
 
-    async def _tab(self, conn: CDPConnection) -> _Tab:
+    def _unrendered(self, res: FetchResult, trigger: str, exc: Exception) -> RenderedResult:
+        """The page could not be rendered at all: ``noConnection`` (retried like any connection
+        failure, forgotten after its retries), counted in ``unrendered`` by why."""
+        if isinstance(exc, (BrowserClosed, BrowserUnavailable)):
+            self.counters["crashes"] += 1
+            why, detail = "browser", f"browser crashed: {exc}"
+        elif isinstance(exc, _NoTab):
+            why, detail = "noTab", f"browser: no tab could be opened: {exc}"
+        elif isinstance(exc, CDPError):
+            why, detail = "devtools", f"browser: {exc}"
+        else:  # an answer of an unexpected shape: the crawl goes on, the page is retried
+            why, detail = "error", f"render failed: {type(exc).__name__}: {exc}"
+        self.unrendered[why] += 1
+        out = _rendered(res, render_reason="renderFailed", trigger=trigger, static_body=res.body)
+        out.error = "noConnection"
+        out.error_detail = detail
+        return out
+
+    async def _tab(self, conn: CDPConnection, deadline: float) -> _Tab:
         while self._idle_tabs:
             tab = self._idle_tabs.pop()
             if tab.conn is conn and not conn.is_closed:
                 return tab
         self.counters["tabsOpened"] += 1
-        return await _Tab.open(conn)
+        return await _Tab.open(conn, lambda: max(0.1, deadline - self.clock()))
 
     async def _release(self, tab: _Tab, healthy: bool) -> None:
         tab.pages += 1
@@ -518,7 +727,7 @@ class DynamicFetcher:
                 await tab.session.send("Page.navigate", {"url": "about:blank"}, timeout=5.0)
                 self._idle_tabs.append(tab)
                 return
-            except CDPError:
+            except (CDPError, BrowserClosed):
                 pass
         self.counters["tabsRecycled"] += 1
         await tab.close()
@@ -527,14 +736,14 @@ class DynamicFetcher:
         clock = self.clock
         deadline = clock() + self.timeout
         conn = await self.browser.connection()
-        tab = await self._tab(conn)
+        tab = await self._tab(conn, deadline)
         r = _Render(self, tab, url, res, page_request)
         s = tab.session
         s.on("Fetch.requestPaused", r.on_paused)
         s.on("Page.lifecycleEvent", r.on_lifecycle)
         healthy = False
         reason = "ok"
-        html: str | None = None
+        dom: tuple[str, bool] | None = None
         try:
             try:
                 nav = await s.send("Page.navigate", {"url": url}, timeout=max(0.1, deadline - clock()))
@@ -551,29 +760,50 @@ class DynamicFetcher:
                     raise BrowserClosed("the browser exited during the render") from None
                 reason = "dynamicTimeout" if clock() >= deadline else "renderFailed"
             try:  # what was rendered, settled or not
-                got = await s.send("Runtime.evaluate", {"expression": _DOM_JS, "returnByValue": True},
-                                   timeout=READ_TIMEOUT)
-                html = (got.get("result") or {}).get("value")
-                healthy = isinstance(html, str)
+                dom = await self._read_dom(r)
+                healthy = dom is not None
             except CDPError:  # a renderer stuck in a script: the tab is closed below
                 if conn.is_closed:
                     raise BrowserClosed("the browser exited during the render") from None
         finally:
-            r.cancel()
-            s.handlers.clear()
+            r.end()
             if conn.is_closed:
                 raise BrowserClosed("the browser exited during the render")
             await self._release(tab, healthy)
-        if not isinstance(html, str):
+        if dom is None:
             self.counters["unreadable"] += 1
             return _rendered(res, render_reason="renderFailed", trigger=trigger, static_body=res.body,
                              sub_requests=r.sub_requests)
+        html, cut = dom
         body = html.encode("utf-8", "replace")
-        if len(body) > self.max_page_size:
-            body = body[:self.max_page_size]
+        if cut or len(body) > self.max_page_size:
+            body = body[:self.max_page_size]  # already within the limit but for lone surrogates
             self.counters["renderTooBig"] += 1
         return _rendered(res, body=body, charset="utf-8", content_type="text/html", render_reason=reason,
                          trigger=trigger, static_body=res.body, sub_requests=r.sub_requests)
+
+    async def _read_dom(self, r: _Render) -> tuple[str, bool] | None:
+        """The rendered document (at most maxPageSize bytes of UTF-8) and whether it was cut, or
+        None when the page's answers are not what the scripts return.
+
+        Serialized and cut inside the page (:data:`_SERIALIZE_JS`), then read in slices of
+        :data:`CHUNK` code units: neither the renderer nor the DevTools pipe ever carries more
+        than the limit, and no one answer more than a slice.  Each command is bounded by
+        READ_TIMEOUT (CDPError: a renderer that does not answer).
+        """
+        head = await r.evaluate(_SERIALIZE_JS % {"max": self.max_page_size}, READ_TIMEOUT)
+        if not isinstance(head, dict):
+            return None
+        chunks: list[str] = []
+        read = _CHUNK_JS % {"chunk": CHUNK}
+        for _ in range(self.max_page_size // CHUNK + 2):  # the slices there can be, and one more
+            got = await r.evaluate(read, READ_TIMEOUT)
+            if not (isinstance(got, list) and len(got) == 2 and isinstance(got[0], str)):
+                return None
+            chunks.append(got[0])
+            if got[1]:
+                return "".join(chunks), bool(head.get("cut"))
+        return None
 
     async def _trigger(self, r: _Render, s: Session, trigger: str, deadline: float) -> str:
         """Run the page's trigger; the render reason so far ("ok" or "noFunction")."""
@@ -581,12 +811,7 @@ class DynamicFetcher:
         if trigger == "scroll":
             height = None
             for _ in range(SCROLL_ROUNDS):
-                got = await s.send("Runtime.evaluate", {"expression": (
-                    "window.scrollTo(0, document.documentElement.scrollHeight);"
-                    "window.dispatchEvent(new Event('scroll'));"
-                    "document.documentElement.scrollHeight"), "returnByValue": True},
-                    timeout=max(0.1, deadline - clock()))
-                new = (got.get("result") or {}).get("value")
+                new = await r.evaluate(_SCROLL_JS, max(0.1, deadline - clock()))
                 if new == height or not await r.settle(deadline):
                     break
                 height = new
