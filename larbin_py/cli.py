@@ -11,6 +11,9 @@ configuration can be checked without them.  Exit codes:
 * 2: a usage or configuration error, reported as ONE line on stderr;
 * 130: interrupted (SIGINT / Ctrl-C).
 
+``--print-config`` shows secrets as ``***`` (larbin_py.redact), as every
+error line does.
+
 ``--demo`` without ``-c``, when ``./larbin.conf`` does not exist, uses the
 built-in demo configuration (``larbin_py.config.DEMO_CONFIG_TEXT``).  An
 explicit ``-c FILE`` must exist, with ``--demo`` too.
@@ -27,6 +30,7 @@ from typing import NoReturn, Sequence
 
 from . import __version__
 from .config import Config, ConfigError, demo_config, format_config, load_config
+from .redact import redact_text
 
 __all__ = ["main", "build_parser", "crawl_main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED"]
 
@@ -113,7 +117,8 @@ def _with_worker_id(config: Config, worker_id: str) -> Config:
 
 
 def _say(message: str) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    """One line on stderr; a URL's password in it shown as ``***`` (larbin_py.redact)."""
+    print(f"{PROG}: {redact_text(message)}", file=sys.stderr, flush=True)
 
 
 def crawl_main(config: Config, *, reload: bool = False, demo: bool = False) -> int:
@@ -175,8 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say("--worker and --workers exclude each other (try --help)")
         return EXIT_USAGE
 
-    if args.print_config:
-        sys.stdout.write(format_config(config))
+    if args.print_config:  # for a person to read: secrets as ***
+        sys.stdout.write(format_config(config, redact=True))
         return EXIT_OK
 
     if signal.getsignal(signal.SIGINT) is signal.SIG_DFL:

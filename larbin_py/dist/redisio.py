@@ -522,9 +522,9 @@ class RedisIO:
     @property
     def url_shown(self) -> str:
         """The URL without a password, for messages."""
-        import re
+        from ..redact import redact_url
 
-        return re.sub(r"//([^/@:]*):[^/@]*@", r"//\1:***@", self.url)
+        return redact_url(self.url)
 
     def _make_client(self, timeout: float | None):
         import redis.asyncio as aredis
