@@ -14,6 +14,7 @@ import shutil
 import socket
 import sys
 
+from .owner_only import makedirs, opener
 from .robots import product_token
 
 __all__ = ["run_demo", "run_demo_workers", "demo_workers_main", "crawl_rules", "DEMO_MARKER"]
@@ -79,8 +80,8 @@ async def run_demo(config, *, hosts: int = 30, seed: int = 7, out=None) -> int:
         print(f"larbin_py: stateDir {config.state_dir!r} holds a crawl that is not a demo; "
               "choose another stateDir for --demo", file=out)
         return 2
-    os.makedirs(config.state_dir, exist_ok=True)
-    open(os.path.join(config.state_dir, DEMO_MARKER), "w").close()
+    makedirs(config.state_dir)
+    open(os.path.join(config.state_dir, DEMO_MARKER), "w", opener=opener).close()
 
     agent = product_token(config.user_agent)
     sim_config = SimConfig(seed=seed, hosts=hosts, dns=True, robots_agent=agent, crawl_delay=(0.5, 1.0))
@@ -137,8 +138,8 @@ async def run_demo_workers(config, workers: int, *, hosts: int = 30, seed: int =
         print(f"larbin_py: stateDir {config.state_dir!r} holds a crawl that is not a demo; "
               "choose another stateDir for --demo", file=out)
         return EXIT_USAGE
-    os.makedirs(config.state_dir, exist_ok=True)
-    open(os.path.join(config.state_dir, DEMO_MARKER), "w").close()
+    makedirs(config.state_dir)
+    open(os.path.join(config.state_dir, DEMO_MARKER), "w", opener=opener).close()
     sim_config = SimConfig(seed=seed, hosts=hosts, dns=True, robots_agent=product_token(config.user_agent),
                            crawl_delay=(0.5, 1.0))
     async with Sim(sim_config) as sim:

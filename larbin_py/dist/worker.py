@@ -47,6 +47,7 @@ from ..output.base import INDEX_NAME, IndexWriter, OutputStats
 from ..output.mirror import MirrorOutput
 from ..output.paths import SafeTree
 from ..output.writer import ThreadedOutput
+from ..owner_only import makedirs
 from .coordinator import Coordinator
 from .inbox import RedisInbox
 from .membership import MembershipError
@@ -167,7 +168,7 @@ class DistState:
         self.analysis_queue = f"analysis-{worker}"
         self.scratch = os.path.join(config.state_dir, worker)
         shutil.rmtree(self.scratch, ignore_errors=True)
-        os.makedirs(self.scratch, exist_ok=True)
+        makedirs(self.scratch)  # 0700 (larbin_py.owner_only)
         self.inbox = RedisInbox(max(1, config.ram_urls // 10))
         self.sink = RedisSink(io.partitions, retries=config.retries, batch=config.redis_batch)
         try:
