@@ -8,9 +8,14 @@ configuration can be checked without them.  Exit codes:
 
 * 0: the crawl finished (or ``--help``, ``--version``, ``--print-config``);
 * 1: the crawl failed;
-* 2: a usage or configuration error, reported as ONE line on stderr;
+* 2: a usage or configuration error, or a stateDir in use by another
+  process, reported as ONE line on stderr;
 * 130: interrupted (SIGINT / Ctrl-C).
 
+Before anything is written, a crawl, a demo and a launcher lock stateDir
+(``stateDir/lock``, larbin_py.statelock; a worker locks its own part in
+larbin_py.dist.worker) and hold it to their end: a second process on the
+same stateDir, ``--reload`` included, exits 2 at once naming the holder.
 ``--print-config`` shows secrets as ``***`` (larbin_py.redact), as every
 error line does.
 
@@ -121,6 +126,18 @@ def _say(message: str) -> None:
     print(f"{PROG}: {redact_text(message)}", file=sys.stderr, flush=True)
 
 
+def _state_role(args: argparse.Namespace, config: Config) -> str | None:
+    """What this process is to stateDir: the role its lock names, or None for
+    a worker (which locks its own part of stateDir: larbin_py.dist.worker)."""
+    if args.worker:
+        return None
+    if args.workers is not None and (args.workers > 1 or config.redis_url):
+        return "launcher"
+    if args.demo:
+        return "demo"
+    return None if config.redis_url else "crawl"
+
+
 def crawl_main(config: Config, *, reload: bool = False, demo: bool = False) -> int:
     """Run a crawl (or the demo) to its end on uvloop; the process exit code."""
     import asyncio
@@ -184,6 +201,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(format_config(config, redact=True))
         return EXIT_OK
 
+    # One writer per stateDir (larbin_py.statelock): the lock before anything is written.
+    role = _state_role(args, config)
+    lock = None
+    if role is not None:
+        from .statelock import StateDirError, lock_state_dir
+
+        try:
+            lock = lock_state_dir(config.state_dir, role)
+        except StateDirError as exc:
+            _say(str(exc))
+            return EXIT_USAGE
+        if lock.warning:
+            _say(lock.warning)
     if signal.getsignal(signal.SIGINT) is signal.SIG_DFL:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
@@ -212,6 +242,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         _say("the crawl failed with an internal error (traceback above)")
         return EXIT_FAILED
+    finally:
+        if lock is not None:
+            lock.release()
     if code is None:
         return EXIT_OK
     return code if isinstance(code, int) and not isinstance(code, bool) else EXIT_FAILED

@@ -16,6 +16,7 @@ import sys
 
 from .owner_only import makedirs, opener
 from .robots import product_token
+from .statelock import LOCK_NAME
 
 __all__ = ["run_demo", "run_demo_workers", "demo_workers_main", "crawl_rules", "DEMO_MARKER"]
 
@@ -55,12 +56,14 @@ def _port_free(host: str, port: int) -> bool:
 
 
 def _clear_demo_state(state_dir: str) -> bool:
-    """Empty a stateDir left by an earlier demo; False if it holds a real crawl."""
-    if not os.path.isdir(state_dir) or not os.listdir(state_dir):
+    """Empty a stateDir left by an earlier demo; False if it holds a real crawl.
+    The lock this process holds (larbin_py.statelock) stays."""
+    names = [name for name in os.listdir(state_dir) if name != LOCK_NAME] if os.path.isdir(state_dir) else []
+    if not names:
         return True
     if not os.path.exists(os.path.join(state_dir, DEMO_MARKER)):
         return False
-    for name in os.listdir(state_dir):
+    for name in names:
         path = os.path.join(state_dir, name)
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path)

@@ -48,6 +48,7 @@ from ..output.mirror import MirrorOutput
 from ..output.paths import SafeTree
 from ..output.writer import ThreadedOutput
 from ..owner_only import makedirs
+from ..statelock import StateDirError, lock_worker
 from .coordinator import Coordinator
 from .inbox import RedisInbox
 from .membership import MembershipError
@@ -307,11 +308,28 @@ class DistState:
 
 
 async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict | None = None) -> int:
-    """Run one worker of the crawl in ``config.redis_url`` to its end: the exit code."""
+    """Run one worker of the crawl in ``config.redis_url`` to its end: the exit code.
+
+    It holds ``stateDir/<workerId>.lock`` meanwhile (larbin_py.statelock): a
+    second worker with its id on its stateDir exits 2 at once."""
+    err = err if err is not None else sys.stderr
+    try:
+        lock = lock_worker(config.state_dir, worker_id_of(config))
+    except StateDirError as exc:
+        print(f"larbin_py: {exc}", file=err)
+        return 2
+    if lock.warning:
+        print(f"larbin_py: {lock.warning}", file=err)
+    try:
+        return await _run_worker(config, reload=reload, err=err, engine_kw=engine_kw)
+    finally:
+        lock.release()
+
+
+async def _run_worker(config, *, reload: bool, err, engine_kw: dict | None) -> int:
     from ..engine import Engine
     from ..runner import run_engine
 
-    err = err if err is not None else sys.stderr
     if config.redis_url == "auto":
         print("larbin_py: redisUrl auto starts a private redis-server with --workers N; "
               "a lone worker needs redis://host:port/db or unix:///path", file=err)
