@@ -8,8 +8,16 @@ configuration can be checked without them.  Exit codes:
 
 * 0: the crawl finished (or ``--help``, ``--version``, ``--print-config``);
 * 1: the crawl failed;
-* 2: a usage or configuration error, reported as ONE line on stderr;
+* 2: a usage or configuration error, or a stateDir in use by another
+  process, reported as ONE line on stderr;
 * 130: interrupted (SIGINT / Ctrl-C).
+
+Before anything is written, a crawl, a demo and a launcher lock stateDir
+(``stateDir/lock``, larbin_py.statelock; a worker locks its own part in
+larbin_py.dist.worker) and hold it to their end: a second process on the
+same stateDir, ``--reload`` included, exits 2 at once naming the holder.
+``--print-config`` shows secrets as ``***`` (larbin_py.redact), as every
+error line does.
 
 ``--demo`` without ``-c``, when ``./larbin.conf`` does not exist, uses the
 built-in demo configuration (``larbin_py.config.DEMO_CONFIG_TEXT``).  An
@@ -27,6 +35,7 @@ from typing import NoReturn, Sequence
 
 from . import __version__
 from .config import Config, ConfigError, demo_config, format_config, load_config
+from .redact import redact_text
 
 __all__ = ["main", "build_parser", "crawl_main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_INTERRUPTED"]
 
@@ -113,7 +122,20 @@ def _with_worker_id(config: Config, worker_id: str) -> Config:
 
 
 def _say(message: str) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    """One line on stderr; a URL's password in it shown as ``***`` (larbin_py.redact)."""
+    print(f"{PROG}: {redact_text(message)}", file=sys.stderr, flush=True)
+
+
+def _state_role(args: argparse.Namespace, config: Config) -> str | None:
+    """What this process is to stateDir: the role its lock names, or None for
+    a worker (which locks its own part of stateDir: larbin_py.dist.worker)."""
+    if args.worker:
+        return None
+    if args.workers is not None and (args.workers > 1 or config.redis_url):
+        return "launcher"
+    if args.demo:
+        return "demo"
+    return None if config.redis_url else "crawl"
 
 
 def crawl_main(config: Config, *, reload: bool = False, demo: bool = False) -> int:
@@ -175,10 +197,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say("--worker and --workers exclude each other (try --help)")
         return EXIT_USAGE
 
-    if args.print_config:
-        sys.stdout.write(format_config(config))
+    if args.print_config:  # for a person to read: secrets as ***
+        sys.stdout.write(format_config(config, redact=True))
         return EXIT_OK
 
+    # One writer per stateDir (larbin_py.statelock): the lock before anything is written.
+    role = _state_role(args, config)
+    lock = None
+    if role is not None:
+        from .statelock import StateDirError, lock_state_dir
+
+        try:
+            lock = lock_state_dir(config.state_dir, role)
+        except StateDirError as exc:
+            _say(str(exc))
+            return EXIT_USAGE
+        if lock.warning:
+            _say(lock.warning)
     if signal.getsignal(signal.SIGINT) is signal.SIG_DFL:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
@@ -207,6 +242,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         _say("the crawl failed with an internal error (traceback above)")
         return EXIT_FAILED
+    finally:
+        if lock is not None:
+            lock.release()
     if code is None:
         return EXIT_OK
     return code if isinstance(code, int) and not isinstance(code, bool) else EXIT_FAILED

@@ -47,6 +47,10 @@ Every number has a range (``low..high`` for integers, ``[low, high]`` or
 crawl that never ends; nan and inf are refused.  The ranges are written next
 to their keys in the shipped larbin.conf.
 
+Secrets are never shown: an error message quotes ``httpToken`` as ``***``
+and any URL's password as ``***`` (``redis://:***@host``; larbin_py.redact),
+and so does ``format_config(config, redact=True)`` (``--print-config``).
+
 :class:`Config` validates itself on construction, so :meth:`Config.replace`
 and direct construction get the same range checks as the file (without a
 line number to report).  :func:`format_config` renders a Config back to
@@ -70,6 +74,7 @@ from .frontier.addresses import POLICIES as PRIVATE_NETWORKS
 from .frontier.addresses import is_loopback
 from .net.dynamic import parse_rule as _parse_dynamic_rule
 from .net.http import PARSERS as HTTP_PARSERS
+from .redact import SHOWN, redact_text, redact_url
 
 __all__ = [
     "Config",
@@ -136,7 +141,8 @@ class ConfigError(Exception):
         if self.key:
             parts.append(self.key)
         parts.append(self.message)
-        return ": ".join(parts).replace("\n", " ")
+        # the net under every message: a URL's password never shown (the keys hide their own values)
+        return redact_text(": ".join(parts).replace("\n", " "))
 
 
 class _Bad(Exception):
@@ -363,10 +369,24 @@ class _Key:
 
     repeatable = False  # may appear several times in a file (values accumulate)
     block = False  # values run up to ``end``
+    #: The whole value is a secret (httpToken): shown as ``***`` in errors and --print-config.
+    secret = False
 
     def __init__(self, name: str, attr: str):
         self.name = name
         self.attr = attr
+
+    def hidden(self, value: Any) -> Any:
+        """``value`` as a person may see it: a secret as ``***``, a URL's password as ``***``."""
+        if value is None or value == "":
+            return value
+        if self.secret:
+            return SHOWN
+        return _redacted(value)
+
+    def shown(self, value: Any) -> str:
+        """``value`` quoted for an error message (:meth:`hidden`, then ``repr``)."""
+        return repr(self.hidden(value))
 
     def parse(self, words: list[str]) -> Any:
         """The value of a line's words (everything after the key)."""
@@ -382,9 +402,20 @@ class _Key:
 
     def _one(self, words: list[str]) -> str:
         if len(words) != 1:
-            got = "nothing" if not words else f"{len(words)} words: {' '.join(words)!r}"
+            got = "nothing" if not words else f"{len(words)} words: {self.shown(' '.join(words))}"
             raise _Bad(f"expected one value, got {got}")
         return words[0]
+
+
+def _redacted(value: Any) -> Any:
+    """``value`` with every URL's password in it as ``***`` (tuples walked)."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, tuple):
+        return tuple(_redacted(v) for v in value)
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    return value
 
 
 class _Switch(_Key):
@@ -481,10 +512,10 @@ class _Text(_Key):
     """Free text: the rest of the line, words joined by one space."""
 
     def __init__(self, name: str, attr: str, *, empty: bool = False, one_word: bool = False,
-                 none: bool = False, min_length: int = 1, email: bool = False):
+                 none: bool = False, min_length: int = 1, email: bool = False, secret: bool = False):
         super().__init__(name, attr)
         self.empty, self.one_word, self.none = empty, one_word, none
-        self.min_length, self.email = min_length, email
+        self.min_length, self.email, self.secret = min_length, email, secret
 
     def parse(self, words: list[str]) -> str | None:
         if not words and self.none:
@@ -498,19 +529,19 @@ class _Text(_Key):
         if value is None and self.none:
             return None
         if not isinstance(value, str):
-            raise _Bad(f"expected text, got {value!r}")
+            raise _Bad(f"expected text, got {self.shown(value)}")
         if value == "" and self.empty:
             return value
         if value != value.strip() or _CONTROL_RE.search(value) or "  " in value:
-            raise _Bad(f"expected text without control characters or extra spaces, got {value!r}")
+            raise _Bad(f"expected text without control characters or extra spaces, got {self.shown(value)}")
         if self.one_word and " " in value:
-            raise _Bad(f"expected one word, got {value!r}")
+            raise _Bad(f"expected one word, got {self.shown(value)}")
         if any(word.startswith("#") for word in value.split(" ")):
-            raise _Bad(f"a word may not begin with '#' (it starts a comment), got {value!r}")
+            raise _Bad(f"a word may not begin with '#' (it starts a comment), got {self.shown(value)}")
         if len(value) < self.min_length:
             raise _Bad(f"expected at least {self.min_length} characters, got {len(value)}")
         if self.email and "@" not in value:
-            raise _Bad(f"expected an e-mail address, got {value!r}")
+            raise _Bad(f"expected an e-mail address, got {self.shown(value)}")
         return value
 
     def format(self, value: str | None) -> list[str]:
@@ -706,22 +737,23 @@ def check_zk_path(path: str) -> str:
 class _RedisUrl(_Text):
     """``redisUrl``: empty (one process, no Redis), ``auto`` (a private
     redis-server under stateDir), ``redis://[[user]:password@]host[:port][/db]``
-    (``rediss://`` with TLS), ``unix:///path/to/socket``, or
+    (``rediss://`` with TLS; db a number), ``unix:///path/to/socket``, or
     ``redis+sentinel://[[user]:password@]host:port[,host:port...]/master[/db]``
     (the master a set of Redis Sentinels names), checked by
-    :func:`larbin_py.dist.sentinel.parse_redis_url`.  No message shows the
-    password (``***``)."""
+    :func:`larbin_py.dist.sentinel.parse_redis_url`.  Its password is shown
+    as ``***`` (larbin_py.redact.redact_url)."""
 
     def __init__(self, name: str, attr: str):
         super().__init__(name, attr, empty=True, one_word=True)
 
     def parse(self, words: list[str]) -> str:
         if len(words) != 1:
-            from .dist.sentinel import shown
-
-            got = "nothing" if not words else f"{len(words)} words: {shown(' '.join(words))!r}"
+            got = "nothing" if not words else f"{len(words)} words: {redact_url(' '.join(words))!r}"
             raise _Bad(f"expected one URL (spaces in a password are written %20), got {got}")
         return self.coerce(words[0])
+
+    def hidden(self, value: Any) -> Any:
+        return redact_url(value) if isinstance(value, str) else super().hidden(value)
 
     def coerce(self, value: Any) -> str:
         if not isinstance(value, str):
@@ -784,12 +816,22 @@ class _Name(_Text):
 
 
 class _Proxy(_Key):
+    """``proxy host port``: no ``user:password@`` (no proxy authentication is
+    sent); any credential in a refused value is shown as ``***``."""
+
+    def hidden(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return " ".join(redact_url(word) for word in value.split(" "))
+        if isinstance(value, (tuple, list)) and value and isinstance(value[0], str):
+            return (redact_url(value[0]), *value[1:])
+        return super().hidden(value)
+
     def parse(self, words: list[str]) -> tuple[str, int] | None:
         if len(words) == 1 and words[0].lower() == "none":
             return None
         if len(words) != 2:
-            raise _Bad(f"expected 'host port' or 'none', got {' '.join(words)!r}")
-        return words[0], _port(words[1], words[1], low=1)
+            raise _Bad(f"expected 'host port' or 'none', got {self.shown(' '.join(words))}")
+        return self.coerce((words[0], _port(words[1], words[1], low=1)))
 
     def coerce(self, value: Any) -> tuple[str, int] | None:
         if value is None:
@@ -797,7 +839,10 @@ class _Proxy(_Key):
         if (not isinstance(value, (tuple, list)) or len(value) != 2 or not isinstance(value[0], str)
                 or not value[0] or any(c.isspace() for c in value[0])
                 or not isinstance(value[1], int) or not 1 <= value[1] <= 65535):
-            raise _Bad(f"expected (host, port) or None, got {value!r}")
+            raise _Bad(f"expected (host, port) or None, got {self.shown(value)}")
+        if "@" in value[0] or "://" in value[0]:
+            raise _Bad("expected a host name or address (no scheme, no user:password@: larbin_py sends no "
+                       f"proxy authentication), got {self.shown(value[0])}")
         return value if isinstance(value, tuple) else tuple(value)
 
     def format(self, value: tuple[str, int] | None) -> list[str]:
@@ -981,7 +1026,7 @@ KEYS: tuple[_Key, ...] = (
     _Text("httpBind", "http_bind", one_word=True),
     _Int("inputPort", "input_port", 0, 65535),
     _Switch("urlInput", "url_input"),
-    _Text("httpToken", "http_token", one_word=True, none=True, min_length=8),
+    _Text("httpToken", "http_token", one_word=True, none=True, min_length=8, secret=True),
     _HttpHosts("httpHosts", "http_hosts"),
     _Switch("printStats", "print_stats"),
     _Switch("fetchInfo", "fetch_info"),
@@ -1321,18 +1366,24 @@ def load_config(
                              extra_start_urls=extra_start_urls, resolv_conf=resolv_conf)
 
 
-def format_config(config: Config) -> str:
+def format_config(config: Config, *, redact: bool = False) -> str:
     """larbin.conf text for ``config``: every key, in the shipped file's order.
 
     ``parse_config_text(format_config(c), require_start_urls=False) == c``.
     Unset optional values (an empty ``From``, no ``proxy``, no
     ``httpToken``, no ``startUrl``) are written as comments.
+
+    ``redact``: for a person to read (``--print-config``): ``httpToken`` and
+    every URL's password are ``***`` (the text no longer reads back to
+    ``config``).  Without it the text holds the secrets: write it only to a
+    file of mode 0600 (larbin_py.owner_only), as the launcher does.
     """
     out = [f"# larbin_py {__version__} configuration"]
     if config.source:
         out[0] += f" (read from {config.source})"
     for key in KEYS:
-        lines = key.format(getattr(config, key.attr))
+        value = getattr(config, key.attr)
+        lines = key.format(key.hidden(value) if redact else value)
         out.extend(lines or [f"# {key.name} (not set)"])
     return "\n".join(out) + "\n"
 

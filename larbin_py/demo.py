@@ -14,7 +14,9 @@ import shutil
 import socket
 import sys
 
+from .owner_only import makedirs, opener
 from .robots import product_token
+from .statelock import LOCK_NAME
 
 __all__ = ["run_demo", "run_demo_workers", "demo_workers_main", "crawl_rules", "DEMO_MARKER"]
 
@@ -54,12 +56,14 @@ def _port_free(host: str, port: int) -> bool:
 
 
 def _clear_demo_state(state_dir: str) -> bool:
-    """Empty a stateDir left by an earlier demo; False if it holds a real crawl."""
-    if not os.path.isdir(state_dir) or not os.listdir(state_dir):
+    """Empty a stateDir left by an earlier demo; False if it holds a real crawl.
+    The lock this process holds (larbin_py.statelock) stays."""
+    names = [name for name in os.listdir(state_dir) if name != LOCK_NAME] if os.path.isdir(state_dir) else []
+    if not names:
         return True
     if not os.path.exists(os.path.join(state_dir, DEMO_MARKER)):
         return False
-    for name in os.listdir(state_dir):
+    for name in names:
         path = os.path.join(state_dir, name)
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path)
@@ -79,8 +83,8 @@ async def run_demo(config, *, hosts: int = 30, seed: int = 7, out=None) -> int:
         print(f"larbin_py: stateDir {config.state_dir!r} holds a crawl that is not a demo; "
               "choose another stateDir for --demo", file=out)
         return 2
-    os.makedirs(config.state_dir, exist_ok=True)
-    open(os.path.join(config.state_dir, DEMO_MARKER), "w").close()
+    makedirs(config.state_dir)
+    open(os.path.join(config.state_dir, DEMO_MARKER), "w", opener=opener).close()
 
     agent = product_token(config.user_agent)
     sim_config = SimConfig(seed=seed, hosts=hosts, dns=True, robots_agent=agent, crawl_delay=(0.5, 1.0))
@@ -137,8 +141,8 @@ async def run_demo_workers(config, workers: int, *, hosts: int = 30, seed: int =
         print(f"larbin_py: stateDir {config.state_dir!r} holds a crawl that is not a demo; "
               "choose another stateDir for --demo", file=out)
         return EXIT_USAGE
-    os.makedirs(config.state_dir, exist_ok=True)
-    open(os.path.join(config.state_dir, DEMO_MARKER), "w").close()
+    makedirs(config.state_dir)
+    open(os.path.join(config.state_dir, DEMO_MARKER), "w", opener=opener).close()
     sim_config = SimConfig(seed=seed, hosts=hosts, dns=True, robots_agent=product_token(config.user_agent),
                            crawl_delay=(0.5, 1.0))
     async with Sim(sim_config) as sim:

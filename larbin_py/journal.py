@@ -66,6 +66,7 @@ from .frontier.scheduler import Frontier
 from .frontier.store import UrlRecord, cut_segments, segment_path
 from .logline import frame, unframe
 from .output.base import INDEX_NAME, parse_index_line
+from .owner_only import opener
 from .state import write_checkpoint
 
 __all__ = [
@@ -536,7 +537,7 @@ class Committer:
         try:
             if self._fd_serial != self.serial:
                 self._close_journal()
-                self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+                self._fd = opener(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
                 self._fd_serial = self.serial
             data = encode_commit(record)
             view = memoryview(data)
@@ -583,7 +584,7 @@ class Committer:
         # exists (empty) before the checkpoint names it.
         self._close_journal()
         path = os.path.join(self.state_dir, journal_name(serial))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fd = opener(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.close(fd)
         self.serial = serial
         data["output"] = position

@@ -30,6 +30,7 @@ import json
 import os
 
 from .logline import frame, unframe
+from .owner_only import opener
 from .frontier.store import UrlRecord, decode_record, encode_record
 
 __all__ = [
@@ -110,7 +111,7 @@ def write_checkpoint(state_dir: str, data: dict, carry: list[UrlRecord], serial:
     carry_name = f"carry-{serial:08d}.log"
     carry_path = os.path.join(state_dir, carry_name)
     try:
-        with open(carry_path, "wb") as f:
+        with open(carry_path, "wb", opener=opener) as f:
             f.write(b"".join(encode_record(rec) for rec in carry))
             f.flush()
             os.fsync(f.fileno())
@@ -120,7 +121,7 @@ def write_checkpoint(state_dir: str, data: dict, carry: list[UrlRecord], serial:
            "carry_count": len(carry), **data}
     tmp = os.path.join(state_dir, CHECKPOINT + ".tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        with open(tmp, "w", encoding="utf-8", opener=opener) as f:
             json.dump(doc, f, separators=(",", ":"))
             f.flush()
             os.fsync(f.fileno())
@@ -189,7 +190,7 @@ class RobotsLog:
                 keep = data.rfind(b"\n") + 1
                 if keep < len(data):
                     f.truncate(keep)
-        self._f = open(path, "ab", buffering=0)
+        self._f = open(path, "ab", buffering=0, opener=opener)
         self._buf: list[bytes] = []
 
     def append(self, robots_url: str, when: float, body: bytes | None) -> None:

@@ -91,7 +91,7 @@ def test_a_malformed_url_is_a_value_error_that_hides_its_password(url, why):
     ("redis+sentinel://:hunter2@s1,s2/m?sentinelPassword=hunter2x", "redis+sentinel://:***@s1,s2/m?sentinelPassword=***"),
     ("redis://h/0?password=hunter2&db=1", "redis://h/0?password=***&db=1"),
     ("unix://:hunter2@/run/r.sock", "unix://:***@/run/r.sock"),
-    ("garbage:hunter2@h", "***"),
+    ("garbage:hunter2@h", "garbage:***@h"),
     ("redis://h:6379/0", "redis://h:6379/0"),
 ])
 def test_shown_hides_passwords_of_well_and_malformed_urls(url, expected):

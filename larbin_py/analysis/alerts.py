@@ -19,6 +19,8 @@ import json
 import os
 import time
 
+from ..owner_only import opener
+
 __all__ = ["ALERTS_LOG", "Alerts"]
 
 ALERTS_LOG = "alerts.log"
@@ -52,7 +54,7 @@ class Alerts:
         """Record an alert; its command (if any) is started on the running loop."""
         alert = {"time": round(self.clock(), 3), "kind": kind, **details}
         line = (json.dumps(alert, separators=(",", ":"), default=str) + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        fd = opener(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:
             os.write(fd, line)
         finally:

@@ -8,8 +8,12 @@ Pages are read one at a time (a thread reads, the loop feeds the
 processes) and ``analysisQueueMax`` bounds the pages read ahead.  Without
 ``types=``, an analyzer takes the HTML pages, as during a crawl.
 
+It holds ``stateDir/lock`` while it runs, as a crawl does
+(larbin_py.statelock): started beside a crawl, a launcher or another
+``analyze`` on the same stateDir, it exits 2 naming that process.
+
 Exit codes: 0 every task succeeded; 1 some failed (each raised an alert);
-2 a usage or configuration error, or nothing to analyse.
+2 a usage or configuration error, stateDir in use, or nothing to analyse.
 """
 
 from __future__ import annotations
@@ -167,6 +171,18 @@ def main(argv) -> int:
         return exc.code if isinstance(exc.code, int) else 0
     import uvloop
 
+    from ..statelock import StateDirError, lock_state_dir
+
+    try:  # its queue and alerts are in stateDir: one writer at a time (larbin_py.statelock)
+        lock = lock_state_dir(config.state_dir, "analyze")
+    except StateDirError as exc:
+        print(f"larbin: {exc}", file=sys.stderr)
+        return 2
+    if lock.warning:
+        print(f"larbin: {lock.warning}", file=sys.stderr)
     workers = args.workers if args.workers is not None else max(1, config.analysis_workers)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(run(config, specs, workers, sys.stderr))
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(run(config, specs, workers, sys.stderr))
+    finally:
+        lock.release()

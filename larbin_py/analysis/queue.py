@@ -37,6 +37,7 @@ import os
 from dataclasses import dataclass
 
 from ..logline import frame, unframe
+from ..owner_only import makedirs, opener
 
 __all__ = ["SEGMENT_BYTES", "Task", "TaskQueue", "QueueDamage"]
 
@@ -144,10 +145,10 @@ class TaskQueue:
             for gen in self._stale:
                 self._remove(gen)
             self._stale = []
-        os.makedirs(self.directory, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        self._qfd = os.open(self._path(queue_name(self.gen)), flags, 0o644)
-        self._sfd = os.open(self._path(spool_name(self.gen)), flags, 0o644)
+        makedirs(self.directory)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        self._qfd = opener(self._path(queue_name(self.gen)), flags)
+        self._sfd = opener(self._path(spool_name(self.gen)), flags)
         self._spool_size = os.fstat(self._sfd).st_size
         self._live.setdefault(self.gen, 0)
 

@@ -224,11 +224,13 @@ class Launcher:
             self.say(str(exc))
             return EXIT_USAGE
         from ..config import format_config
+        from ..owner_only import opener
 
+        # no servers, so no httpToken; the Redis password stays (the workers need it): mode 0600
         worker_config = c.replace(redis_url=self.url, http_port=0, input_port=0, print_stats=False,
-                                  url_input=False, worker_id="")
+                                  url_input=False, worker_id="", http_token=None)
         tmp = self.conf_path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
+        with open(tmp, "w", encoding="utf-8", opener=opener) as f:
             f.write(format_config(worker_config))
         os.replace(tmp, self.conf_path)
         if c.http_port:

@@ -79,7 +79,8 @@ class RedisServer:
         # the AOF written), so a killed launcher leaves no server behind.
         self.process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                        start_new_session=True, preexec_fn=set_pdeathsig)
+                                        start_new_session=True, preexec_fn=set_pdeathsig,
+                                        umask=0o077)  # its AOF and log owner-only (larbin_py.owner_only)
         deadline = time.monotonic() + timeout
         while True:
             if self.process.poll() is not None:

@@ -728,9 +728,9 @@ class RedisIO:
     @property
     def url_shown(self) -> str:
         """The URL without a password, for messages."""
-        from .sentinel import shown
+        from ..redact import redact_url
 
-        return shown(self.url)
+        return redact_url(self.url)
 
     def _make_client(self, timeout: float | None):
         import redis.asyncio as aredis

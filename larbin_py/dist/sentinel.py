@@ -112,7 +112,6 @@ _PLAIN = ("redis", "rediss", "unix")
 # sentinel.conf: "The valid charset is A-z 0-9 and the three characters '.-_'."
 _MASTER_RE = re.compile(r"[A-Za-z0-9._-]{1,256}\Z")
 _HOST_RE = re.compile(r"[A-Za-z0-9._-]{1,253}\Z")
-_SECRET_PARAM_RE = re.compile(r"([?&][^=&#]*password[^=&#]*=)[^&#]*", re.IGNORECASE)
 _SENTINEL_PARAMS = ("sentinelPassword",)
 
 
@@ -125,20 +124,11 @@ class SentinelError(Exception):
 
 
 def shown(url: str) -> str:
-    """``url`` with its passwords as ``***``: ``redis://alice:***@h:6379/0``.
+    """``url`` with its passwords as ``***``: ``redis://alice:***@h:6379/0``
+    (:func:`larbin_py.redact.redact_url`, the one place that hides secrets)."""
+    from ..redact import redact_url
 
-    Safe on any text: from ``://`` up to the *last* ``@`` is userinfo, of
-    which only the user name (before the first ``:``) is kept; query
-    parameters whose name contains "password" have their value replaced.
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return "***" if "@" in url else url
-    at = rest.rfind("@")
-    if at >= 0:
-        user, colon, _ = rest[:at].partition(":")
-        rest = (f"{user}:***" if colon else "***") + rest[at:]
-    return f"{scheme}://" + _SECRET_PARAM_RE.sub(r"\1***", rest)
+    return redact_url(url)
 
 
 def is_sentinel_url(url: str) -> bool:

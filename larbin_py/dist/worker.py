@@ -69,6 +69,8 @@ from ..output.base import INDEX_NAME, IndexWriter, OutputStats
 from ..output.mirror import MirrorOutput
 from ..output.paths import SafeTree
 from ..output.writer import ThreadedOutput
+from ..owner_only import makedirs
+from ..statelock import StateDirError, lock_worker
 from .coordinator import Coordinator
 from .inbox import RedisInbox
 from .inflight import InflightLog, count_crashes, inflight_path
@@ -219,7 +221,7 @@ class DistState:
         self.analysis_queue = f"analysis-{worker}"
         self.scratch = os.path.join(config.state_dir, worker)
         shutil.rmtree(self.scratch, ignore_errors=True)
-        os.makedirs(self.scratch, exist_ok=True)
+        makedirs(self.scratch)  # 0700 (larbin_py.owner_only)
         #: The requests running, for the tries of a death (the caller counted the last one's).
         self.inflight = InflightLog(inflight_path(config.state_dir, worker))
         #: The engine's phase (``starting``, ``running``, ``stopping``...): tells the
@@ -451,11 +453,26 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
 
     ``reload``: the worker is started again (``--reload``, the launcher's
     respawn): it waits for an unreachable Redis, and resumes its analysis tasks.
-    """
+    It holds ``stateDir/<workerId>.lock`` meanwhile (larbin_py.statelock): a
+    second worker with its id on its stateDir exits 2 at once."""
+    err = err if err is not None else sys.stderr
+    try:
+        lock = lock_worker(config.state_dir, worker_id_of(config))
+    except StateDirError as exc:
+        print(f"larbin_py: {exc}", file=err)
+        return 2
+    if lock.warning:
+        print(f"larbin_py: {lock.warning}", file=err)
+    try:
+        return await _run_worker(config, reload=reload, err=err, engine_kw=engine_kw)
+    finally:
+        lock.release()
+
+
+async def _run_worker(config, *, reload: bool, err, engine_kw: dict | None) -> int:
     from ..engine import Engine
     from ..runner import run_engine
 
-    err = err if err is not None else sys.stderr
     if config.redis_url == "auto":
         print("larbin_py: redisUrl auto starts a private redis-server with --workers N; a lone worker "
               "needs redis://host:port/db, unix:///path or redis+sentinel://host:port,.../master", file=err)
@@ -476,7 +493,6 @@ async def run_worker(config, *, reload: bool = False, err=None, engine_kw: dict 
                  seen_buckets=config.seen_buckets, replicas=replicas_for(config))
     try:
         await connect_redis(io, crawl_meta(config), wait=reload, worker=worker, err=err)
-        os.makedirs(config.state_dir, exist_ok=True)
         await count_tries(io, inflight_path(config.state_dir, worker), worker, err)
         position = None
         if reload:

@@ -29,6 +29,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..owner_only import opener
+
 __all__ = ["SeenSet", "SeenUrls"]
 
 _EMPTY = np.zeros(0, dtype=np.uint64)
@@ -140,7 +142,7 @@ class SeenSet:
     # -- persistence --------------------------------------------------------
     def open_log(self, path: str) -> None:
         """Append every fingerprint added from now on to the log at ``path``."""
-        self._log = open(path, "ab", buffering=0)
+        self._log = open(path, "ab", buffering=0, opener=opener)
 
     def flush(self, sync: bool = False) -> None:
         """Write the fingerprints added since the last flush (fsync with ``sync``)."""

@@ -64,6 +64,7 @@ from typing import Sequence
 import numpy as np
 
 from .. import heap
+from ..owner_only import opener
 
 __all__ = ["Sieve", "RUN_NAME"]
 
@@ -410,7 +411,7 @@ class Sieve:
         old_file = open(old_path, "rb") if old_path and old_count else None
         old_keys_at = 0
         try:
-            with open(tmp, "wb") as out:
+            with open(tmp, "wb", opener=opener) as out:
                 out.write(b"\0" * _HEAD_BYTES)
                 for lo, hi in zip(edges[:-1], edges[1:]):
                     _step_aside()
@@ -518,7 +519,7 @@ class Sieve:
     # -- persistence --------------------------------------------------------------------
     def open_log(self, path: str) -> None:
         """Append every fingerprint added from now on to the log at ``path``."""
-        self._log = open(path, "ab", buffering=0)
+        self._log = open(path, "ab", buffering=0, opener=opener)
         if self._durable is None:
             self._durable = self._sealed if self._run is None else self._run.covers
 

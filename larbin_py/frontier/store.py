@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..logline import frame, unframe
+from ..owner_only import makedirs, opener
 
 __all__ = ["UrlRecord", "UrlStore", "encode_record", "decode_record"]
 
@@ -139,7 +140,7 @@ class UrlStore:
         self.ram_urls = ram_urls
         self.segment_bytes = segment_bytes
         self.read_chunk = read_chunk
-        os.makedirs(directory, exist_ok=True)
+        makedirs(directory)
         self._ram: deque[UrlRecord] = deque()
         # Log positions are (segment number, byte offset).
         self._write_seg = 0
@@ -176,7 +177,7 @@ class UrlStore:
         store.ram_urls = ram_urls
         store.segment_bytes = segment_bytes
         store.read_chunk = 1 << 16
-        os.makedirs(directory, exist_ok=True)
+        makedirs(directory)
         store._ram = deque()
         store._writer = None
         store._wbuf = []
@@ -252,7 +253,7 @@ class UrlStore:
         return segment_path(self.directory, n)
 
     def _open_writer(self) -> None:
-        self._writer = open(self._seg_path(self._write_seg), "ab", buffering=0)
+        self._writer = open(self._seg_path(self._write_seg), "ab", buffering=0, opener=opener)
         self._write_off = self._writer.seek(0, os.SEEK_END)
 
     def push(self, rec: UrlRecord) -> None:

@@ -70,6 +70,8 @@ import re
 from collections import Counter
 from typing import Iterable
 
+from ..owner_only import opener
+
 __all__ = ["CookieJar", "load_jar", "save_jar", "COOKIES_FILE"]
 
 MAX_COOKIE_SIZE = 4096
@@ -547,7 +549,7 @@ def save_jar(state_dir: str, records: list) -> None:
     """
     path = os.path.join(state_dir, COOKIES_FILE)
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="ascii") as f:
+    with open(tmp, "w", encoding="ascii", opener=opener) as f:
         json.dump({"format": FILE_FORMAT, "version": 1, "cookies": records}, f,
                   separators=(",", ":"))
         f.flush()
