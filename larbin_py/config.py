@@ -706,6 +706,10 @@ class _ZkAuth(_Key):
     def format(self, value: ZkAuth | None) -> list[str]:
         return [] if value is None else [f"{self.name} {value.scheme} {value.credential}"]
 
+    def hidden(self, value: ZkAuth | None) -> ZkAuth | None:
+        """For ``--print-config``: the same identity with the password as ``***``."""
+        return None if value is None else ZkAuth(value.user, SHOWN, value.scheme)
+
     def shown(self, value: ZkAuth | None) -> list[str]:
         """What a person is shown: the password as ``***``."""
         return [] if value is None else [f"{self.name} {value}"]

@@ -536,12 +536,13 @@ def test_a_refused_value_never_shows_its_secret(tmp_path, line):
 def test_print_config_shows_every_secret_as_stars(tmp_path):
     conf = tmp_path / "larbin.conf"
     conf.write_text("startUrl http://u:s3cret@127.0.0.1:1/\nredisUrl redis://admin:s3cret@127.0.0.1:6379/2\n"
-                    "httpToken s3cretTOKEN\n")
+                    "httpToken s3cretTOKEN\nzkAuth digest crawler:s3cretZKpw\n")
     proc = cli(tmp_path, "-c", str(conf), "--print-config")
     assert proc.returncode == 0, proc.stderr
     assert "s3cret" not in proc.stdout
     lines = proc.stdout.splitlines()
     assert "redisUrl redis://admin:***@127.0.0.1:6379/2" in lines
+    assert "zkAuth digest crawler:***" in lines
     assert "httpToken ***" in lines and "startUrl http://u:***@127.0.0.1:1/" in lines
     bad_set = cli(tmp_path, "--set", "redis://:s3cret@h:1/0", "--print-config")  # no KEY=: echoed, hidden
     assert bad_set.returncode == 2 and "s3cret" not in bad_set.stderr and "redis://:***@h:1/0" in bad_set.stderr
