@@ -32,9 +32,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from common import report, table  # noqa: E402
 
-from larbin_py.dist.keys import Keys  # noqa: E402
-from larbin_py.dist.redis_server import RedisServer, RedisServerError  # noqa: E402
-from larbin_py.dist.redisio import CrawlMeta, RedisIO  # noqa: E402
+from larbin_py.distributed.keys import Keys  # noqa: E402
+from larbin_py.distributed.redis_server import RedisServer, RedisServerError  # noqa: E402
+from larbin_py.distributed.redisio import CrawlMeta, RedisIO  # noqa: E402
 
 P = 256
 RECORD = b"x" * 64  # about a URL record (url, depth, priority) as the sink writes it

@@ -54,7 +54,7 @@ import pytest
 import redis
 
 from conftest import require_service
-from larbin_py.dist.prctl import set_pdeathsig
+from larbin_py.distributed.prctl import set_pdeathsig
 from zk_support import free_port
 
 MASTER = "larbinmaster"

@@ -29,8 +29,8 @@ import pytest
 
 from larbin_py.config import format_config
 from larbin_py.demo import crawl_rules
-from larbin_py.dist.redisio import RedisIO
-from larbin_py.dist.worker import WORKERS_DIR, merge_index
+from larbin_py.distributed.redisio import RedisIO
+from larbin_py.distributed.crawl_worker import WORKERS_DIR, merge_index
 from larbin_py.output.base import INDEX_NAME, parse_index_line
 from larbin_py.sim import Sim, SimConfig
 from larbin_py.sim.web import DEFAULT_ROBOTS_MIX
@@ -460,8 +460,8 @@ async def test_zookeeper_unreachable_at_start_exits_2_naming_zkHosts(tmp_path, r
 
 
 async def test_a_joiner_with_another_membership_is_refused_naming_the_key(tmp_path, redis_server):
-    from larbin_py.dist.redisio import CrawlMismatch
-    from larbin_py.dist.shared import crawl_meta
+    from larbin_py.distributed.redisio import CrawlMismatch
+    from larbin_py.distributed.shared import crawl_meta
 
     async with Sim(sim_config(hosts=4)) as sim:
         first = worker_config(tmp_path, sim, redis_server.url, "w0")

@@ -35,9 +35,9 @@ import pytest
 import redis.asyncio as aredis
 
 from larbin_py.demo import crawl_rules
-from larbin_py.dist.launcher import Launcher
-from larbin_py.dist.redis_server import RedisServer, RedisServerError
-from larbin_py.dist.redisio import RedisIO
+from larbin_py.distributed.launcher import Launcher
+from larbin_py.distributed.redis_server import RedisServer, RedisServerError
+from larbin_py.distributed.redisio import RedisIO
 from larbin_py.output.base import INDEX_NAME, parse_index_line
 from larbin_py.sim import Sim
 
@@ -133,7 +133,7 @@ async def test_a_url_whose_fetch_kills_its_worker_three_times_is_forgotten_as_wo
     3 s to answer) is being fetched, the worker fetching it is SIGKILLed, as if
     the page killed it.  After the third death it is forgotten as workerCrash,
     named in the log and the summary, never requested a fourth time."""
-    from larbin_py.dist.partition import partition_of
+    from larbin_py.distributed.partition import partition_of
 
     slow = "h5.sim.test"
     async with Sim(sim_config(seed=47, hosts=12, pages_per_host=(2, 4), load={slow: (3.0, 0.0)})) as sim:
@@ -392,8 +392,8 @@ async def test_the_final_tick_of_a_stop_waits_for_a_tick_under_way(tmp_path, red
     the second reader used to raise ``RuntimeError: read() called while
     another coroutine is already waiting``."""
     from larbin_py.config import Config
-    from larbin_py.dist.shared import crawl_meta
-    from larbin_py.dist.worker import DistState
+    from larbin_py.distributed.shared import crawl_meta
+    from larbin_py.distributed.crawl_worker import DistState
     from larbin_py.engine import Engine
 
     config = Config(state_dir=str(tmp_path / "state"), save_dir=str(tmp_path / "save"), redis_url=redis_server.url,

@@ -20,8 +20,8 @@ from warcio.archiveiterator import ArchiveIterator
 from larbin_py import cli
 from larbin_py.config import format_config
 from larbin_py.demo import crawl_rules
-from larbin_py.dist.launcher import crawl_meta
-from larbin_py.dist.redisio import RedisIO
+from larbin_py.distributed.launcher import crawl_meta
+from larbin_py.distributed.redisio import RedisIO
 from larbin_py.sim import Sim
 
 from conftest import require_service

@@ -1,4 +1,4 @@
-"""High availability's building blocks (larbin_py/dist/sentinel.py): the Redis URL forms,
+"""High availability's building blocks (larbin_py/distributed/sentinel.py): the Redis URL forms,
 their redaction, and discovery of the master through real sentinels
 (tests/sentinel_support.py: a primary, a replica, three sentinels), across a
 failover, dead, stopped and absent sentinels; and what ``WAIT`` answers,
@@ -15,7 +15,7 @@ import pytest
 import redis
 from redis.connection import parse_url
 
-from larbin_py.dist.sentinel import (
+from larbin_py.distributed.sentinel import (
     RedisTarget,
     Sentinels,
     SentinelError,

@@ -26,9 +26,9 @@ from collections import Counter
 import pytest
 
 from larbin_py.demo import crawl_rules
-from larbin_py.dist.coordinator import Coordinator
-from larbin_py.dist.redisio import RedisIO
-from larbin_py.dist.worker import DistState, run_worker
+from larbin_py.distributed.coordinator import Coordinator
+from larbin_py.distributed.redisio import RedisIO
+from larbin_py.distributed.crawl_worker import DistState, run_worker
 from larbin_py.output.base import INDEX_NAME, parse_index_line
 from larbin_py.sim import Sim
 

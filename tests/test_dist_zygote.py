@@ -1,4 +1,4 @@
-"""The zygote (larbin_py.dist.zygote): workers forked from a process that has
+"""The zygote (larbin_py.distributed.zygote): workers forked from a process that has
 already imported them, supervised as if they had been started with exec.
 
 The unit tests fork this test process as the zygote with a small target in
@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from larbin_py.dist.zygote import Zygote
+from larbin_py.distributed.zygote import Zygote
 
 WAIT = 20.0
 

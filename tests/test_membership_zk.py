@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from larbin_py.config import KEYS, Config, ConfigError, ZkAuth, format_config, parse_config_text
-from larbin_py.dist.membership import Membership, MembershipError
-from larbin_py.dist.membership_factory import make_membership, membership_snapshot
-from larbin_py.dist.membership_zk import ZkMembership
+from larbin_py.distributed.membership import Membership, MembershipError
+from larbin_py.distributed.membership_factory import make_membership, membership_snapshot
+from larbin_py.distributed.membership_zk import ZkMembership
 from zk_support import free_port, own_zk_server, zk_server  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,7 +88,7 @@ async def test_two_members_see_each_other_and_a_clean_leave(zk_server):
 
 CHILD = """
 import asyncio, sys
-from larbin_py.dist.membership_zk import ZkMembership
+from larbin_py.distributed.membership_zk import ZkMembership
 async def main():
     m = ZkMembership(sys.argv[1], "/larbin_test", float(sys.argv[2]), crawl=sys.argv[3], connect_timeout=5.0)
     await m.join(sys.argv[4])
@@ -359,7 +359,7 @@ async def test_members_without_the_crawls_mark_are_ignored_and_logged_once(zk_se
     stranger's node is ignored; a node made with the right identity but without
     the mark, and a member's data copied to another name, are ignored too; each
     is said once, however often the view changes."""
-    caplog.set_level(logging.WARNING, logger="larbin_py.dist.membership_zk")
+    caplog.set_level(logging.WARNING, logger="larbin_py.distributed.membership_zk")
     old = member(zk_server, "marks")  # the same crawl, earlier, without zkAuth
     await old.join("w0")
     stranger = await asyncio.to_thread(zk_client, zk_server)

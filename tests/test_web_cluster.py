@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from larbin_py.dist.cluster_stats import ClusterSource
-from larbin_py.dist.redisio import RedisIO
+from larbin_py.distributed.cluster_stats import ClusterSource
+from larbin_py.distributed.redisio import RedisIO
 from larbin_py.web import FakeSource, StatsServer, check_snapshot
 from larbin_py.web.source import empty_snapshot
 

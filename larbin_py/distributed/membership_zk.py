@@ -123,7 +123,7 @@ def _check_name(what: str, name: str) -> str:
 
 
 class ZkMembership:
-    """The :class:`~larbin_py.dist.membership.Membership` of one worker, on ZooKeeper.
+    """The :class:`~larbin_py.distributed.membership.Membership` of one worker, on ZooKeeper.
 
     ``hosts`` is zkHosts (``host:port,...``), ``path`` zkPath, ``crawl`` the
     crawl's name (workers of one crawl share it), ``session_timeout`` the

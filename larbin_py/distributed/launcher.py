@@ -4,7 +4,7 @@ The launcher (DISTRIBUTED.md §10):
 
 1. resolves ``redisUrl``: ``auto`` (or no redisUrl with N > 1) starts a
    private redis-server on a unix socket under ``stateDir/redis``
-   (:class:`~larbin_py.dist.redis_server.RedisServer`; a missing binary is
+   (:class:`~larbin_py.distributed.redis_server.RedisServer`; a missing binary is
    exit 2 with the apt-get hint); a Redis that cannot be reached is exit 2
    naming the URL;
 2. checks the crawl in Redis: a fresh start that finds a crawl named
@@ -17,18 +17,18 @@ The launcher (DISTRIBUTED.md §10):
    starts each worker as ``python -m larbin_py -c stateDir/launcher.conf
    --worker --worker-id wK`` would run, its output prefixed ``[wK]``: forked
    from the zygote that :func:`launch_main` started before its event loop
-   (:mod:`larbin_py.dist.zygote`: the imports are paid once), or with
+   (:mod:`larbin_py.distributed.zygote`: the imports are paid once), or with
    ``exec`` when there is none;
 4. supervises them: a worker that dies (a crash, a kill) has a try counted
    against each request it had running (its ``stateDir/inflight-<wK>``,
-   larbin_py.dist.inflight), and is started again with the same workerId
+   larbin_py.distributed.inflight), and is started again with the same workerId
    when ``respawn`` is on (at most :data:`MAX_RESPAWNS` times in
    :data:`RESPAWN_WINDOW` seconds), else its partitions are taken over by
    the others; a worker that cannot be started again is said and left
    dead; a worker that exits 2 (a usage or configuration error) stops the
    crawl with exit 2;
 5. serves the whole crawl's stats on ``httpPort``
-   (:class:`~larbin_py.dist.cluster_stats.ClusterSource`);
+   (:class:`~larbin_py.distributed.cluster_stats.ClusterSource`);
 6. forwards SIGINT/SIGTERM to the workers (which stop as one process does)
    and, once every worker has ended, prints one summary for the crawl (each
    worker's pages over all its lives, how long Redis's failures paused the
@@ -40,7 +40,7 @@ Workers run in their own process group (a Ctrl-C reaches them once, through
 the launcher) and die with the launcher (``PR_SET_PDEATHSIG``), so a killed
 launcher leaves no orphan crawling on.
 
-The worker side lives in ``larbin_py.dist.worker``: ``async def
+The worker side lives in ``larbin_py.distributed.crawl_worker``: ``async def
 run_worker(config, *, reload) -> int``, called by ``--worker``
 (:func:`worker_main`).
 """
@@ -347,7 +347,7 @@ class Launcher:
 
     async def _count_tries(self, w: WorkerProc) -> None:
         """A dead worker's requests that were running: one try more each (see
-        larbin_py.dist.inflight).  Left for the worker's next start when Redis fails."""
+        larbin_py.distributed.inflight).  Left for the worker's next start when Redis fails."""
         if self.io is None:
             return
         try:
@@ -402,12 +402,12 @@ class Launcher:
 
     def merge_outputs(self) -> None:
         """A mirror's ``saveDir/index.tsv``: each page saved by any worker listed once
-        (larbin_py.dist.worker.merge_index over the workers' own indexes)."""
+        (larbin_py.distributed.crawl_worker.merge_index over the workers' own indexes)."""
         self.index_lines = None
         if self.config.output_mode != "mirror" or not any(w.starts for w in self.workers):
             return
         try:
-            from .worker import merge_index
+            from .crawl_worker import merge_index
         except ImportError:  # a build without the worker side has no worker outputs to merge
             return
         try:
@@ -517,14 +517,14 @@ def launch_main(config, workers: int, *, reload: bool = False,
 
 
 def worker_main(config, *, reload: bool = False) -> int:
-    """``--worker``: run this process as one worker of the crawl (larbin_py.dist.worker)."""
+    """``--worker``: run this process as one worker of the crawl (larbin_py.distributed.crawl_worker)."""
     import uvloop
 
     if not config.redis_url:
         print("larbin_py: --worker needs redisUrl (the Redis of the crawl to join)", file=sys.stderr)
         return EXIT_USAGE
     try:
-        from .worker import run_worker
+        from .crawl_worker import run_worker
     except ImportError as exc:
         print(f"larbin_py: --worker: the worker side is missing from this build ({exc})", file=sys.stderr)
         return EXIT_USAGE

@@ -9,7 +9,7 @@ Redis whatever the membership, because the fence must live in the store that
 is written (DISTRIBUTED.md §4).
 
 The coordinator derives the partition map from :meth:`Membership.members`
-(a pure function of the member list: larbin_py.dist.partition), so every
+(a pure function of the member list: larbin_py.distributed.partition), so every
 worker computes the same map from the same view.
 
 Threading: every method is called on the event loop's thread, and every

@@ -2,7 +2,7 @@
 --[[
 The distributed crawl's functions (Redis Functions, Redis >= 7.0).
 
-Loaded once per connection by larbin_py/dist/redisio.py (FUNCTION LOAD
+Loaded once per connection by larbin_py/distributed/redisio.py (FUNCTION LOAD
 REPLACE).  Every function touches the keys of one partition (hash tag {p})
 or one IP ({X}), except lb_heartbeat, lb_join, lb_leave and lb_view, which
 touch crawl-wide keys: in Redis Cluster they are sent per slot.
