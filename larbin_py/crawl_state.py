@@ -46,7 +46,7 @@ from .frontier.sieve import open_seen
 from .frontier.store import UrlRecord
 from .journal import Committer, FETCHED, ReplayFrontier, cut_to_commit, read_journals
 from .net.cookies import CookieJar, load_jar, save_jar
-from .owner_only import makedirs
+from .owner_only import make_private_dir
 from .state import ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, has_state, read_checkpoint
 
 __all__ = ["CrawlState", "LocalState", "StateDirInUse"]
@@ -149,7 +149,7 @@ class LocalState:
             self.seen = seen if seen is not None else open_seen(config.seen_store, state_dir)
         #: What a fresh stateDir held before: a start that fails removes what it added (abandon).
         self._before = _entries(state_dir)
-        makedirs(state_dir)  # 0700 (larbin_py.owner_only)
+        make_private_dir(state_dir)  # 0700, the folders above it as usual (larbin_py.owner_only)
         self._robots_log: RobotsLog | None = None
         self._robots_answers: dict[str, tuple[float, bytes | None]] = {}
         if reload:

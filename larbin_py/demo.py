@@ -14,7 +14,7 @@ import shutil
 import socket
 import sys
 
-from .owner_only import makedirs, opener
+from .owner_only import make_private_dir, opener
 from .robots import product_token
 from .statelock import LOCK_NAME
 
@@ -83,7 +83,7 @@ async def run_demo(config, *, hosts: int = 30, seed: int = 7, out=None) -> int:
         print(f"larbin_py: stateDir {config.state_dir!r} holds a crawl that is not a demo; "
               "choose another stateDir for --demo", file=out)
         return 2
-    makedirs(config.state_dir)
+    make_private_dir(config.state_dir)
     open(os.path.join(config.state_dir, DEMO_MARKER), "w", opener=opener).close()
 
     agent = product_token(config.user_agent)
@@ -141,7 +141,7 @@ async def run_demo_workers(config, workers: int, *, hosts: int = 30, seed: int =
         print(f"larbin_py: stateDir {config.state_dir!r} holds a crawl that is not a demo; "
               "choose another stateDir for --demo", file=out)
         return EXIT_USAGE
-    makedirs(config.state_dir)
+    make_private_dir(config.state_dir)
     open(os.path.join(config.state_dir, DEMO_MARKER), "w", opener=opener).close()
     sim_config = SimConfig(seed=seed, hosts=hosts, dns=True, robots_agent=product_token(config.user_agent),
                            crawl_delay=(0.5, 1.0))

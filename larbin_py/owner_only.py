@@ -28,7 +28,11 @@ modes (0644 files, 0755 folders under a 022 umask) for whoever serves or
 reads them.  A private redis-server (``redisUrl auto``) is a separate
 process: it is started with umask 077 (its AOF, its log).  Chromium's
 profile (``stateDir/browser``) is written by Chromium; the 0700 folder
-keeps it private.
+keeps it private.  The one exception: when Chromium runs as another user
+(``dynamicUser``, the crawler being root), that user must pass through
+stateDir to its profile, so stateDir gets the execute bit for others
+(0711, larbin_py.net.browser.let_pass): a name can be reached, the folder
+not listed, and every file in it stays 0600, every other folder 0700.
 
 Files written by a temporary file and a rename (the checkpoint, the cookie
 jar, the sieve's run, launcher.conf) take the temporary file's mode: 0600.

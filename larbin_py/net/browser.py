@@ -269,6 +269,19 @@ def as_user(who: RunAs | None) -> list[str]:
     return [setpriv, f"--reuid={who.uid}", f"--regid={who.gid}", "--clear-groups", "--"]
 
 
+def let_pass(state_dir: str) -> None:
+    """Let the browser user pass through stateDir (0700 -> 0711) to its profile.
+
+    stateDir is the crawler's own (larbin_py.owner_only): the execute bit
+    for others lets them reach a name they know, never list the folder, and
+    every file in it is 0600, every other folder 0700.  A folder of another
+    user's is left as it is (the start then fails naming it).
+    """
+    st = os.stat(state_dir)
+    if st.st_uid == os.geteuid() and not st.st_mode & 0o001:
+        os.chmod(state_dir, (st.st_mode & 0o7777) | 0o011)
+
+
 def browser_env(profile: str, environ) -> dict[str, str]:
     """Chromium's environment: :data:`KEPT_ENV` of ``environ``, HOME and XDG_* in the profile."""
     env = {name: environ[name] for name in KEPT_ENV if name in environ}
@@ -361,6 +374,7 @@ class Browser:
                                os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         if who is not None:
             os.chown(self.profile, who.uid, who.gid)
+            let_pass(os.path.dirname(os.path.abspath(self.profile)))
         os.chmod(self.profile, 0o700)  # exactly, whatever the umask
 
     def _log(self) -> str:
