@@ -47,7 +47,7 @@ from .frontier.store import UrlRecord
 from .journal import Committer, FETCHED, ReplayFrontier, cut_to_commit, read_journals
 from .net.cookies import CookieJar, load_jar, save_jar
 from .owner_only import make_private_dir
-from .state import ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, has_state, read_checkpoint
+from .state import ROBOTS_LOG, SEEN_LOG, RobotsLog, has_state, read_checkpoint
 
 __all__ = ["CrawlState", "LocalState", "StateDirInUse"]
 

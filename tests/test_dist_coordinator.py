@@ -8,7 +8,6 @@ the test (no crawl runs).
 
 from __future__ import annotations
 
-import asyncio
 import io
 
 import redis.asyncio as aredis

@@ -27,7 +27,6 @@ import asyncio
 import io
 import os
 import signal
-import sys
 import time
 from collections import Counter
 
@@ -41,32 +40,13 @@ from larbin_py.distributed.redisio import RedisIO
 from larbin_py.output.base import INDEX_NAME, parse_index_line
 from larbin_py.sim import Sim
 
-from test_dist_e2e import (CRAWL, Workers, check_conservation, check_politeness, crawl_under_way, sim_config,
+from helpers.distributed import (CRAWL, requested_urls, wait_for, Workers, check_conservation, check_politeness, crawl_under_way, sim_config,
                            totals, wait_logs, worker_config)
-from test_e2e import page_requests
-from sentinel_support import sentinel_cluster  # noqa: F401 (fixture)
+from helpers.sentinel import sentinel_cluster  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def requested_urls(sim) -> list[str]:
-    return [r.url for r in page_requests(sim)]
-
-
-async def wait_for(pred, timeout: float, what: str, step: float = 0.05):
-    """Until ``pred()`` (awaited when it is a coroutine) is truthy: its value;
-    failing after ``timeout`` s naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(step)
 
 
 # ---------------------------------------------------------------------------
@@ -228,7 +208,7 @@ class ReadOnly(Fault):
     kind = "READONLY"
 
     async def start(self, r, server):
-        from zk_support import free_port
+        from helpers.zookeeper import free_port
         await r.execute_command("REPLICAOF", "127.0.0.1", free_port())
 
     async def stop(self, r, server):

@@ -25,8 +25,8 @@ from larbin_py.distributed.redisio import RedisIO
 from larbin_py.sim import Sim
 
 from conftest import require_service
-from test_dist_e2e import CRAWL, Workers, check_politeness, sim_config, totals, worker_config
-from test_e2e import page_requests
+from helpers.distributed import CRAWL, Workers, check_politeness, sim_config, totals, worker_config
+from helpers.crawl import page_requests
 
 pytestmark = pytest.mark.slow
 

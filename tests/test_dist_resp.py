@@ -14,7 +14,7 @@ from redis.exceptions import ResponseError
 
 from larbin_py.distributed.resp import Pipe, pack
 
-from zk_support import free_port
+from helpers.zookeeper import free_port
 
 
 def test_pack_is_the_redis_protocol():

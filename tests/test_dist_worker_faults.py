@@ -19,8 +19,6 @@ import io
 import json
 import os
 import signal
-import sys
-import textwrap
 from collections import Counter
 
 import pytest
@@ -32,8 +30,8 @@ from larbin_py.distributed.crawl_worker import DistState, run_worker
 from larbin_py.output.base import INDEX_NAME, parse_index_line
 from larbin_py.sim import Sim
 
-from test_dist_e2e import CRAWL, Workers, check_conservation, sim_config, worker_config
-from test_dist_faults import requested_urls, wait_for
+from helpers.distributed import (CRAWL, Workers, check_conservation, requested_urls, sim_config, wait_for,
+                                 worker_config)
 
 pytestmark = pytest.mark.slow
 

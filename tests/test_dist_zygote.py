@@ -182,7 +182,7 @@ async def test_the_launchers_workers_are_forked_from_its_zygote_and_crawl_exactl
     from larbin_py.demo import crawl_rules
     from larbin_py.sim import Sim
 
-    from test_dist_e2e import index_urls, page_requests, launched, sim_config, worker_config
+    from helpers.distributed import index_urls, page_requests, launched, sim_config, worker_config
 
     async with Sim(sim_config(seed=3, hosts=12)) as sim:
         config = worker_config(tmp_path, sim, redis_server.url, "")

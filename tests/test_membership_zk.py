@@ -1,4 +1,4 @@
-"""ZkMembership on a real standalone ZooKeeper (tests/zk_support.py): discovery,
+"""ZkMembership on a real standalone ZooKeeper (tests/helpers/zookeeper.py): discovery,
 a SIGKILLed worker detected by its session's end, a session expiry and the
 rejoin, the server killed and restarted, an unreachable server, a duplicate
 worker id; the factory and the dashboard snapshot."""
@@ -21,7 +21,7 @@ from larbin_py.config import KEYS, Config, ConfigError, ZkAuth, format_config, p
 from larbin_py.distributed.membership import Membership, MembershipError
 from larbin_py.distributed.membership_factory import make_membership, membership_snapshot
 from larbin_py.distributed.membership_zk import ZkMembership
-from zk_support import free_port, own_zk_server, zk_server  # noqa: F401 (fixtures)
+from helpers.zookeeper import free_port, own_zk_server, zk_server  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
 AUTH = ZkAuth("larbin", "zk-s3cret-password")
@@ -435,9 +435,9 @@ async def test_a_crawl_with_zkauth_ends_despite_a_fake_member(tmp_path, redis_se
     open members node (left by a run without zkAuth); without the check, the
     partitions the map gives it are never crawled and the crawl never ends.
     Two workers with zkAuth close the node, ignore the fake member (one line
-    each on stderr), and crawl everything (tests/test_dist_e2e.py's checks:
+    each on stderr), and crawl everything (tests/helpers/distributed.py's checks:
     exact coverage, politeness, conservation, both workers in the view)."""
-    from test_dist_e2e import CRAWL, ZK_SESSION, crawl_with
+    from helpers.distributed import CRAWL, ZK_SESSION, crawl_with
 
     zk_path = f"/e2e-auth-{uuid.uuid4().hex[:8]}"
     ghost = f"{zk_path}/{CRAWL}/members/ghost"

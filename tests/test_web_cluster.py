@@ -20,7 +20,7 @@ from larbin_py.distributed.redisio import RedisIO
 from larbin_py.web import FakeSource, StatsServer, check_snapshot
 from larbin_py.web.source import empty_snapshot
 
-from test_web import chromium, dump_dom, get, http, running
+from helpers.web import chromium, dump_dom, get, http, running
 
 
 def worker_snapshot(worker: str, source: str, members: list[str], change: tuple[float, str] | None,

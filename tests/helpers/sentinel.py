@@ -55,7 +55,7 @@ import redis
 
 from conftest import require_service
 from larbin_py.distributed.prctl import set_pdeathsig
-from zk_support import free_port
+from helpers.zookeeper import free_port
 
 MASTER = "larbinmaster"
 PASSWORD = "s3cr-t/p@ss word"  # a space, a slash and an '@': percent-encoded in URLs
