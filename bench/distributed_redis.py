@@ -7,7 +7,7 @@ spread them, with a 64-byte record each.  Then every URL is read by its
 partition's owner (``lb_read``) and acked (``lb_ack``).  Measured:
 
 * bytes per seen URL: ``MEMORY USAGE`` of every ``seen:{p}:<b>`` bucket,
-  summed, over N (the FIGURE of DISTRIBUTED.md §11: <= 12 B at >= 1 M);
+  summed, over N (the aim of docs/distributed-design.md, "The aims and what was measured": <= 12 B at >= 1 M);
 * bytes per queued URL (the streams) and per pending URL (the PEL), and
   what acked URLs leave behind (XDEL tombstones);
 * Redis CPU (``used_cpu_user + used_cpu_sys``) per URL for the seen test and

@@ -64,13 +64,18 @@ def test_merge_index_lists_each_url_once(tmp_path):
     assert not os.path.exists(save / "index.tsv.tmp")
 
 
-def test_the_workers_shared_keys_are_the_launchers():
+def test_the_crawl_meta_names_each_shared_key_and_tells_a_differing_joiner():
     from larbin_py.config import parse_config_text
-    from larbin_py.distributed import launcher, shared
+    from larbin_py.distributed import launcher
+    from larbin_py.distributed.shared import SHARED_KEYS, crawl_meta
 
+    assert launcher.crawl_meta is crawl_meta  # one list, one function
     config = parse_config_text("", require_start_urls=False)
-    assert shared.SHARED_KEYS == launcher.SHARED_KEYS
-    assert shared.crawl_meta(config) == launcher.crawl_meta(config)
+    meta = crawl_meta(config)
+    assert sorted(meta.rules) == sorted(SHARED_KEYS)
+    other = crawl_meta(config.replace(wait_duration=config.wait_duration + 1, lease_ttl=3.0))
+    assert [d.split(" ")[0] for d in other.differences(meta)] == ["leaseTtl", "waitDuration"]
+    assert crawl_meta(config.replace(http_port=9999)).differences(meta) == []  # not shared
 
 
 # --- the in-flight file (larbin_py.distributed.inflight) ------------------------------

@@ -1,4 +1,4 @@
-"""The worker's coordinator: one Redis pipeline per tick (DISTRIBUTED.md §5).
+"""The worker's coordinator: one Redis pipeline per tick (docs/distributed-worker.md, the tick).
 
 A worker is today's Engine with its parts swapped: the frontier's main lane
 is a :class:`~larbin_py.distributed.inbox.RedisInbox`, its admitted links go to a

@@ -1,4 +1,4 @@
-"""The Redis key names of one crawl (DISTRIBUTED.md §2).
+"""The Redis key names of one crawl (docs/distributed.md, "Redis keys").
 
 Every key starts with ``lb:<crawlName>:``, so several crawls share one Redis.
 Every key of a partition carries the hash tag ``{p}`` and every key of an IP

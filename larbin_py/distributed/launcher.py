@@ -1,6 +1,6 @@
 """``--workers N``: N worker processes on this machine, one crawl, one summary.
 
-The launcher (DISTRIBUTED.md §10):
+The launcher (docs/distributed.md, "Running it"):
 
 1. resolves ``redisUrl``: ``auto`` (or no redisUrl with N > 1) starts a
    private redis-server on a unix socket under ``stateDir/redis``
@@ -58,7 +58,8 @@ from typing import Awaitable, Callable, Sequence
 
 from .inflight import count_crashes, inflight_path
 from .redis_server import RedisServer, RedisServerError
-from .redisio import CRASH_LIMIT, CrawlExists, CrawlMeta, DistError, RedisFailed, RedisIO, Totals
+from .redisio import CRASH_LIMIT, CrawlExists, DistError, RedisFailed, RedisIO, Totals
+from .shared import SHARED_KEYS, crawl_meta  # noqa: F401 (re-exported: the launcher's callers use them)
 from .prctl import set_pdeathsig
 from .zygote import Zygote
 
@@ -68,16 +69,6 @@ __all__ = ["Launcher", "WorkerProc", "resolve_redis_url", "crawl_meta", "default
 #: A worker that dies this many times within RESPAWN_WINDOW seconds is left dead.
 MAX_RESPAWNS = 5
 RESPAWN_WINDOW = 60.0
-
-#: The keys every worker of a crawl must agree on (beyond partitions and
-#: seenBuckets): what is crawled and how politely.  A joiner that differs on
-#: one of them is refused with the keys named.
-SHARED_KEYS = (
-    "UserAgent", "waitDuration", "depthInSite", "depthBySite", "maxRedirects", "noExternalLinks",
-    "getCGI", "getImage", "anyType", "specificSearch", "specificSet", "limitToDomain",
-    "forbiddenExtensions", "punycode", "ignoreRobots", "maxUrlSize", "privateNetworks",
-    "pageNoDuplicate", "outputMode", "limitPage", "leaseTtl", "membership", "zkPath",
-)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 SIGNAL_EXITS = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -103,18 +94,6 @@ def resolve_redis_url(config, workers: int = 1) -> str:
     if config.redis_url == "auto" or (not config.redis_url and workers > 1):
         return "unix://" + auto_socket(config)
     return config.redis_url
-
-
-def crawl_meta(config) -> CrawlMeta:
-    """What the crawl is created with: partitions, seenBuckets and :data:`SHARED_KEYS`."""
-    from ..config import KEYS
-
-    by_name = {k.name: k for k in KEYS}
-    rules = {}
-    for name in SHARED_KEYS:
-        key = by_name[name]
-        rules[name] = " | ".join(key.format(getattr(config, key.attr))) or "-"
-    return CrawlMeta(config.partitions, config.seen_buckets, rules)
 
 
 @dataclass

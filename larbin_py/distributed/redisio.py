@@ -3,7 +3,7 @@
 :class:`RedisIO` connects (redis.asyncio, hiredis when installed), loads the
 function library ``larbin.lua`` once per connection (``FUNCTION LOAD
 REPLACE``) and counts round trips: one :meth:`Tick.execute` is one, whatever
-it carries (DISTRIBUTED.md §5: a worker's traffic is one pipeline per tick).
+it carries (docs/distributed-design.md, "Queued URLs": a worker's traffic is one pipeline per tick).
 
 A :class:`Tick` collects operations; each method returns the index of its
 result in the list :meth:`Tick.execute` answers::
