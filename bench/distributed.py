@@ -13,7 +13,7 @@ obeyed) by
 
 * the embedded engine: ``python -m larbin_py -c FILE``, one process, no Redis;
 * N = 1, 2, 4 workers: ``python -m larbin_py -c FILE --workers N`` (the
-  launcher, larbin_py/dist/launcher.py) with ``redisUrl`` naming a private
+  launcher, larbin_py/distributed/launcher.py) with ``redisUrl`` naming a private
   redis-server this script starts for each crawl (the settings of
   ``redisUrl auto``: a unix socket, AOF fsynced every second), so its
   counters cover that crawl alone and can be read once it has ended.
@@ -56,7 +56,7 @@ too), and N = 4 with leaseTtl 2 (five times the heartbeats).  The CPU of
 starting one process (the imports of ``python -m larbin_py``, measured
 apart) is reported: what each worker would pay if it were exec'd; they are
 forked from the launcher's zygote, which has imported them
-(larbin_py/dist/zygote.py).  ``--profile DIR`` samples each
+(larbin_py/distributed/zygote.py).  ``--profile DIR`` samples each
 worker with py-spy (collapsed stacks, one file per worker; those figures
 are not comparable).
 
@@ -104,9 +104,9 @@ from distributed_redis import memory_of
 from throughput import bench_web, run_child, served
 
 from larbin_py.config import format_config, parse_config_text
-from larbin_py.dist.keys import Keys
-from larbin_py.dist.redis_server import RedisServer, RedisServerError
-from larbin_py.dist.redisio import RedisIO
+from larbin_py.distributed.keys import Keys
+from larbin_py.distributed.redis_server import RedisServer, RedisServerError
+from larbin_py.distributed.redisio import RedisIO
 from larbin_py.sim.web import SimWeb
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -218,8 +218,8 @@ async def crawl_embedded_twice(web: SimWeb, dns_port: int, work: str, args) -> d
 def process_start_cpu() -> float:
     """CPU seconds of starting one crawler process: the imports of ``python -m larbin_py``."""
     with tempfile.TemporaryDirectory(prefix="larbin-bench-start-") as work:
-        res = run_child([sys.executable, "-c", "import larbin_py.cli, larbin_py.engine, larbin_py.dist.worker, "
-                         "larbin_py.dist.launcher"], work)
+        res = run_child([sys.executable, "-c", "import larbin_py.cli, larbin_py.engine, larbin_py.distributed.crawl_worker, "
+                         "larbin_py.distributed.launcher"], work)
     return res["cpu_s"]
 
 
@@ -373,7 +373,7 @@ async def crawl_workers(web: SimWeb, dns_port: int, work: str, n: int, args, zk:
 
 def worker_pids(launcher_pid: int) -> dict[str, int]:
     """The launcher's workers, ``{workerId: pid}``: the zygote's children, named
-    ``larbin <wid>`` (larbin_py.dist.zygote), or exec'd with ``--worker-id``."""
+    ``larbin <wid>`` (larbin_py.distributed.zygote), or exec'd with ``--worker-id``."""
     out = {}
     todo = children_of(launcher_pid)
     while todo:

@@ -7,7 +7,7 @@ spread them, with a 64-byte record each.  Then every URL is read by its
 partition's owner (``lb_read``) and acked (``lb_ack``).  Measured:
 
 * bytes per seen URL: ``MEMORY USAGE`` of every ``seen:{p}:<b>`` bucket,
-  summed, over N (the FIGURE of DISTRIBUTED.md §11: <= 12 B at >= 1 M);
+  summed, over N (the aim of docs/distributed-design.md, "The aims and what was measured": <= 12 B at >= 1 M);
 * bytes per queued URL (the streams) and per pending URL (the PEL), and
   what acked URLs leave behind (XDEL tombstones);
 * Redis CPU (``used_cpu_user + used_cpu_sys``) per URL for the seen test and
@@ -32,9 +32,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from common import report, table  # noqa: E402
 
-from larbin_py.dist.keys import Keys  # noqa: E402
-from larbin_py.dist.redis_server import RedisServer, RedisServerError  # noqa: E402
-from larbin_py.dist.redisio import CrawlMeta, RedisIO  # noqa: E402
+from larbin_py.distributed.keys import Keys  # noqa: E402
+from larbin_py.distributed.redis_server import RedisServer, RedisServerError  # noqa: E402
+from larbin_py.distributed.redisio import CrawlMeta, RedisIO  # noqa: E402
 
 P = 256
 RECORD = b"x" * 64  # about a URL record (url, depth, priority) as the sink writes it

@@ -8,7 +8,7 @@
    growth once its merges are done (and the peak while filling): the sieve
    (``seenStore disk``/``auto``, larbin_py.frontier.sieve), today's array
    store (``seenStore array``, larbin_py.frontier.seen) with and without the
-   allocator's threshold pinned (larbin_py.heap: the RSS investigation), and
+   allocator's threshold pinned (larbin_py.malloc_tuning: the RSS investigation), and
    a plain Python set.  Then, in the same process, the cost of a batch of 200
    links (a page's) that are all new, all already seen, and half and half.
    The sieve is built as ``seenStore auto`` builds it (the first 262,144
@@ -102,12 +102,12 @@ def _batches_cost(seen, rng, known) -> dict:
 
 
 def measure_seen(n: int, kind: str) -> dict:
-    from larbin_py import heap
+    from larbin_py import malloc_tuning
     from larbin_py.frontier.seen import SeenSet
     from larbin_py.frontier.sieve import Sieve
 
     if kind != "array-unpinned":
-        heap.limit_retention()  # as the engine does
+        malloc_tuning.limit_retention()  # as the engine does
     rng = random.Random(1)
     tmp = tempfile.TemporaryDirectory(prefix="larbin-bench-")
     before = rss()
@@ -129,11 +129,11 @@ def measure_seen(n: int, kind: str) -> dict:
         else:
             seen.merge()
     took = time.perf_counter() - t0
-    heap.trim()
+    malloc_tuning.trim()
     grown = rss() - before
     size = len(seen)
     out = {"urls": size, "rss_bytes": grown, "bytes_per_url": grown / size, "seconds": took,
-           "peak_rss_bytes": max(peak, grown), "heap": heap.heap_stats()}
+           "peak_rss_bytes": max(peak, grown), "heap": malloc_tuning.heap_stats()}
     if kind != "python-set":
         out["store_bytes"] = seen.memory_bytes()
         out["merges"] = seen.merges
@@ -147,10 +147,10 @@ def measure_seen(n: int, kind: str) -> dict:
 
 def measure_merge_lag(n: int) -> dict:
     """Batch latency on the loop while a merge of an ``n``-fingerprint run runs on its thread."""
-    from larbin_py import heap
+    from larbin_py import malloc_tuning
     from larbin_py.frontier import sieve as sv
 
-    heap.limit_retention()
+    malloc_tuning.limit_retention()
     tmp = tempfile.TemporaryDirectory(prefix="larbin-bench-")
     count, _ = _synthetic_run(tmp.name, n)
     log = os.path.join(tmp.name, "seen.log")
@@ -212,22 +212,22 @@ def measure_synthetic(n: int) -> dict:
     """The sieve at ``n`` synthetic fingerprints: the run written directly, then opened."""
     import numpy as np
 
-    from larbin_py import heap
+    from larbin_py import malloc_tuning
     from larbin_py.frontier import sieve as sv
 
-    heap.limit_retention()
+    malloc_tuning.limit_retention()
     tmp = tempfile.TemporaryDirectory(prefix="larbin-bench-")
     t0 = time.perf_counter()
     count, known = _synthetic_run(tmp.name, n)
     log = os.path.join(tmp.name, "seen.log")
     open(log, "wb").close()
     built = time.perf_counter() - t0
-    heap.trim()
+    malloc_tuning.trim()
     before = rss()
     t0 = time.perf_counter()
     seen = sv.Sieve.load(tmp.name, log)
     opened = time.perf_counter() - t0
-    heap.trim()
+    malloc_tuning.trim()
     after_open = rss() - before
     # the chunks at their largest: just below the next merge (run / ratio)
     rng = random.Random(2)
@@ -237,7 +237,7 @@ def measure_synthetic(n: int) -> dict:
         seen.add_many([rng.getrandbits(64) for _ in range(200)])
     filled = time.perf_counter() - t0
     assert seen.merges == 0, "the fill must stay below the merge threshold"
-    heap.trim()
+    malloc_tuning.trim()
     grown = rss() - before
     out = {"urls": len(seen) + count, "run_urls": count, "rss_bytes_after_open": after_open,
            "bytes_per_url_after_open": after_open / count, "rss_bytes": grown,
@@ -309,19 +309,19 @@ async def serve(port: int) -> None:
 
 async def crawl_rss(target_urls: int, port: int, seen_store: str = "auto") -> list[tuple]:
     """Samples (URLs on disk, RSS, pages, heap) of a crawl; ``array-unpinned``: the array
-    store with glibc's mmap threshold left dynamic (what the engine did before larbin_py.heap)."""
-    from larbin_py import heap
+    store with glibc's mmap threshold left dynamic (what the engine did before larbin_py.malloc_tuning)."""
+    from larbin_py import malloc_tuning
     from larbin_py.config import parse_config_text
     from larbin_py.engine import Engine
 
     if seen_store.endswith("-unpinned"):
         seen_store = seen_store[: -len("-unpinned")]
-        heap.limit_retention = lambda *args: False
+        malloc_tuning.limit_retention = lambda *args: False
 
     proc = await asyncio.create_subprocess_exec(sys.executable, os.path.abspath(__file__), "--serve",
                                                 str(port), stdout=asyncio.subprocess.PIPE)
     await proc.stdout.readline()
-    from larbin_py import heap
+    from larbin_py import malloc_tuning
 
     samples: list[tuple] = []
     try:
@@ -339,7 +339,7 @@ async def crawl_rss(target_urls: int, port: int, seen_store: str = "auto") -> li
                 snap = engine.snapshot()
                 disk = snap["urls"]["queued_disk"]
                 samples.append((disk, snap["process"]["rss_bytes"], snap["pages"]["fetched"],
-                                heap.heap_stats()))
+                                malloc_tuning.heap_stats()))
                 if disk >= target_urls:
                     engine.request_stop("bench over")
                     break

@@ -2,7 +2,7 @@
 
 The crawl state (:class:`~larbin_py.crawl_state.CrawlState`, the
 checkpointer strategy) says *where* progress is kept: stateDir
-(``LocalState``), Redis (``DistState``), nowhere (``MemoryState``).
+(``LocalState``), Redis (``DistState``), nowhere (``larbin_py.testing.state.MemoryState``).
 :class:`Checkpoints` says *when*, the same for all of them:
 
 * once before the crawl runs (the seeds and a ``--reload``'s state in it),

@@ -14,7 +14,7 @@ configuration can be checked without them.  Exit codes:
 
 Before anything is written, a crawl, a demo and a launcher lock stateDir
 (``stateDir/lock``, larbin_py.statelock; a worker locks its own part in
-larbin_py.dist.worker) and hold it to their end: a second process on the
+larbin_py.distributed.crawl_worker) and hold it to their end: a second process on the
 same stateDir, ``--reload`` included, exits 2 at once naming the holder.
 ``--print-config`` shows secrets as ``***`` (larbin_py.redact), as every
 error line does.
@@ -128,7 +128,7 @@ def _say(message: str) -> None:
 
 def _state_role(args: argparse.Namespace, config: Config) -> str | None:
     """What this process is to stateDir: the role its lock names, or None for
-    a worker (which locks its own part of stateDir: larbin_py.dist.worker)."""
+    a worker (which locks its own part of stateDir: larbin_py.distributed.crawl_worker)."""
     if args.worker:
         return None
     if args.workers is not None and (args.workers > 1 or config.redis_url):
@@ -152,8 +152,8 @@ def crawl_main(config: Config, *, reload: bool = False, demo: bool = False) -> i
         if reload and not config.can_reload:
             print("larbin_py: --reload needs canReload (it is off in the configuration)", file=sys.stderr)
             return EXIT_USAGE
-        if config.redis_url:  # one worker of a distributed crawl (larbin_py.dist.worker)
-            from .dist.worker import run_worker
+        if config.redis_url:  # one worker of a distributed crawl (larbin_py.distributed.crawl_worker)
+            from .distributed.crawl_worker import run_worker
 
             return await run_worker(config, reload=reload)
         from .engine import Engine, StateDirInUse, StateError
@@ -218,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         if args.worker:
-            from .dist.launcher import worker_main
+            from .distributed.launcher import worker_main
 
             code = worker_main(config, reload=args.reload)
         elif args.workers is not None and (args.workers > 1 or config.redis_url):
@@ -227,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 code = demo_workers_main(config, args.workers, cli_main=main)
             else:
-                from .dist.launcher import launch_main
+                from .distributed.launcher import launch_main
 
                 code = launch_main(config, args.workers, reload=args.reload, cli_main=main)
         else:

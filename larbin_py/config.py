@@ -744,7 +744,7 @@ class _RedisUrl(_Text):
     (``rediss://`` with TLS; db a number), ``unix:///path/to/socket``, or
     ``redis+sentinel://[[user]:password@]host:port[,host:port...]/master[/db]``
     (the master a set of Redis Sentinels names), checked by
-    :func:`larbin_py.dist.sentinel.parse_redis_url`.  Its password is shown
+    :func:`larbin_py.distributed.sentinel.parse_redis_url`.  Its password is shown
     as ``***`` (larbin_py.redact.redact_url)."""
 
     def __init__(self, name: str, attr: str):
@@ -764,7 +764,7 @@ class _RedisUrl(_Text):
             raise _Bad(f"expected text, got {type(value).__name__}")
         if value in ("", "auto"):
             return value
-        from .dist.sentinel import parse_redis_url  # only a distributed crawl imports larbin_py.dist
+        from .distributed.sentinel import parse_redis_url  # only a distributed crawl imports larbin_py.distributed
 
         try:
             parse_redis_url(value)

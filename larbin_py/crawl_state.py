@@ -47,9 +47,9 @@ from .frontier.store import UrlRecord
 from .journal import Committer, FETCHED, ReplayFrontier, cut_to_commit, read_journals
 from .net.cookies import CookieJar, load_jar, save_jar
 from .owner_only import make_private_dir
-from .state import ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, has_state, read_checkpoint
+from .state import ROBOTS_LOG, SEEN_LOG, RobotsLog, has_state, read_checkpoint
 
-__all__ = ["CrawlState", "LocalState", "MemoryState", "StateDirInUse"]
+__all__ = ["CrawlState", "LocalState", "StateDirInUse"]
 
 
 class StateDirInUse(Exception):
@@ -76,7 +76,7 @@ class CrawlState(Protocol):
     analysis_queue: str
     #: None, or where each page request's start and end are written (the
     #: distributed mode: a worker's death counts a try against the requests it
-    #: had running, larbin_py.dist.inflight): ``start(tag) -> slot``, ``end(slot)``.
+    #: had running, larbin_py.distributed.inflight): ``start(tag) -> slot``, ``end(slot)``.
     inflight: object
 
     def frontier_class(self) -> type[Frontier]: ...
@@ -379,76 +379,3 @@ def _remove_new_empty(path: str, before: set[str] | None) -> None:
             os.rmdir(path)
         except OSError:
             pass
-
-
-class MemoryState:
-    """A :class:`CrawlState` that keeps everything in RAM (tests, benchmarks).
-
-    Nothing survives the process, so there is no ``--reload``: it records
-    what the engine tells it (:attr:`outcomes`, the checkpoints' engine
-    sections) for a test to check, and ``hold`` lets a test close the
-    durability gate.
-    """
-
-    def __init__(self, seen=None) -> None:
-        from .frontier.fakes import MemorySeen
-
-        self.seen = seen if seen is not None else MemorySeen()
-        self.cookies = None
-        self.checkpoints = 0
-        self.damaged: dict[str, int] = {}
-        self.links_on_loop = False
-        self.analysis_queue = "analysis"
-        self.inflight = None
-        #: ``(url, outcome, from_request)`` in the order told.
-        self.outcomes: list[tuple[str, str, bool]] = []
-        self.sections: list[dict] = []
-        self.hold = False
-        self.gate_asked = 0
-        self.opened = self.commits_closed = self.closed = self.abandoned = False
-
-    def frontier_class(self) -> type[Frontier]:
-        return Frontier
-
-    def frontier_positions(self) -> dict | None:
-        return None
-
-    def attach(self, frontier: Frontier) -> None:
-        pass
-
-    def output_position(self) -> dict | None:
-        return None
-
-    def open(self, loop, writer, output, *, frontier, on_durable, on_error) -> None:
-        self.opened = True
-
-    def done(self, url: str, outcome: str, from_request: bool) -> None:
-        self.outcomes.append((url, outcome, from_request))
-
-    def holds(self, running: int, cap: int) -> bool:
-        self.gate_asked += 1
-        return self.hold
-
-    def restore(self, frontier: Frontier, now: float, wall: float, err) -> dict:
-        raise StateError("a MemoryState keeps nothing to continue from")
-
-    def report_damage(self, err) -> None:
-        pass
-
-    async def checkpoint(self, frontier: Frontier, now: float, section: dict) -> bool:
-        self.checkpoints += 1
-        self.sections.append(section)
-        return False  # nothing durable: no periodic checkpoints
-
-    def close_commits(self) -> None:
-        self.commits_closed = True
-
-    def close(self, frontier: Frontier, *, broken: bool) -> list[OSError]:
-        frontier.close()
-        self.seen.close()
-        self.closed = True
-        return []
-
-    def abandon(self, frontier: Frontier) -> None:
-        self.abandoned = True
-        frontier.close()

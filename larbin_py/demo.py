@@ -133,7 +133,7 @@ async def run_demo_workers(config, workers: int, *, hosts: int = 30, seed: int =
     ground truth is checked against every request the sim saw, whichever
     worker sent it.
     """
-    from .dist.launcher import EXIT_USAGE, Launcher
+    from .distributed.launcher import EXIT_USAGE, Launcher
     from .sim import Sim, SimConfig
 
     out = out if out is not None else sys.stderr
@@ -170,7 +170,7 @@ async def run_demo_workers(config, workers: int, *, hosts: int = 30, seed: int =
 
 def demo_workers_main(config, workers: int, cli_main=None) -> int:
     """``--demo --workers N`` on uvloop: the process exit code (``cli_main``: see
-    larbin_py.dist.launcher.launch_main)."""
-    from .dist.launcher import run_with_zygote
+    larbin_py.distributed.launcher.launch_main)."""
+    from .distributed.launcher import run_with_zygote
 
     return run_with_zygote(lambda zygote: run_demo_workers(config, workers, zygote=zygote), cli_main)

@@ -26,7 +26,7 @@ import asyncio
 import random
 import sys
 
-from . import heap
+from . import malloc_tuning
 from . import robots as robots_mod
 from .analysis.stage import AnalysisStage
 from .checkpoints import Checkpoints
@@ -66,7 +66,7 @@ class Engine:
     def __init__(self, config, *, resolver=None, fetcher=None, output=None, rng: random.Random | None = None,
                  out=None, err=None, reload: bool = False, stores=None, seen=None, crawl_state=None) -> None:
         self.config = config
-        heap.limit_retention()  # large freed blocks go back to the kernel (larbin_py.heap)
+        malloc_tuning.limit_retention()  # large freed blocks go back to the kernel (larbin_py.malloc_tuning)
         self.out = out if out is not None else sys.stdout
         self.err = err if err is not None else sys.stderr
         self.rng = rng or random.Random()

@@ -65,7 +65,7 @@ def require_service(binary: str, hint: str) -> str:
 @pytest.fixture
 def redis_server(tmp_path):
     """A private redis-server on a unix socket in a temp dir (AOF on), stopped after the test."""
-    from larbin_py.dist.redis_server import RedisServer
+    from larbin_py.distributed.redis_server import RedisServer
 
     binary = require_service("redis-server", "apt-get install redis-server")
     server = RedisServer(str(tmp_path / "redis"), binary=binary).start()

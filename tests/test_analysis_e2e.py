@@ -25,8 +25,8 @@ from larbin_py.output import INDEX_NAME
 from larbin_py.output.base import parse_index_line
 from larbin_py.sim import Sim, SimConfig
 
-from test_e2e import check_conservation, crawl, make_config, page_requests
-from test_state import start_crawler, write_conf
+from helpers.crawl import check_conservation, crawl, make_config, page_requests
+from helpers.state import start_crawler, write_conf
 
 pytestmark = pytest.mark.slow
 

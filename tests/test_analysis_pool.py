@@ -15,7 +15,7 @@ import pytest
 from larbin_py.analysis.analyzers import parse_analyzer
 from larbin_py.analysis.pool import TaskFailed, WorkerPool
 from larbin_py.analysis.queue import TaskQueue
-from larbin_py.analysis.worker import format_task, parse_answer
+from larbin_py.analysis.analyzer_process import format_task, parse_answer
 
 ANALYZERS = '''
 import os, time

@@ -15,7 +15,7 @@ import pytest
 from larbin_py.analysis.alerts import ALERTS_LOG, Alerts
 from larbin_py.analysis.analyzers import AnalyzerSpec, PageView, meta_of, parse_analyzer
 from larbin_py.analysis.pool import TaskFailed
-from larbin_py.analysis.worker import format_answer, parse_task
+from larbin_py.analysis.analyzer_process import format_answer, parse_task
 from larbin_py.analysis.queue import QueueDamage, TaskQueue, queue_name, spool_name
 from larbin_py.analysis.retry import Backoff
 from larbin_py.analysis.stage import AnalysisStage

@@ -26,7 +26,7 @@ from larbin_py.net.cookies import (
 from larbin_py.net import http as http_mod
 from larbin_py.net.http import PARSERS, Fetcher
 
-from test_http import Server, reply
+from helpers.http_server import Server, reply
 
 NOW = 1_700_000_000.0
 #: h11's request header field-value: a Cookie header must match it.

@@ -16,7 +16,7 @@ import pytest
 from larbin_py.demo import crawl_rules
 from larbin_py.engine import Engine
 from larbin_py.sim import Sim, SimConfig
-from test_e2e import check_conservation, crawl, make_config, page_requests
+from helpers.crawl import check_conservation, crawl, make_config, page_requests
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +85,7 @@ def paths_asked(srv) -> list[str]:
 
 @pytest.mark.async_timeout(60)
 async def test_robots_refusing_more_than_a_site_fifo_holds_ends_and_fetches_the_rest(tmp_path):
-    from test_http import Server
+    from helpers.http_server import Server
 
     links = "".join(f'<a href="/no/{i}.html">{i}</a>' for i in range(41)) + '<a href="/ok.html">ok</a>'
     pages = {"/": f"<html><body>{links}</body></html>".encode(), "/ok.html": b"<html>ok</html>"}
@@ -109,7 +109,7 @@ def endless_chain(path: str) -> str | None:
 @pytest.mark.async_timeout(60)
 @pytest.mark.parametrize("limit", [5, 0])
 async def test_an_endless_redirect_chain_stops_at_max_redirects(tmp_path, limit):
-    from test_http import Server
+    from helpers.http_server import Server
 
     async with Server(site_server({}, redirect=endless_chain)) as srv:
         config = loopback_config(tmp_path, srv.port, start_urls=(f"http://127.0.0.1:{srv.port}/rt/0",),
@@ -127,7 +127,7 @@ async def test_an_endless_redirect_chain_stops_at_max_redirects(tmp_path, limit)
 async def test_redirect_hops_survive_a_reload(tmp_path):
     # The crawl stops while /rt/4 (4 hops from /rt/0) is queued; the run that
     # continues it must still stop the chain after the 5th redirect.
-    from test_http import Server
+    from helpers.http_server import Server
 
     engines = []
     handler = site_server({}, redirect=endless_chain)
@@ -171,7 +171,7 @@ async def test_private_networks_seeds_crawls_the_start_hosts_only(tmp_path):
 
 async def serve_two(pages, internal_pages, robots=None, redirect=None):
     """A "public" server on 127.0.0.1 and an "internal" one on 127.0.0.2."""
-    from test_http import Server
+    from helpers.http_server import Server
 
     internal = Server(site_server(internal_pages))
     internal.server = await asyncio.start_server(internal._serve, "127.0.0.2", 0)

@@ -8,18 +8,17 @@ the test (no crawl runs).
 
 from __future__ import annotations
 
-import asyncio
 import io
 
 import redis.asyncio as aredis
 
 from larbin_py import robots as robots_mod
 from larbin_py.config import Config
-from larbin_py.dist.keys import Keys
-from larbin_py.dist.partition import partition_of
-from larbin_py.dist.redisio import RedisIO
-from larbin_py.dist.shared import crawl_meta
-from larbin_py.dist.worker import DistState
+from larbin_py.distributed.keys import Keys
+from larbin_py.distributed.partition import partition_of
+from larbin_py.distributed.redisio import RedisIO
+from larbin_py.distributed.shared import crawl_meta
+from larbin_py.distributed.crawl_worker import DistState
 from larbin_py.engine import Engine
 
 CRAWL = "t"

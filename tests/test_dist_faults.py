@@ -27,7 +27,6 @@ import asyncio
 import io
 import os
 import signal
-import sys
 import time
 from collections import Counter
 
@@ -35,38 +34,19 @@ import pytest
 import redis.asyncio as aredis
 
 from larbin_py.demo import crawl_rules
-from larbin_py.dist.launcher import Launcher
-from larbin_py.dist.redis_server import RedisServer, RedisServerError
-from larbin_py.dist.redisio import RedisIO
+from larbin_py.distributed.launcher import Launcher
+from larbin_py.distributed.redis_server import RedisServer, RedisServerError
+from larbin_py.distributed.redisio import RedisIO
 from larbin_py.output.base import INDEX_NAME, parse_index_line
 from larbin_py.sim import Sim
 
-from test_dist_e2e import (CRAWL, Workers, check_conservation, check_politeness, crawl_under_way, sim_config,
+from helpers.distributed import (CRAWL, requested_urls, wait_for, Workers, check_conservation, check_politeness, crawl_under_way, sim_config,
                            totals, wait_logs, worker_config)
-from test_e2e import page_requests
-from sentinel_support import sentinel_cluster  # noqa: F401 (fixture)
+from helpers.sentinel import sentinel_cluster  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def requested_urls(sim) -> list[str]:
-    return [r.url for r in page_requests(sim)]
-
-
-async def wait_for(pred, timeout: float, what: str, step: float = 0.05):
-    """Until ``pred()`` (awaited when it is a coroutine) is truthy: its value;
-    failing after ``timeout`` s naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(step)
 
 
 # ---------------------------------------------------------------------------
@@ -133,7 +113,7 @@ async def test_a_url_whose_fetch_kills_its_worker_three_times_is_forgotten_as_wo
     3 s to answer) is being fetched, the worker fetching it is SIGKILLed, as if
     the page killed it.  After the third death it is forgotten as workerCrash,
     named in the log and the summary, never requested a fourth time."""
-    from larbin_py.dist.partition import partition_of
+    from larbin_py.distributed.partition import partition_of
 
     slow = "h5.sim.test"
     async with Sim(sim_config(seed=47, hosts=12, pages_per_host=(2, 4), load={slow: (3.0, 0.0)})) as sim:
@@ -228,7 +208,7 @@ class ReadOnly(Fault):
     kind = "READONLY"
 
     async def start(self, r, server):
-        from zk_support import free_port
+        from helpers.zookeeper import free_port
         await r.execute_command("REPLICAOF", "127.0.0.1", free_port())
 
     async def stop(self, r, server):
@@ -392,8 +372,8 @@ async def test_the_final_tick_of_a_stop_waits_for_a_tick_under_way(tmp_path, red
     the second reader used to raise ``RuntimeError: read() called while
     another coroutine is already waiting``."""
     from larbin_py.config import Config
-    from larbin_py.dist.shared import crawl_meta
-    from larbin_py.dist.worker import DistState
+    from larbin_py.distributed.shared import crawl_meta
+    from larbin_py.distributed.crawl_worker import DistState
     from larbin_py.engine import Engine
 
     config = Config(state_dir=str(tmp_path / "state"), save_dir=str(tmp_path / "save"), redis_url=redis_server.url,

@@ -21,19 +21,19 @@ import pytest
 
 from larbin_py import cli
 from larbin_py.config import Config, load_config
-from larbin_py.dist import launcher as launcher_mod
-from larbin_py.dist.cluster_stats import merge_snapshots
-from larbin_py.dist.launcher import Launcher, crawl_meta, resolve_redis_url
-from larbin_py.dist.redis_server import RedisServer
-from larbin_py.dist.redisio import CrawlMeta, RedisIO
+from larbin_py.distributed import launcher as launcher_mod
+from larbin_py.distributed.cluster_stats import merge_snapshots
+from larbin_py.distributed.launcher import Launcher, crawl_meta, resolve_redis_url
+from larbin_py.distributed.redis_server import RedisServer
+from larbin_py.distributed.redisio import CrawlMeta, RedisIO
 from larbin_py.web.source import check_snapshot, empty_snapshot
 
 WORKER = r'''
 import asyncio, os, signal, sys
 from larbin_py.config import load_config
-from larbin_py.dist.launcher import crawl_meta
-from larbin_py.dist.membership_redis import RedisMembership
-from larbin_py.dist.redisio import RedisIO
+from larbin_py.distributed.launcher import crawl_meta
+from larbin_py.distributed.membership_redis import RedisMembership
+from larbin_py.distributed.redisio import RedisIO
 
 conf, wid, reload = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 plan = os.environ.get("PLAN_" + wid, "ok")

@@ -20,13 +20,13 @@ from warcio.archiveiterator import ArchiveIterator
 from larbin_py import cli
 from larbin_py.config import format_config
 from larbin_py.demo import crawl_rules
-from larbin_py.dist.launcher import crawl_meta
-from larbin_py.dist.redisio import RedisIO
+from larbin_py.distributed.launcher import crawl_meta
+from larbin_py.distributed.redisio import RedisIO
 from larbin_py.sim import Sim
 
 from conftest import require_service
-from test_dist_e2e import CRAWL, Workers, check_politeness, sim_config, totals, worker_config
-from test_e2e import page_requests
+from helpers.distributed import CRAWL, Workers, check_politeness, sim_config, totals, worker_config
+from helpers.crawl import page_requests
 
 pytestmark = pytest.mark.slow
 

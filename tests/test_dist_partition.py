@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from larbin_py.dist.partition import assign, host_key, load_bound, moved, partition_of, score
+from larbin_py.distributed.partition import assign, host_key, load_bound, moved, partition_of, score
 
 P = 256
 
@@ -45,7 +45,7 @@ def test_ipv6_literal_keeps_its_brackets():
 
 def test_same_in_another_process():
     # Python's hash() is salted per process; the partition must not be.
-    code = "from larbin_py.dist.partition import partition_of; print(partition_of('h42.sim.test', 256))"
+    code = "from larbin_py.distributed.partition import partition_of; print(partition_of('h42.sim.test', 256))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONHASHSEED": "12345", "PATH": ""})
     assert int(out.stdout) == partition_of("h42.sim.test", 256)
@@ -112,7 +112,7 @@ def test_only_the_joiner_gains_when_loads_allow():
 
 
 def test_assign_is_cached_per_member_set_and_its_maps_are_the_callers_own():
-    from larbin_py.dist.partition import _owners
+    from larbin_py.distributed.partition import _owners
 
     workers = ["w3", "w1", "w2", "w4"]
     first = assign(256, workers)

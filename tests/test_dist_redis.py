@@ -14,13 +14,13 @@ import time
 import pytest
 import redis.asyncio as aredis
 
-from larbin_py.dist.keys import Keys, bucket_of, signed64
-from larbin_py.dist.membership import Membership, MembershipError
-from larbin_py.dist.membership_redis import RedisMembership
-from larbin_py.dist.redisio import (
+from larbin_py.distributed.keys import Keys, bucket_of, signed64
+from larbin_py.distributed.membership import Membership, MembershipError
+from larbin_py.distributed.membership_redis import RedisMembership
+from larbin_py.distributed.redisio import (
     CRASH_LIMIT, FENCED, CrawlExists, CrawlMeta, CrawlMismatch, RedisIO, RedisUnavailable,
 )
-from larbin_py.dist.termination import Termination
+from larbin_py.distributed.termination import Termination
 
 META = CrawlMeta(8, 16, {"waitDuration": "0", "depth": "5"})
 

@@ -1,4 +1,4 @@
-"""The ticks' Redis connection (larbin_py.dist.resp): the packing, and the
+"""The ticks' Redis connection (larbin_py.distributed.resp): the packing, and the
 error table of its module docstring, on a real redis-server (the fixture) and
 on sockets that misbehave on purpose."""
 
@@ -12,9 +12,9 @@ import pytest
 import redis.asyncio as aredis
 from redis.exceptions import ResponseError
 
-from larbin_py.dist.resp import Pipe, pack
+from larbin_py.distributed.resp import Pipe, pack
 
-from zk_support import free_port
+from helpers.zookeeper import free_port
 
 
 def test_pack_is_the_redis_protocol():
@@ -78,7 +78,7 @@ async def test_auth_and_select_from_the_url(redis_server):
 
 
 async def test_tcp_urls(tmp_path):
-    from larbin_py.dist.redis_server import RedisServer
+    from larbin_py.distributed.redis_server import RedisServer
 
     from conftest import require_service
 

@@ -1,6 +1,6 @@
-"""High availability's building blocks (larbin_py/dist/sentinel.py): the Redis URL forms,
+"""High availability's building blocks (larbin_py/distributed/sentinel.py): the Redis URL forms,
 their redaction, and discovery of the master through real sentinels
-(tests/sentinel_support.py: a primary, a replica, three sentinels), across a
+(tests/helpers/sentinel.py: a primary, a replica, three sentinels), across a
 failover, dead, stopped and absent sentinels; and what ``WAIT`` answers,
 which ``redisReplicas`` relies on."""
 
@@ -15,7 +15,7 @@ import pytest
 import redis
 from redis.connection import parse_url
 
-from larbin_py.dist.sentinel import (
+from larbin_py.distributed.sentinel import (
     RedisTarget,
     Sentinels,
     SentinelError,
@@ -24,7 +24,7 @@ from larbin_py.dist.sentinel import (
     parse_redis_url,
     shown,
 )
-from sentinel_support import MASTER, PASSWORD, make_sentinel_cluster, sentinel_cluster  # noqa: F401 (fixtures)
+from helpers.sentinel import MASTER, PASSWORD, make_sentinel_cluster, sentinel_cluster  # noqa: F401 (fixtures)
 
 SECRET = "hunter2"
 

@@ -19,21 +19,19 @@ import io
 import json
 import os
 import signal
-import sys
-import textwrap
 from collections import Counter
 
 import pytest
 
 from larbin_py.demo import crawl_rules
-from larbin_py.dist.coordinator import Coordinator
-from larbin_py.dist.redisio import RedisIO
-from larbin_py.dist.worker import DistState, run_worker
+from larbin_py.distributed.coordinator import Coordinator
+from larbin_py.distributed.redisio import RedisIO
+from larbin_py.distributed.crawl_worker import DistState, run_worker
 from larbin_py.output.base import INDEX_NAME, parse_index_line
 from larbin_py.sim import Sim
 
-from test_dist_e2e import CRAWL, Workers, check_conservation, sim_config, worker_config
-from test_dist_faults import requested_urls, wait_for
+from helpers.distributed import (CRAWL, Workers, check_conservation, requested_urls, sim_config, wait_for,
+                                 worker_config)
 
 pytestmark = pytest.mark.slow
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 
-from larbin_py.dist.inbox import RedisInbox, make_tag, split_tag
-from larbin_py.dist.partition import partition_of
-from larbin_py.dist.sink import RedisSink, decode_entry, encode_entry
-from larbin_py.dist.worker import WORKERS_DIR, merge_index
+from larbin_py.distributed.inbox import RedisInbox, make_tag, split_tag
+from larbin_py.distributed.partition import partition_of
+from larbin_py.distributed.sink import RedisSink, decode_entry, encode_entry
+from larbin_py.distributed.crawl_worker import WORKERS_DIR, merge_index
 from larbin_py.url import fingerprint
 
 
@@ -64,19 +64,24 @@ def test_merge_index_lists_each_url_once(tmp_path):
     assert not os.path.exists(save / "index.tsv.tmp")
 
 
-def test_the_workers_shared_keys_are_the_launchers():
+def test_the_crawl_meta_names_each_shared_key_and_tells_a_differing_joiner():
     from larbin_py.config import parse_config_text
-    from larbin_py.dist import launcher, shared
+    from larbin_py.distributed import launcher
+    from larbin_py.distributed.shared import SHARED_KEYS, crawl_meta
 
+    assert launcher.crawl_meta is crawl_meta  # one list, one function
     config = parse_config_text("", require_start_urls=False)
-    assert shared.SHARED_KEYS == launcher.SHARED_KEYS
-    assert shared.crawl_meta(config) == launcher.crawl_meta(config)
+    meta = crawl_meta(config)
+    assert sorted(meta.rules) == sorted(SHARED_KEYS)
+    other = crawl_meta(config.replace(wait_duration=config.wait_duration + 1, lease_ttl=3.0))
+    assert [d.split(" ")[0] for d in other.differences(meta)] == ["leaseTtl", "waitDuration"]
+    assert crawl_meta(config.replace(http_port=9999)).differences(meta) == []  # not shared
 
 
-# --- the in-flight file (larbin_py.dist.inflight) ------------------------------
+# --- the in-flight file (larbin_py.distributed.inflight) ------------------------------
 
 def test_the_inflight_file_holds_exactly_the_requests_running_and_reuses_its_slots(tmp_path):
-    from larbin_py.dist.inflight import SLOT, InflightLog, left_in
+    from larbin_py.distributed.inflight import SLOT, InflightLog, left_in
 
     path = str(tmp_path / "inflight-w1")
     log = InflightLog(path)
@@ -98,10 +103,10 @@ def test_the_inflight_file_outlives_a_sigkill_of_its_writer(tmp_path):
     import subprocess
     import sys
 
-    from larbin_py.dist.inflight import left_in
+    from larbin_py.distributed.inflight import left_in
 
     path = str(tmp_path / "inflight-w2")
-    code = (f"import os, signal; from larbin_py.dist.inflight import InflightLog\n"
+    code = (f"import os, signal; from larbin_py.distributed.inflight import InflightLog\n"
             f"log = InflightLog({path!r}); s = log.start('1/10-0'); log.start('2/20-0'); log.end(s)\n"
             f"os.kill(os.getpid(), signal.SIGKILL)\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(__file__)))

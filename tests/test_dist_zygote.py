@@ -1,4 +1,4 @@
-"""The zygote (larbin_py.dist.zygote): workers forked from a process that has
+"""The zygote (larbin_py.distributed.zygote): workers forked from a process that has
 already imported them, supervised as if they had been started with exec.
 
 The unit tests fork this test process as the zygote with a small target in
@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from larbin_py.dist.zygote import Zygote
+from larbin_py.distributed.zygote import Zygote
 
 WAIT = 20.0
 
@@ -182,7 +182,7 @@ async def test_the_launchers_workers_are_forked_from_its_zygote_and_crawl_exactl
     from larbin_py.demo import crawl_rules
     from larbin_py.sim import Sim
 
-    from test_dist_e2e import index_urls, page_requests, launched, sim_config, worker_config
+    from helpers.distributed import index_urls, page_requests, launched, sim_config, worker_config
 
     async with Sim(sim_config(seed=3, hosts=12)) as sim:
         config = worker_config(tmp_path, sim, redis_server.url, "")

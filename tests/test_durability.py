@@ -24,8 +24,8 @@ from larbin_py.output import INDEX_NAME, make_output
 from larbin_py.output import writer as writer_mod
 from larbin_py.sim import Sim
 
-from test_state import check_mirror, page_requests, sim_config, start_crawler, write_conf
-from test_e2e import make_config
+from helpers.state import check_mirror, page_requests, sim_config, start_crawler, write_conf
+from helpers.crawl import make_config
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ from larbin_py.sim.dynamic import DYN_LINKS, JS_HOST, REFRESH_TARGET, SECRET_LIN
 
 from conftest import require_service
 from test_dynamic import work_dir  # noqa: F401 -- a fixture: a temp directory Chromium's user can reach
-from test_e2e import ROBOTS_PATHS, SLACK, check_conservation, make_config
+from helpers.crawl import ROBOTS_PATHS, SLACK, check_conservation, make_config
 
 pytestmark = pytest.mark.slow
 

@@ -16,84 +16,10 @@ from larbin_py.demo import crawl_rules
 from larbin_py.engine import Engine
 from larbin_py.robots import product_token
 from larbin_py.sim import Fault, Sim, SimConfig
+from helpers.crawl import (SLACK, check_conservation, check_politeness, check_robots_first, covered_urls, crawl,
+                           files_under, make_config, page_requests, read_index)
 
 pytestmark = pytest.mark.slow
-
-#: Paths of robots.txt requests: the file, and where the sim's "redirect"
-#: robots profile sends it.
-ROBOTS_PATHS = frozenset({"/robots.txt", "/robots-rules.txt"})
-
-
-def page_requests(sim) -> list:
-    """The sim's logged requests that are not for robots.txt."""
-    return [r for r in sim.log.requests if r.path not in ROBOTS_PATHS]
-
-
-#: Server-side measurement slack: the sim logs a request when it arrives,
-#: after a connect or a write the crawler does not control.
-SLACK = 0.015
-
-
-def make_config(tmp_path, sim: Sim, **changes):
-    base = parse_config_text("", require_start_urls=False)
-    values = dict(
-        start_urls=tuple(sim.seeds),
-        dns_servers=(("127.0.0.1", sim.dns_port),),
-        private_networks="allow",  # the synthetic web lives on loopback
-        save_dir=str(tmp_path / "save"),
-        state_dir=str(tmp_path / "state"),
-        http_port=0,
-        output_mode="stats",
-        wait_duration=0.2,
-        timeout_page=1.5,
-        connect_timeout=1.5,
-        forbidden_extensions=(),
-        get_cgi=True,
-        depth_by_site=True,
-        depth_in_site=max(5, sim.web.max_depth(True)),
-        pages_connexions=100,
-        dns_connexions=20,
-    )
-    values.update(changes)
-    return base.replace(**values)
-
-
-async def crawl(config, **kw):
-    engine = Engine(config, **kw)
-    summary = await engine.run()
-    return engine, summary
-
-
-def check_conservation(engine, summary):
-    fr = engine.frontier
-    taken, accounted = fr.conservation()
-    assert taken == accounted
-    assert summary.taken == summary.pages + sum(summary.forgotten.values()) + summary.queued + summary.in_flight
-    assert summary.queued == 0 and summary.in_flight == 0
-
-
-def check_politeness(sim: Sim, wait: float, floor: float | None = None):
-    """Requests to one host or one IP at least ``floor`` (default ``wait - SLACK``)
-    apart; one connection per IP at a time.  A failure names the two requests
-    (arrival time, connection, client port, target, how late the sim read them)."""
-    log = sim.log
-    floor = wait - SLACK if floor is None else floor
-    close = log.too_close(floor)
-    assert not close, "asked too often: " + "; ".join(
-        f"{label} {key}: {b.t - a.t:.3f} s between " + " and ".join(
-            f"[t {r.t:.3f} conn {r.conn} port {r.client_port} {r.target} late {r.late:.3f}]" for r in (a, b))
-        for label, key, a, b in close[:3])
-    for ip, spans in log.spans_by_ip().items():
-        for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
-            assert b0 >= a1 - SLACK, f"two connections open to {ip} at once"
-
-
-def check_robots_first(sim: Sim):
-    first: dict[str, str] = {}
-    for r in sim.log.requests:
-        first.setdefault(r.host, r.path)
-    for host, path in first.items():
-        assert path == "/robots.txt", f"{host}: first request was {path}"
 
 
 @pytest.mark.async_timeout(240)
@@ -132,11 +58,6 @@ async def test_exact_coverage_politeness_and_robots(tmp_path):
         assert summary.h11_handovers == 0 and 0 < summary.connections_opened < summary.requests
         assert summary.reuses == summary.requests - summary.connections_opened
         assert f"{summary.connections_opened} opened, {summary.reuses} requests" in summary.format()
-
-
-def covered_urls(sim: Sim) -> set[str]:
-    """URLs the sim answered normally at least once (no fault applied)."""
-    return {r.url for r in page_requests(sim) if not r.fault}
 
 
 @pytest.mark.async_timeout(240)
@@ -224,27 +145,6 @@ async def test_spider_trap_stops_at_depth_and_redirect_loops_end(tmp_path):
         check_conservation(engine, summary)
 
 
-def read_index(save_dir) -> dict[str, dict]:
-    """URL -> its parsed index.tsv line; each URL listed once."""
-    from larbin_py.output.base import INDEX_NAME, parse_index_line
-
-    out = {}
-    with open(os.path.join(save_dir, INDEX_NAME), encoding="utf-8") as f:
-        for line in f:
-            entry = parse_index_line(line.rstrip("\n"))
-            assert entry["url"] not in out, f"{entry['url']} listed twice in the index"
-            out[entry["url"]] = entry
-    return out
-
-
-def files_under(root) -> set[str]:
-    found = set()
-    for dirpath, _dirs, names in os.walk(root):
-        for name in names:
-            found.add(os.path.relpath(os.path.join(dirpath, name), root))
-    return found
-
-
 @pytest.mark.async_timeout(240)
 @pytest.mark.parametrize("mode", ["mirror", "save", "warc"])
 async def test_outputs_hold_the_exact_bodies_and_hostile_urls_stay_inside(tmp_path, mode):
@@ -308,7 +208,7 @@ async def test_outputs_hold_the_exact_bodies_and_hostile_urls_stay_inside(tmp_pa
     (505, 1 + 1, False),
 ])
 async def test_which_5xx_answers_are_retried(tmp_path, status, requests, retried):
-    from test_http import Server
+    from helpers.http_server import Server
 
     async def handler(reader, writer, head):
         if head.startswith(b"GET /robots.txt"):

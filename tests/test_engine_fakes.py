@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from larbin_py.config import parse_config_text
 from larbin_py.engine import Engine
-from larbin_py.frontier.fakes import MemorySeen, memory_stores
+from larbin_py.testing.fakes import MemorySeen, memory_stores
 from larbin_py.frontier.interfaces import Fetcher, Resolver, SeenStore, UrlQueue
 from larbin_py.net.dns import DNSAnswer
 from larbin_py.net.http import FetchResult
@@ -123,7 +123,8 @@ async def test_the_checkpointer_is_a_strategy_the_engine_only_talks_to(tmp_path)
     """A crawl state swapped in (the distributed mode's seam): every terminal
     outcome reaches it once, the gate asks it, the checkpoints give it the
     engine's section, and it is closed; stateDir is never touched."""
-    from larbin_py.crawl_state import CrawlState, LocalState, MemoryState
+    from larbin_py.crawl_state import CrawlState, LocalState
+    from larbin_py.testing.state import MemoryState
     from larbin_py.journal import FETCHED
 
     state = MemoryState()
@@ -148,7 +149,7 @@ async def test_the_checkpointer_is_a_strategy_the_engine_only_talks_to(tmp_path)
 
 
 async def test_a_closed_durability_gate_starts_nothing(tmp_path):
-    from larbin_py.crawl_state import MemoryState
+    from larbin_py.testing.state import MemoryState
 
     state = MemoryState()
     state.hold = True

@@ -17,7 +17,7 @@ import pytest
 from larbin_py.engine import Engine
 from larbin_py.sim import Sim, SimConfig
 
-from test_e2e import make_config
+from helpers.crawl import make_config
 
 pytestmark = pytest.mark.slow
 

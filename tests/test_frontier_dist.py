@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import random
 
-from larbin_py.frontier.fakes import MemoryQueue, memory_stores
+from larbin_py.testing.fakes import MemoryQueue, memory_stores
 from larbin_py.frontier.scheduler import Frontier
 from larbin_py.frontier.sites import LeaseState
 from larbin_py.frontier.store import UrlRecord, decode_record, encode_record

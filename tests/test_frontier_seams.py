@@ -11,7 +11,7 @@ import pytest
 
 from larbin_py import robots
 from larbin_py.frontier import interfaces
-from larbin_py.frontier.fakes import MemoryQueue, MemorySeen, memory_stores
+from larbin_py.testing.fakes import MemoryQueue, MemorySeen, memory_stores
 from larbin_py.frontier.scheduler import PAGE, ROBOTS, Frontier, TopCounts
 from larbin_py.frontier.seen import SeenSet
 from larbin_py.frontier.store import UrlStore

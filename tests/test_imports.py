@@ -97,3 +97,33 @@ def test_only_the_command_line_and_the_demo_reach_the_synthetic_web():
     users = {m for m, targets in graph.items() if any(t.startswith("larbin_py.sim") for t in targets)
              and not m.startswith("larbin_py.sim")}
     assert users <= {"larbin_py.cli", "larbin_py.demo"}, users
+
+
+#: What each room may not import, as its ``__init__`` docstring says.
+FORBIDDEN = {
+    "larbin_py.frontier": ("engine", "output", "web", "distributed", "analysis", "sim", "demo"),
+    "larbin_py.net": ("engine", "output", "web", "distributed", "analysis", "sim", "demo"),
+    "larbin_py.output": ("engine", "frontier", "net", "web", "distributed", "analysis", "sim", "demo"),
+    "larbin_py.web": ("engine", "net", "output", "distributed", "analysis", "sim", "demo"),
+    "larbin_py.analysis": ("engine", "frontier", "net", "web", "distributed", "sim", "demo"),
+    "larbin_py.testing": ("engine", "net", "web", "distributed", "sim", "demo"),
+    "larbin_py.distributed": ("sim", "demo"),
+    "larbin_py.sim": ("",),  # the oracle: nothing of the crawler
+}
+
+
+def test_each_room_imports_only_what_its_docstring_allows():
+    graph = import_graph()
+    wrong = []
+    for room, forbidden in FORBIDDEN.items():
+        for module, targets in graph.items():
+            if module != room and not module.startswith(room + "."):
+                continue
+            for target in targets:
+                if target == room or target.startswith(room + "."):
+                    continue
+                if any(target == f"larbin_py.{f}" or target.startswith(f"larbin_py.{f}.") or f == ""
+                       for f in forbidden) and not (room == "larbin_py.frontier" and target.startswith(
+                           "larbin_py.net.") and module == "larbin_py.frontier.interfaces"):
+                    wrong.append(f"{module} -> {target}")
+    assert wrong == [], wrong

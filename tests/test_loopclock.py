@@ -11,7 +11,7 @@ import uvloop
 from larbin_py.engine import Engine
 from larbin_py.loopclock import MILLISECOND, clock_step
 from larbin_py.sim import Sim, SimConfig
-from test_e2e import make_config
+from helpers.crawl import make_config
 
 
 def test_the_step_is_the_loops_resolution_or_a_millisecond():

@@ -1,4 +1,4 @@
-"""ZkMembership on a real standalone ZooKeeper (tests/zk_support.py): discovery,
+"""ZkMembership on a real standalone ZooKeeper (tests/helpers/zookeeper.py): discovery,
 a SIGKILLed worker detected by its session's end, a session expiry and the
 rejoin, the server killed and restarted, an unreachable server, a duplicate
 worker id; the factory and the dashboard snapshot."""
@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from larbin_py.config import KEYS, Config, ConfigError, ZkAuth, format_config, parse_config_text
-from larbin_py.dist.membership import Membership, MembershipError
-from larbin_py.dist.membership_factory import make_membership, membership_snapshot
-from larbin_py.dist.membership_zk import ZkMembership
-from zk_support import free_port, own_zk_server, zk_server  # noqa: F401 (fixtures)
+from larbin_py.distributed.membership import Membership, MembershipError
+from larbin_py.distributed.membership_factory import make_membership, membership_snapshot
+from larbin_py.distributed.membership_zk import ZkMembership
+from helpers.zookeeper import free_port, own_zk_server, zk_server  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
 AUTH = ZkAuth("larbin", "zk-s3cret-password")
@@ -88,7 +88,7 @@ async def test_two_members_see_each_other_and_a_clean_leave(zk_server):
 
 CHILD = """
 import asyncio, sys
-from larbin_py.dist.membership_zk import ZkMembership
+from larbin_py.distributed.membership_zk import ZkMembership
 async def main():
     m = ZkMembership(sys.argv[1], "/larbin_test", float(sys.argv[2]), crawl=sys.argv[3], connect_timeout=5.0)
     await m.join(sys.argv[4])
@@ -359,7 +359,7 @@ async def test_members_without_the_crawls_mark_are_ignored_and_logged_once(zk_se
     stranger's node is ignored; a node made with the right identity but without
     the mark, and a member's data copied to another name, are ignored too; each
     is said once, however often the view changes."""
-    caplog.set_level(logging.WARNING, logger="larbin_py.dist.membership_zk")
+    caplog.set_level(logging.WARNING, logger="larbin_py.distributed.membership_zk")
     old = member(zk_server, "marks")  # the same crawl, earlier, without zkAuth
     await old.join("w0")
     stranger = await asyncio.to_thread(zk_client, zk_server)
@@ -435,9 +435,9 @@ async def test_a_crawl_with_zkauth_ends_despite_a_fake_member(tmp_path, redis_se
     open members node (left by a run without zkAuth); without the check, the
     partitions the map gives it are never crawled and the crawl never ends.
     Two workers with zkAuth close the node, ignore the fake member (one line
-    each on stderr), and crawl everything (tests/test_dist_e2e.py's checks:
+    each on stderr), and crawl everything (tests/helpers/distributed.py's checks:
     exact coverage, politeness, conservation, both workers in the view)."""
-    from test_dist_e2e import CRAWL, ZK_SESSION, crawl_with
+    from helpers.distributed import CRAWL, ZK_SESSION, crawl_with
 
     zk_path = f"/e2e-auth-{uuid.uuid4().hex[:8]}"
     ghost = f"{zk_path}/{CRAWL}/members/ghost"

@@ -15,7 +15,7 @@ from larbin_py.web.metrics import render_metrics
 from larbin_py.web.source import check_snapshot
 
 from test_crawl_limits import loopback_config, paths_asked
-from test_e2e import check_conservation
+from helpers.crawl import check_conservation
 
 #: A page that starts with an XML declaration, in a charset read through the
 #: str path (not handed to libxml2 as bytes): lxml refuses a str that declares
@@ -71,7 +71,7 @@ def test_a_failed_parse_sets_page_error(monkeypatch):
 
 @pytest.mark.async_timeout(60)
 async def test_a_page_lxml_cannot_parse_is_counted_as_parse_error(tmp_path, monkeypatch):
-    from test_http import Server
+    from helpers.http_server import Server
 
     _failing_walk(monkeypatch)
 
@@ -99,7 +99,7 @@ async def test_the_header_charset_parsed_by_the_fetcher_decodes_the_links(tmp_pa
     # "caf\xe9" is "café" only in the header's Latin-1 (as UTF-8, the default,
     # the byte is invalid and becomes U+FFFD): the link asked for tells which
     # charset extraction used.
-    from test_http import Server
+    from helpers.http_server import Server
 
     pages = {"/": (b'text/html; Charset="ISO-8859-1"', b'<html><a href="/caf\xe9.html">x</a></html>'),
              "/caf%C3%A9.html": (b"text/html", b"<html>ok</html>")}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from larbin_py.dist.redis_server import INSTALL_HINT, RedisServer, RedisServerError
+from larbin_py.distributed.redis_server import INSTALL_HINT, RedisServer, RedisServerError
 
 
 def test_private_server_has_the_durable_settings(redis_server):

@@ -298,7 +298,7 @@ SMALL_SIEVE_CRAWLER = ("import sys; from larbin_py.frontier import sieve; "
 
 async def start_small_sieve_crawler(conf: str, *args: str, cwd: str) -> asyncio.subprocess.Process:
     """The crawler, its sieve merging every 16 URLs (so a small sim crawl goes through many merges)."""
-    from test_state import ROOT
+    from helpers.state import ROOT
 
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     err = open(os.path.join(cwd, "crawler.err"), "ab")
@@ -314,8 +314,8 @@ async def test_a_crawl_on_the_disk_sieve_killed_twice_then_reloaded_fetches_the_
 
     from larbin_py.demo import crawl_rules
     from larbin_py.sim import Sim
-    from test_e2e import make_config
-    from test_state import check_mirror, page_requests, sim_config, write_conf
+    from helpers.crawl import make_config
+    from helpers.state import check_mirror, page_requests, sim_config, write_conf
 
     async with Sim(sim_config(33)) as sim:
         config = make_config(tmp_path, sim, output_mode="mirror", wait_duration=0.05, pages_connexions=20,

@@ -37,7 +37,7 @@ from larbin_py.statelock import StateLocked, lock_state_dir, lock_worker
 from conftest import require_service
 from test_cookies import CookieSite, crawl_config
 from test_dist_zygote import process_tree
-from test_e2e import ROBOTS_PATHS, make_config
+from helpers.crawl import ROBOTS_PATHS, make_config
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -457,7 +457,7 @@ async def test_a_launcher_holds_stateDir_its_workers_their_own_part_and_launcher
     under stateDir (the redis folder too) 0600.  A seed held by the test
     (:class:`GateSite`) keeps the crawl running meanwhile."""
     require_service("redis-server", "apt-get install redis-server")
-    from test_dist_e2e import worker_config
+    from helpers.distributed import worker_config
 
     async with Sim(sim_config(43, hosts=12)) as sim, GateSite() as gate:
         config = worker_config(tmp_path, sim, "auto", "", timeout_page=60.0, http_port=free_port(),

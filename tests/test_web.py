@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import socket
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,50 +22,8 @@ from larbin_py.sim import Sim, SimConfig
 from larbin_py.web import (FakeSource, InputServer, StatsServer, check_snapshot, format_status,
                            render_metrics)
 
-from test_e2e import make_config
-
-
-async def http(port: int, request: bytes, *, read_timeout: float = 5.0) -> tuple[int, dict, bytes]:
-    """Send raw ``request``; (status, headers, body) of the answer (connection closed by us)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(request)
-    await writer.drain()
-    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), read_timeout)
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {}
-    for line in lines[1:]:
-        if ":" in line:
-            k, v = line.split(":", 1)
-            headers[k.strip().lower()] = v.strip()
-    body = b""
-    if "content-length" in headers:
-        body = await asyncio.wait_for(reader.readexactly(int(headers["content-length"])), read_timeout)
-    writer.close()
-    return status, headers, body
-
-
-def get(path: str, extra: bytes = b"") -> bytes:
-    return b"GET " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra + b"\r\n"
-
-
-def post(path: str, body: bytes, ctype: bytes = b"text/plain", extra: bytes = b"") -> bytes:
-    return (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: " + ctype
-            + b"\r\nContent-Length: %d\r\n" % len(body) + extra + b"\r\n" + body)
-
-
-class running:
-    """``async with running(StatsServer(...)) as srv``."""
-
-    def __init__(self, server):
-        self.server = server
-
-    async def __aenter__(self):
-        await self.server.start()
-        return self.server
-
-    async def __aexit__(self, *exc):
-        await self.server.close()
+from helpers.crawl import make_config
+from helpers.web import AUTH, chromium, dump_dom, free_port, get, http, post, running
 
 
 # -- JSON and metrics ---------------------------------------------------------------
@@ -172,9 +129,6 @@ async def test_a_slow_client_is_disconnected():
         assert data == b"" or data.startswith(b"HTTP/1.1 408")
         assert srv.counters["timeouts"] >= 1
         writer.close()
-
-
-AUTH = b"Authorization: Bearer s3cret-token\r\n"
 
 
 async def test_url_input_lines_json_and_verdicts():
@@ -322,31 +276,6 @@ def test_status_line_and_progress_bar():
 
 
 # -- the dashboard in a real browser ---------------------------------------------------
-
-def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.fail("headless Chromium is needed for the dashboard test: apt-get install chromium "
-                "(.ci/run installs it)")
-
-
-async def dump_dom(browser: str, url: str, tmp_path, screenshot: str | None = None) -> str:
-    profile = tmp_path / f"profile-{os.urandom(4).hex()}"
-    args = [browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-            f"--user-data-dir={profile}", "--virtual-time-budget=4000", "--window-size=1280,1000"]
-    args += [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
-    proc = await asyncio.create_subprocess_exec(*args, url, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.DEVNULL)
-    out, _ = await asyncio.wait_for(proc.communicate(), 90)
-    return out.decode("utf-8", "replace")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow

@@ -15,12 +15,12 @@ import time
 
 import pytest
 
-from larbin_py.dist.cluster_stats import ClusterSource
-from larbin_py.dist.redisio import RedisIO
+from larbin_py.distributed.cluster_stats import ClusterSource
+from larbin_py.distributed.redisio import RedisIO
 from larbin_py.web import FakeSource, StatsServer, check_snapshot
 from larbin_py.web.source import empty_snapshot
 
-from test_web import chromium, dump_dom, get, http, running
+from helpers.web import chromium, dump_dom, get, http, running
 
 
 def worker_snapshot(worker: str, source: str, members: list[str], change: tuple[float, str] | None,

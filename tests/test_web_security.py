@@ -26,8 +26,8 @@ from larbin_py.web.guard import HostPolicy, RefusalLog, cross_site_reason, host_
 
 from test_dist_launcher import _wait as launcher_wait
 from test_dist_launcher import redis_config, setup  # noqa: F401 (setup: a fixture)
-from test_e2e import make_config
-from test_web import chromium, free_port, running
+from helpers.crawl import make_config
+from helpers.web import chromium, free_port, running
 
 SECRET_HOST = "secret-crawl-host.test"  # crawl data: must never show in a refused answer
 TOKEN = "s3cret-token"

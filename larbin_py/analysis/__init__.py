@@ -10,4 +10,9 @@ with backoff, then marked failed and raised as an alert (:mod:`.alerts`).
 :class:`.stage.AnalysisStage` is the object the engine talks to;
 :mod:`.cli` the ``analyze`` subcommand over an earlier crawl's pages.
 See docs/analysis.md.
+
+May import the configuration, the parser and the policy modules (``parse``,
+``logline``, ``loopclock``, ``owner_only``, ``statelock``) and the outputs'
+index format; never the engine, the frontier, the network, the web server,
+the distributed mode or the synthetic web (tests/test_imports.py).
 """

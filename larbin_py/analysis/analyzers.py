@@ -20,7 +20,7 @@ declares one (:func:`parse_analyzer`); the kinds:
   past the deadline the try fails with :class:`AnalyzerTimeout`.
 
 The specs are plain data (they travel to the analysis processes as JSON);
-:func:`run` executes one in an analysis process (larbin_py.analysis.worker).
+:func:`run` executes one in an analysis process (larbin_py.analysis.analyzer_process).
 """
 
 from __future__ import annotations

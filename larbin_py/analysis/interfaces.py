@@ -25,7 +25,7 @@ The contract, in the terms of the durability the crawl relies on:
 
 All calls are made on the event loop's thread and must not wait on the
 network (a remote implementation buffers and sends in the background, as
-larbin_py.dist's stores do).
+larbin_py.distributed's stores do).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The analysis processes: started on demand, fed through a line each, replaced when they die or hang.
 
-Each process runs larbin_py.analysis.worker, spoken to over its stdin and
+Each process runs larbin_py.analysis.analyzer_process, spoken to over its stdin and
 stdout through a :class:`asyncio.SubprocessProtocol` (no coroutine, future
 or queue per task: the pipe's data callback hands each answer line to the
 task's ``done`` callback directly).  A job (one page's tasks) is one line
@@ -193,7 +193,7 @@ class WorkerPool:
     async def _spawn(self) -> _Proc:
         loop = asyncio.get_running_loop()
         self.started += 1
-        _t, proc = await loop.subprocess_exec(lambda: _Proc(self), self.python, "-m", "larbin_py.analysis.worker",
+        _t, proc = await loop.subprocess_exec(lambda: _Proc(self), self.python, "-m", "larbin_py.analysis.analyzer_process",
                                               stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                                               stderr=None)
         try:

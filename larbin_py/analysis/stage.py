@@ -48,7 +48,7 @@ from .interfaces import AnalysisQueue
 from . import pool as pool_mod
 from .pool import TaskFailed, WorkerPool
 from .queue import Task, TaskQueue
-from .worker import format_task, parse_answer
+from .analyzer_process import format_task, parse_answer
 from .retry import Backoff
 
 __all__ = ["AnalysisStage", "ANALYSIS_DIR"]

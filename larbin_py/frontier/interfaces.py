@@ -1,8 +1,8 @@
 """The seams of the frontier and the engine: what can be swapped, as Protocols.
 
 The embedded crawler implements each with a local part; the distributed
-mode (DESIGN.md, "Seams") will implement the stores on Redis; tests use the
-fakes of :mod:`larbin_py.frontier.fakes`.  Each Protocol lists exactly what
+mode implements the main lane and the seen test on Redis (docs/distributed-worker.md); tests use the
+fakes of :mod:`larbin_py.testing.fakes`.  Each Protocol lists exactly what
 its caller uses, no more: a new implementation needs only these members.
 
 * :class:`SeenStore`: :class:`~larbin_py.frontier.seen.SeenSet`, called by

@@ -71,7 +71,7 @@ The data path (Larbin's, with its one failure mode removed)::
   on it, nothing running, its next allowed time passed and no 429/503
   penalty left is dropped the same way (its smoothed round-trip time goes:
   a new one starts as any new server).
-* **Distributed mode** (DISTRIBUTED.md §10, the seams; all off by default,
+* **Distributed mode** (docs/distributed-worker.md, the parts swapped; all off by default,
   and then the frontier is exactly the single process's): ``main`` is an
   injected main lane (a worker's inbox, fed from Redis), ``sink`` takes the
   links :meth:`offer` admits instead of the seen test and the main lane (the

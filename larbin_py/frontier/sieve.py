@@ -63,7 +63,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import heap
+from .. import malloc_tuning
 from ..owner_only import opener
 
 __all__ = ["Sieve", "RUN_NAME"]
@@ -463,7 +463,7 @@ class Sieve:
         _sync_dir(self.directory)
         del buf, sl
         if count >= SLICE:  # the slices' buffers, back to the kernel (it locks the heaps: not for small runs)
-            heap.trim()
+            malloc_tuning.trim()
         return count, covers, (np.concatenate(index) if index else _EMPTY), filt
 
     def _install(self) -> None:

@@ -7,6 +7,10 @@ then ``position()`` at each checkpoint (and each commit with
 ``syncCommits``), and ``close()`` at the end -- for disk outputs all on the
 writer thread (:mod:`larbin_py.output.writer`).  Every failure to store is an
 :class:`OutputError`.  Nothing is ever written outside saveDir.
+
+Imports nothing of the crawler but its version: never the engine, the
+frontier, the network, the web server, the analysis stage, the distributed
+mode or the synthetic web (tests/test_imports.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """larbin_py.sim: a deterministic synthetic web on loopback, and its ground truth.
 
-The independent oracle for end-to-end tests and benchmarks: it never imports
-``larbin_py.url``, ``robots`` or ``parse``.
+The independent oracle for end-to-end tests and benchmarks: it imports
+nothing of the crawler (not ``larbin_py.url``, ``robots`` or ``parse``:
+tests/test_imports.py checks it).
 
 * :class:`SimConfig` / :class:`SimWeb` (``sim.web``): generation from a seed;
 * :class:`Sim`: ``async with Sim(SimConfig(...)) as sim`` runs the HTTP server

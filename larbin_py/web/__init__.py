@@ -10,6 +10,11 @@
 * :class:`StatusLine`, :func:`format_status` — printStats (``terminal.py``).
 * :class:`StatsSource` — what the engine implements (``source.py``); the
   snapshot schema is documented in ``docs/stats.md``.
+
+It sees the crawl only through :class:`StatsSource`: it may import the
+frontier's address rules (what is loopback), never the engine, the
+network, the outputs, the analysis stage, the distributed mode or the
+synthetic web (tests/test_imports.py).
 """
 
 from .history import StatsHistory

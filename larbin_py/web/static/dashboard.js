@@ -232,12 +232,15 @@
     const ctx = canvas.getContext("2d");
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.clearRect(0, 0, w, h);
-    const left = 58, right = 8, top = 8, bottom = 20;
-    const pw = w - left - right, ph = h - top - bottom;
     let max = 0;
     for (const s of series) for (const v of s.values) if (num(v) && v > max) max = v;
     max = niceMax(max);
     ctx.font = "11px system-ui, sans-serif";
+    // The y-axis labels decide the left margin: "97.7 KiB/s" must not be cut.
+    const labels = [0, 1, 2, 3, 4].map((i) => fmt((max * i) / 4));
+    const widest = Math.max(...labels.map((t) => ctx.measureText(t).width));
+    const left = Math.max(40, Math.ceil(widest) + 12), right = 8, top = 8, bottom = 20;
+    const pw = w - left - right, ph = h - top - bottom;
     ctx.fillStyle = "#8a98a8";
     ctx.strokeStyle = "#2a3642";
     ctx.lineWidth = 1;
@@ -246,7 +249,7 @@
     for (let i = 0; i <= 4; i++) {
       const y = top + ph - (ph * i) / 4;
       ctx.beginPath(); ctx.moveTo(left, Math.round(y) + 0.5); ctx.lineTo(left + pw, Math.round(y) + 0.5); ctx.stroke();
-      ctx.fillText(fmt((max * i) / 4), left - 6, y);
+      ctx.fillText(labels[i], left - 6, y);
     }
     const n = times.length;
     const t0 = n ? times[0] : 0, t1 = n ? times[n - 1] : 1;
@@ -255,8 +258,10 @@
     ctx.textBaseline = "top";
     for (let i = 0; i <= 4; i++) {
       const ago = span * (1 - i / 4);
+      ctx.textAlign = i === 4 ? "right" : "center";  // "now" ends at the plot's edge, not past the canvas
       ctx.fillText(i === 4 ? "now" : "-" + fmtDuration(ago), left + (pw * i) / 4, top + ph + 5);
     }
+    ctx.textAlign = "center";
     if (n === 0) {
       ctx.fillText("waiting for data…", left + pw / 2, top + ph / 2);
       return;

@@ -6,7 +6,7 @@ as the worker's ZooKeeper session, so a worker killed with SIGKILL leaves
 the others' :meth:`ZkMembership.members` when the server expires its session
 (``zkSessionTimeout`` after it was last heard) — no polling.  A children
 watch keeps the member view; leases and their fencing tokens stay in Redis
-(DISTRIBUTED.md §4), this module only answers "who is alive".
+(docs/distributed-design.md, "Membership, leases and fencing"; docs/membership.md), this module only answers "who is alive".
 
 Threads.  kazoo runs its own connection thread and calls back on a worker
 thread of its own: the state listener and the children watch never touch
@@ -123,7 +123,7 @@ def _check_name(what: str, name: str) -> str:
 
 
 class ZkMembership:
-    """The :class:`~larbin_py.dist.membership.Membership` of one worker, on ZooKeeper.
+    """The :class:`~larbin_py.distributed.membership.Membership` of one worker, on ZooKeeper.
 
     ``hosts`` is zkHosts (``host:port,...``), ``path`` zkPath, ``crawl`` the
     crawl's name (workers of one crawl share it), ``session_timeout`` the

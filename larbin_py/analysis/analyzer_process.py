@@ -1,6 +1,6 @@
 """An analysis process: pages in on stdin, one answer line each out.
 
-Started by larbin_py.analysis.pool with ``python -m larbin_py.analysis.worker``.
+Started by larbin_py.analysis.pool with ``python -m larbin_py.analysis.analyzer_process``.
 The first line in is the setup (JSON: the analyzers' specs and options, the
 spool's folder); the process answers ``{"ready":1}`` once its imports are
 done.  Then every line is one *page* (:func:`parse_task`): its tasks' ids

@@ -1,7 +1,7 @@
 """Hosts to partitions, partitions to workers (sans-I/O, pure functions).
 
 Two maps, both computed the same way on every worker from the same inputs,
-so no worker ever needs to ask another (DISTRIBUTED.md §3):
+so no worker ever needs to ask another (docs/distributed-design.md, "Partitioning"):
 
 * :func:`partition_of` — host → one of ``P`` fixed partitions, for the whole
   crawl (``P`` is stored in the crawl's ``meta``).  The unit is the host

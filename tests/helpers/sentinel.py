@@ -54,8 +54,8 @@ import pytest
 import redis
 
 from conftest import require_service
-from larbin_py.dist.prctl import set_pdeathsig
-from zk_support import free_port
+from larbin_py.distributed.prctl import set_pdeathsig
+from helpers.zookeeper import free_port
 
 MASTER = "larbinmaster"
 PASSWORD = "s3cr-t/p@ss word"  # a space, a slash and an '@': percent-encoded in URLs

@@ -1,8 +1,8 @@
-"""The worker's coordinator: one Redis pipeline per tick (DISTRIBUTED.md §5).
+"""The worker's coordinator: one Redis pipeline per tick (docs/distributed-worker.md, the tick).
 
 A worker is today's Engine with its parts swapped: the frontier's main lane
-is a :class:`~larbin_py.dist.inbox.RedisInbox`, its admitted links go to a
-:class:`~larbin_py.dist.sink.RedisSink`, its records' ends come here through
+is a :class:`~larbin_py.distributed.inbox.RedisInbox`, its admitted links go to a
+:class:`~larbin_py.distributed.sink.RedisSink`, its records' ends come here through
 ``on_done`` (the acks), and its IPs are scheduled only while this worker
 holds their lease.  The coordinator is the one task that talks to Redis; each
 tick is one pipeline (one round trip) carrying, in this order:
@@ -16,7 +16,7 @@ tick is one pipeline (one round trip) carrying, in this order:
    idle report and, when idle, a view of the counters (termination);
 4. the takeover of newly acquired partitions (``lb_claim`` of every pending
    entry, the partition's robots.txt answers and site waits), acquisitions
-   of the partitions :func:`~larbin_py.dist.partition.assign` gives this
+   of the partitions :func:`~larbin_py.distributed.partition.assign` gives this
    worker, and fenced reads (``lb_read``) while the frontier's gate is open
    and the inbox below half its capacity;
 5. IP lease requests and releases (``lb_ip_acquire`` / ``lb_ip_release``);
@@ -44,10 +44,10 @@ margin`` on (the Redis heartbeat's ``alive``), the coordinator suspends every
 IP lease, so the frontier starts no request at all until a heartbeat succeeds.
 
 **Membership.**  The live-worker view comes from the configured
-:class:`~larbin_py.dist.membership.Membership` (``membership`` in
+:class:`~larbin_py.distributed.membership.Membership` (``membership`` in
 larbin.conf).  ``redis``: the heartbeat's member keys (:attr:`leases` is the
 membership).  ``zookeeper``: a
-:class:`~larbin_py.dist.membership_zk.ZkMembership`, whose children watch
+:class:`~larbin_py.distributed.membership_zk.ZkMembership`, whose children watch
 calls :meth:`Coordinator.members_changed` on the loop: the partition map is
 recomputed and acquisitions sent at once.  Partition leases, their fencing
 tokens and the member key that guards the worker id stay in Redis either
@@ -83,7 +83,7 @@ the tick that sent the command): :meth:`tick` holds a lock, so the final
 tick of :meth:`stop` waits for a running one.
 
 **Poison pills.**  A claimed entry whose request was running when a worker
-died :data:`~larbin_py.dist.redisio.CRASH_LIMIT` times (larbin_py.dist.inflight)
+died :data:`~larbin_py.distributed.redisio.CRASH_LIMIT` times (larbin_py.distributed.inflight)
 is acked ``workerCrash``, its URL named in one line and in the crawl's
 ``crashed`` list.
 

@@ -4,13 +4,13 @@
 :class:`DistState` as its crawl state (the checkpointer strategy of
 :mod:`larbin_py.crawl_state`), which gives the engine a frontier whose
 
-* main lane is a :class:`~larbin_py.dist.inbox.RedisInbox` (fed by fenced
+* main lane is a :class:`~larbin_py.distributed.inbox.RedisInbox` (fed by fenced
   reads of the owned partitions' streams),
-* admitted links go to a :class:`~larbin_py.dist.sink.RedisSink`,
+* admitted links go to a :class:`~larbin_py.distributed.sink.RedisSink`,
 * records' ends go to the coordinator's ``on_done`` (the acks), and
 * IPs are scheduled only while their lease is held;
 
-and runs the :class:`~larbin_py.dist.coordinator.Coordinator` beside it.
+and runs the :class:`~larbin_py.distributed.coordinator.Coordinator` beside it.
 Nothing of the engine is forked.
 
 **State.**  Redis holds the crawl: every queued URL is pending in its
@@ -21,7 +21,7 @@ checkpoint file (``--reload`` continues from Redis).
 
 **The end.**  A worker idle on its own does not stop (another may be about
 to send it links): the frontier's ``idle()`` answers True only once the
-coordinator saw the crawl end (two quiet waves, larbin_py.dist.termination).
+coordinator saw the crawl end (two quiet waves, larbin_py.distributed.termination).
 
 **Outputs.**  ``mirror``: one tree shared by the workers of a machine (one
 host has one owner at a time, so no file is written by two), each worker
@@ -34,7 +34,7 @@ machine's saveDir is a whole mirror of what its workers saved.  ``warc``
 and ``save``: one series per worker in ``saveDir/<workerId>/``.
 
 **Tries.**  Each page request's start and end are written to
-``stateDir/inflight-<workerId>`` (larbin_py.dist.inflight); a worker that
+``stateDir/inflight-<workerId>`` (larbin_py.distributed.inflight); a worker that
 starts finds what its dead predecessor left there and counts one try
 against each of those entries in Redis before it joins.
 

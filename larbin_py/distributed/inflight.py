@@ -2,7 +2,7 @@
 
 A URL that kills its worker (a parser crash, memory blown up by a page) must
 not kill every worker of the crawl in turn: after :data:`CRASH_LIMIT
-<larbin_py.dist.redisio.CRASH_LIMIT>` deaths with its request running it is
+<larbin_py.distributed.redisio.CRASH_LIMIT>` deaths with its request running it is
 forgotten as ``workerCrash``.  What counts is a *try*: a request that
 started and had not ended when the worker died.  A stream entry's delivery
 count is not one: entries read ahead into a worker's inbox and claimed

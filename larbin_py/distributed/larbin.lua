@@ -2,12 +2,12 @@
 --[[
 The distributed crawl's functions (Redis Functions, Redis >= 7.0).
 
-Loaded once per connection by larbin_py/dist/redisio.py (FUNCTION LOAD
+Loaded once per connection by larbin_py/distributed/redisio.py (FUNCTION LOAD
 REPLACE).  Every function touches the keys of one partition (hash tag {p})
 or one IP ({X}), except lb_heartbeat, lb_join, lb_leave and lb_view, which
 touch crawl-wide keys: in Redis Cluster they are sent per slot.
 
-Fencing (DISTRIBUTED.md §4): every function that changes a partition's
+Fencing (docs/distributed-design.md, "Membership, leases and fencing"): every function that changes a partition's
 state checks first that own:{p} holds "<worker>:<token>", the caller's
 lease, and otherwise changes nothing and answers the status FENCED.  Redis
 is itself the protected resource, so the check is exact.

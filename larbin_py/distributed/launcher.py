@@ -1,10 +1,10 @@
 """``--workers N``: N worker processes on this machine, one crawl, one summary.
 
-The launcher (DISTRIBUTED.md §10):
+The launcher (docs/distributed.md, "Running it"):
 
 1. resolves ``redisUrl``: ``auto`` (or no redisUrl with N > 1) starts a
    private redis-server on a unix socket under ``stateDir/redis``
-   (:class:`~larbin_py.dist.redis_server.RedisServer`; a missing binary is
+   (:class:`~larbin_py.distributed.redis_server.RedisServer`; a missing binary is
    exit 2 with the apt-get hint); a Redis that cannot be reached is exit 2
    naming the URL;
 2. checks the crawl in Redis: a fresh start that finds a crawl named
@@ -17,18 +17,18 @@ The launcher (DISTRIBUTED.md §10):
    starts each worker as ``python -m larbin_py -c stateDir/launcher.conf
    --worker --worker-id wK`` would run, its output prefixed ``[wK]``: forked
    from the zygote that :func:`launch_main` started before its event loop
-   (:mod:`larbin_py.dist.zygote`: the imports are paid once), or with
+   (:mod:`larbin_py.distributed.zygote`: the imports are paid once), or with
    ``exec`` when there is none;
 4. supervises them: a worker that dies (a crash, a kill) has a try counted
    against each request it had running (its ``stateDir/inflight-<wK>``,
-   larbin_py.dist.inflight), and is started again with the same workerId
+   larbin_py.distributed.inflight), and is started again with the same workerId
    when ``respawn`` is on (at most :data:`MAX_RESPAWNS` times in
    :data:`RESPAWN_WINDOW` seconds), else its partitions are taken over by
    the others; a worker that cannot be started again is said and left
    dead; a worker that exits 2 (a usage or configuration error) stops the
    crawl with exit 2;
 5. serves the whole crawl's stats on ``httpPort``
-   (:class:`~larbin_py.dist.cluster_stats.ClusterSource`);
+   (:class:`~larbin_py.distributed.cluster_stats.ClusterSource`);
 6. forwards SIGINT/SIGTERM to the workers (which stop as one process does)
    and, once every worker has ended, prints one summary for the crawl (each
    worker's pages over all its lives, how long Redis's failures paused the
@@ -40,7 +40,7 @@ Workers run in their own process group (a Ctrl-C reaches them once, through
 the launcher) and die with the launcher (``PR_SET_PDEATHSIG``), so a killed
 launcher leaves no orphan crawling on.
 
-The worker side lives in ``larbin_py.dist.worker``: ``async def
+The worker side lives in ``larbin_py.distributed.crawl_worker``: ``async def
 run_worker(config, *, reload) -> int``, called by ``--worker``
 (:func:`worker_main`).
 """
@@ -58,7 +58,8 @@ from typing import Awaitable, Callable, Sequence
 
 from .inflight import count_crashes, inflight_path
 from .redis_server import RedisServer, RedisServerError
-from .redisio import CRASH_LIMIT, CrawlExists, CrawlMeta, DistError, RedisFailed, RedisIO, Totals
+from .redisio import CRASH_LIMIT, CrawlExists, DistError, RedisFailed, RedisIO, Totals
+from .shared import SHARED_KEYS, crawl_meta  # noqa: F401 (re-exported: the launcher's callers use them)
 from .prctl import set_pdeathsig
 from .zygote import Zygote
 
@@ -68,16 +69,6 @@ __all__ = ["Launcher", "WorkerProc", "resolve_redis_url", "crawl_meta", "default
 #: A worker that dies this many times within RESPAWN_WINDOW seconds is left dead.
 MAX_RESPAWNS = 5
 RESPAWN_WINDOW = 60.0
-
-#: The keys every worker of a crawl must agree on (beyond partitions and
-#: seenBuckets): what is crawled and how politely.  A joiner that differs on
-#: one of them is refused with the keys named.
-SHARED_KEYS = (
-    "UserAgent", "waitDuration", "depthInSite", "depthBySite", "maxRedirects", "noExternalLinks",
-    "getCGI", "getImage", "anyType", "specificSearch", "specificSet", "limitToDomain",
-    "forbiddenExtensions", "punycode", "ignoreRobots", "maxUrlSize", "privateNetworks",
-    "pageNoDuplicate", "outputMode", "limitPage", "leaseTtl", "membership", "zkPath",
-)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 SIGNAL_EXITS = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -103,18 +94,6 @@ def resolve_redis_url(config, workers: int = 1) -> str:
     if config.redis_url == "auto" or (not config.redis_url and workers > 1):
         return "unix://" + auto_socket(config)
     return config.redis_url
-
-
-def crawl_meta(config) -> CrawlMeta:
-    """What the crawl is created with: partitions, seenBuckets and :data:`SHARED_KEYS`."""
-    from ..config import KEYS
-
-    by_name = {k.name: k for k in KEYS}
-    rules = {}
-    for name in SHARED_KEYS:
-        key = by_name[name]
-        rules[name] = " | ".join(key.format(getattr(config, key.attr))) or "-"
-    return CrawlMeta(config.partitions, config.seen_buckets, rules)
 
 
 @dataclass
@@ -347,7 +326,7 @@ class Launcher:
 
     async def _count_tries(self, w: WorkerProc) -> None:
         """A dead worker's requests that were running: one try more each (see
-        larbin_py.dist.inflight).  Left for the worker's next start when Redis fails."""
+        larbin_py.distributed.inflight).  Left for the worker's next start when Redis fails."""
         if self.io is None:
             return
         try:
@@ -402,12 +381,12 @@ class Launcher:
 
     def merge_outputs(self) -> None:
         """A mirror's ``saveDir/index.tsv``: each page saved by any worker listed once
-        (larbin_py.dist.worker.merge_index over the workers' own indexes)."""
+        (larbin_py.distributed.crawl_worker.merge_index over the workers' own indexes)."""
         self.index_lines = None
         if self.config.output_mode != "mirror" or not any(w.starts for w in self.workers):
             return
         try:
-            from .worker import merge_index
+            from .crawl_worker import merge_index
         except ImportError:  # a build without the worker side has no worker outputs to merge
             return
         try:
@@ -517,14 +496,14 @@ def launch_main(config, workers: int, *, reload: bool = False,
 
 
 def worker_main(config, *, reload: bool = False) -> int:
-    """``--worker``: run this process as one worker of the crawl (larbin_py.dist.worker)."""
+    """``--worker``: run this process as one worker of the crawl (larbin_py.distributed.crawl_worker)."""
     import uvloop
 
     if not config.redis_url:
         print("larbin_py: --worker needs redisUrl (the Redis of the crawl to join)", file=sys.stderr)
         return EXIT_USAGE
     try:
-        from .worker import run_worker
+        from .crawl_worker import run_worker
     except ImportError as exc:
         print(f"larbin_py: --worker: the worker side is missing from this build ({exc})", file=sys.stderr)
         return EXIT_USAGE

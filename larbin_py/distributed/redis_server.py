@@ -1,7 +1,7 @@
 """A private redis-server on a unix socket: ``redisUrl auto`` and the tests.
 
 The crawler starts Debian's ``redis-server`` as a child process with the
-settings the distributed mode needs (DISTRIBUTED.md §8): an append-only file
+settings the distributed mode needs (docs/distributed-design.md, "Durability"): an append-only file
 fsynced every second (a kill -9 of redis-server loses no acknowledged
 write), ``noeviction`` (evicting would lose URLs), no RDB snapshots, no TCP
 port (``port 0``: only the unix socket, mode 700, in a folder of ours).

@@ -3,10 +3,8 @@
 The first worker to join creates the crawl with :func:`crawl_meta` of its
 configuration; every joiner is checked against it (``RedisIO.join_crawl``:
 one that differs is refused with the keys named).  Kept apart from the
-launcher so that the worker (larbin_py.dist.worker), which the launcher
-runs, does not import it back.  ``larbin_py.dist.launcher`` has the same
-list and function (``SHARED_KEYS``, ``crawl_meta``): keep them equal, or
-have the launcher import these.
+launcher so that the worker (larbin_py.distributed.crawl_worker), which the launcher
+runs, does not import the launcher; the launcher imports these.
 """
 
 from __future__ import annotations

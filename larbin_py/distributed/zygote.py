@@ -72,10 +72,10 @@ __all__ = ["Zygote", "ForkedProc", "PRELOAD"]
 #: What a worker imports, loaded once in the zygote.  A module missing here is
 #: only imported by each worker itself (correct, slower).
 PRELOAD = (
-    "larbin_py.cli", "larbin_py.dist.launcher", "larbin_py.dist.worker", "larbin_py.engine",
+    "larbin_py.cli", "larbin_py.distributed.launcher", "larbin_py.distributed.crawl_worker", "larbin_py.engine",
     "larbin_py.runner", "larbin_py.pages", "larbin_py.parse", "larbin_py.net.http", "larbin_py.net.dns",
     "larbin_py.net.fastread", "larbin_py.output.mirror", "larbin_py.output.save", "larbin_py.output.warc",
-    "larbin_py.output.stats", "larbin_py.output.writer", "larbin_py.dist.membership_zk", "uvloop",
+    "larbin_py.output.stats", "larbin_py.output.writer", "larbin_py.distributed.membership_zk", "uvloop",
     "redis.asyncio", "lxml.html",
 )
 

@@ -3,7 +3,7 @@
 :class:`RedisIO` connects (redis.asyncio, hiredis when installed), loads the
 function library ``larbin.lua`` once per connection (``FUNCTION LOAD
 REPLACE``) and counts round trips: one :meth:`Tick.execute` is one, whatever
-it carries (DISTRIBUTED.md §5: a worker's traffic is one pipeline per tick).
+it carries (docs/distributed-design.md, "Queued URLs": a worker's traffic is one pipeline per tick).
 
 A :class:`Tick` collects operations; each method returns the index of its
 result in the list :meth:`Tick.execute` answers::
@@ -88,7 +88,7 @@ __all__ = [
 #: An entry whose request was running when a worker died this many times is
 #: forgotten as ``workerCrash`` (a poison pill: the URL kills its workers).
 #: Deliveries are not tries: an entry read ahead and claimed again by a
-#: takeover never counts (larbin_py.dist.inflight).
+#: takeover never counts (larbin_py.distributed.inflight).
 CRASH_LIMIT = 3
 
 #: How long ``iplast:{X}`` outlives a release (the pace of a slow server).
@@ -714,9 +714,9 @@ class RedisIO:
         self.round_trips = 0
         self.instance = secrets.token_hex(6)  # this process, for member and IP lease values
         self.client = None
-        self.pipe = None  # the ticks' connection (larbin_py.dist.resp)
+        self.pipe = None  # the ticks' connection (larbin_py.distributed.resp)
         self._blocking = None  # the second connection (XREAD BLOCK)
-        self.target = None  # the parsed URL (larbin_py.dist.sentinel.RedisTarget)
+        self.target = None  # the parsed URL (larbin_py.distributed.sentinel.RedisTarget)
         self.sentinels = None  # a redis+sentinel:// URL's discovery, which keeps its order
         #: The data node's URL: the URL itself, or the master the sentinels named.
         self.data_url = url
@@ -958,7 +958,7 @@ class RedisIO:
 
     async def crashed(self, tags_by_partition: dict[int, list[str]]) -> int:
         """One try more for each entry whose request was running when a worker died
-        (larbin_py.dist.inflight): how many were still queued and counted."""
+        (larbin_py.distributed.inflight): how many were still queued and counted."""
         t = self.tick()
         idx = [t.crashed(p, ids) for p, ids in tags_by_partition.items() if ids]
         if not idx:

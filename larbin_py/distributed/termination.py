@@ -1,7 +1,7 @@
 """When a distributed crawl has ended (sans-I/O).
 
 A worker with nothing to do cannot stop on its own: another worker may be
-about to send it links.  The crawl has ended when (DISTRIBUTED.md §10):
+about to send it links.  The crawl has ended when (docs/distributed-design.md, "Ending the crawl"):
 
 * every live member reports idle (frontier idle, send buffers empty, no
   request or task running), and

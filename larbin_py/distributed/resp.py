@@ -1,6 +1,6 @@
 """The ticks' own Redis connection: commands packed here, replies parsed by hiredis.
 
-A worker sends one pipeline per tick (:class:`~larbin_py.dist.redisio.Tick`):
+A worker sends one pipeline per tick (:class:`~larbin_py.distributed.redisio.Tick`):
 about one function call per page fetched, 25 arguments per page.  Through
 redis-py's pipeline each argument passes its encoder and each reply its
 parser coroutine under its own timeout; measured under cProfile, that was
@@ -15,7 +15,7 @@ whole tick.  Everything else (``INFO``, ``FUNCTION LOAD``, the blocking
 client), then ``AUTH`` and ``SELECT`` when the URL asks.  It opens on the
 first tick and after any failure.  :attr:`Pipe.in_multi` says that the
 connection is inside a ``MULTI`` its user opened (False on a new
-connection): see :meth:`larbin_py.dist.redisio.Tick.execute`.
+connection): see :meth:`larbin_py.distributed.redisio.Tick.execute`.
 
 **Errors.**
 

@@ -1,7 +1,7 @@
 """Which :class:`Membership` a crawl uses (``membership`` in larbin.conf), and its dashboard view.
 
 ``make_membership`` is the one place that reads the membership keys:
-``membership zookeeper`` gives a :class:`~larbin_py.dist.membership_zk.ZkMembership`
+``membership zookeeper`` gives a :class:`~larbin_py.distributed.membership_zk.ZkMembership`
 on ``zkHosts``/``zkPath``/``zkSessionTimeout`` (kazoo, an optional extra, is
 imported only then); ``membership redis`` (the default) gives what the
 caller's ``redis_membership`` builds, since the Redis membership shares the

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Iterator, Sequence
 
-from .store import UrlRecord
+from ..frontier.store import UrlRecord
 
 __all__ = ["MemoryQueue", "MemorySeen", "memory_stores"]
 

@@ -32,7 +32,7 @@ __all__ = ["RedisMembership"]
 
 
 class RedisMembership:
-    """The :class:`~larbin_py.dist.membership.Membership` seam on Redis."""
+    """The :class:`~larbin_py.distributed.membership.Membership` seam on Redis."""
 
     source = "redis"
 

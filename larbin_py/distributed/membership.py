@@ -6,10 +6,10 @@ and ``ZkMembership`` (an ephemeral znode per worker; death decided by the end
 of its ZooKeeper session, seen through a children watch).  Either one only
 answers "who is alive"; partition leases and their fencing tokens stay in
 Redis whatever the membership, because the fence must live in the store that
-is written (DISTRIBUTED.md §4).
+is written (docs/distributed-design.md, "Membership, leases and fencing").
 
 The coordinator derives the partition map from :meth:`Membership.members`
-(a pure function of the member list: larbin_py.dist.partition), so every
+(a pure function of the member list: larbin_py.distributed.partition), so every
 worker computes the same map from the same view.
 
 Threading: every method is called on the event loop's thread, and every

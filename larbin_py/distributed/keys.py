@@ -1,4 +1,4 @@
-"""The Redis key names of one crawl (DISTRIBUTED.md §2).
+"""The Redis key names of one crawl (docs/distributed.md, "Redis keys").
 
 Every key starts with ``lb:<crawlName>:``, so several crawls share one Redis.
 Every key of a partition carries the hash tag ``{p}`` and every key of an IP
@@ -20,7 +20,7 @@ key                      what it holds
 ``seen:{p}:<b>``         intset bucket of the URL fingerprints (signed int64)
 ``cnt:{p}``              hash: accepted, fetched, forgotten:<reason>
 ``crash:{p}``            hash: entry id → workers that died fetching it
-                         (larbin_py.dist.inflight), dropped at its ack
+                         (larbin_py.distributed.inflight), dropped at its ack
 ``robots:{p}``           hash: robots.txt URL → answer (written by the owner;
                          pruned a day after the answer, its cache time)
 ``sitewait:{p}``         hash: host → next allowed fetch (written at handover)
