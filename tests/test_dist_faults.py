@@ -61,9 +61,9 @@ async def test_a_worker_killed_four_times_forgets_nothing_and_refetches_only_wha
     forgot read-ahead URLs as workerCrash after three kills)."""
     # Few sites of many pages, each linking to many: a worker reads far ahead of what it
     # fetches (politely slowly), so its entries stay pending across the kills.
-    async with Sim(sim_config(seed=13, hosts=12, pages_per_host=(40, 60), hosts_per_ip=1, links_per_page=(20, 40),
+    async with Sim(sim_config(seed=13, hosts=12, pages_per_host=(30, 45), hosts_per_ip=1, links_per_page=(20, 40),
                               max_layer=2, robots_mix={"absent": 1.0}, p_nonhtml=0.05)) as sim:
-        config = worker_config(tmp_path, sim, redis_server.url, "", wait_duration=0.5)
+        config = worker_config(tmp_path, sim, redis_server.url, "", wait_duration=0.35)
         out = io.StringIO()
         env = dict(os.environ, PYTHONPATH=HERE)
         launcher = Launcher(config, 3, out=out, env=env)
@@ -231,43 +231,72 @@ class Busy(Fault):
         assert await self.task == 1  # it ended by itself
 
 
+#: In this order (Loading restarts Redis: last).
 FAULTS = [OutOfMemory, ReadOnly, Busy, Loading]
 
 
-@pytest.mark.async_timeout(150)
-@pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f.kind)
-async def test_an_error_reply_pauses_the_workers_who_say_so_and_resume(tmp_path, redis_server, fault):
-    """leaseTtl 8 s: the fault (2 to 3 s) is a pause, no lease lapses, so nothing
-    is fetched twice either."""
-    async with Sim(sim_config(seed=17, hosts=24, pages_per_host=(4, 8))) as sim:
-        workers = Workers(tmp_path, sim, redis_server.url, 2, lease_ttl=8.0)
+async def both_resumed(workers, times: int, timeout: float = 30) -> None:
+    """Until each worker has said "Redis is back" ``times`` times."""
+    deadline = time.monotonic() + timeout
+    while not all(workers.log(w).count("Redis is back after") >= times for w in workers.names):
+        assert time.monotonic() < deadline, {w: workers.log(w)[-1500:] for w in workers.names}
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.async_timeout(240)
+async def test_every_error_reply_pauses_the_workers_who_say_so_and_resume_by_themselves(tmp_path, redis_server):
+    """One crawl, the faults one after another: -OOM, -READONLY, -BUSY, the
+    function library flushed twice, -LOADING (a restart that loads slowly).
+    leaseTtl 6 s: each fault (2 to 3 s) is a pause, no lease lapses, so
+    nothing is fetched twice either."""
+    async with Sim(sim_config(seed=17, hosts=30, pages_per_host=(6, 12))) as sim:
+        workers = Workers(tmp_path, sim, redis_server.url, 2, lease_ttl=6.0, wait_duration=0.25)
         await workers.start_all()
-        rio = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
-        try:
-            await crawl_under_way(rio)
-        finally:
-            await rio.close()
-        f = fault()
-        r = aredis.from_url(redis_server.url)
-        try:
-            await f.start(r, redis_server)
-            await wait_logs(workers, workers.names, f"refused a tick: {f.kind}", 20)
-            paused = time.monotonic()
-            if f.lasts:
-                await asyncio.sleep(f.lasts)  # the fault lasts: what the workers do meanwhile is checked below
-            lifted = time.monotonic()
-            await f.stop(r, redis_server)
-        finally:
-            await r.aclose()
+        windows = []
+        for k, fault in enumerate(FAULTS):
+            rio = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
+            try:
+                await crawl_under_way(rio, pages=20 + 30 * k)
+            finally:
+                await rio.close()
+            f = fault()
+            r = aredis.from_url(redis_server.url)
+            try:
+                await f.start(r, redis_server)
+                await wait_logs(workers, workers.names, f"refused a tick: {f.kind}", 20)
+                paused = time.monotonic()
+                if f.lasts:
+                    await asyncio.sleep(f.lasts)  # the fault lasts: what the workers do meanwhile is checked below
+                lifted = time.monotonic()
+                await f.stop(r, redis_server)
+            finally:
+                await r.aclose()
+            windows.append((f.kind, paused, lifted))
+            await both_resumed(workers, k + 1)
+            if f.kind == "BUSY":  # the library flushed twice between two faults: the workers load it again
+                r = aredis.from_url(redis_server.url)
+                try:
+                    for _ in range(2):
+                        await r.execute_command("FUNCTION", "FLUSH")
+                        asked = len(sim.log.requests)
+
+                        async def loaded_again():  # (this test loads nothing: only a worker can)
+                            return await r.execute_command("FUNCTION", "LIST", "LIBRARYNAME", "larbin")
+                        await wait_for(loaded_again, 20, "no worker loaded the function library again")
+                        await sim.log.wait_for(lambda log: len(log.requests) >= asked + 5, timeout=30)
+                finally:
+                    await r.aclose()
         codes = await workers.wait(90)
         assert codes == {"w0": 0, "w1": 0}, {w: workers.log(w)[-2000:] for w in codes}
         for w in workers.names:
             log = workers.log(w)
-            assert f"Redis at {redis_server.url} refused a tick: {f.kind}" in log, log[-2000:]
-            assert f"; fetching paused, retrying" in log and "Redis is back after" in log, log[-2000:]
+            for kind, _, _ in windows:
+                assert f"Redis at {redis_server.url} refused a tick: {kind}" in log, (kind, log[-2000:])
+            assert log.count("; fetching paused, retrying") >= len(FAULTS), log[-3000:]
         # nothing started while both were paused (0.1 s: a request sent just before)
-        during = [q.url for q in sim.log.requests if paused + 0.1 < q.t < lifted]
-        assert during == [], during
+        for kind, paused, lifted in windows:
+            during = [q.url for q in sim.log.requests if paused + 0.1 < q.t < lifted]
+            assert during == [], (kind, during)
         config = workers.configs["w0"]
         truth = sim.truth(crawl_rules(config, sim.seeds))
         requested = requested_urls(sim)
@@ -275,28 +304,6 @@ async def test_an_error_reply_pauses_the_workers_who_say_so_and_resume(tmp_path,
         assert not [u for u, c in Counter(requested).items() if c > 1]  # acks were kept, not lost
         await check_conservation(redis_server.url, config, truth)
         check_politeness(sim, config.wait_duration)
-
-
-@pytest.mark.async_timeout(150)
-async def test_a_function_library_flushed_again_and_again_is_loaded_again(tmp_path, redis_server):
-    async with Sim(sim_config(seed=19, hosts=24, pages_per_host=(4, 8))) as sim:
-        workers = Workers(tmp_path, sim, redis_server.url, 2)
-        await workers.start_all()
-        rio = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
-        r = aredis.from_url(redis_server.url)
-        try:
-            for n in (20, 40, 60):
-                await crawl_under_way(rio, pages=n)
-                await r.execute_command("FUNCTION", "FLUSH")
-        finally:
-            await rio.close()
-            await r.aclose()
-        codes = await workers.wait(90)
-        assert codes == {"w0": 0, "w1": 0}, {w: workers.log(w)[-2000:] for w in codes}
-        config = workers.configs["w0"]
-        truth = sim.truth(crawl_rules(config, sim.seeds))
-        assert set(requested_urls(sim)) == truth.must_request
-        await check_conservation(redis_server.url, config, truth)
 
 
 # ---------------------------------------------------------------------------
