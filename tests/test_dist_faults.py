@@ -112,7 +112,9 @@ async def test_a_url_whose_fetch_kills_its_worker_three_times_is_forgotten_as_wo
     """The poison-pill guard: each time the first page of h5 (a server that takes
     3 s to answer) is being fetched, the worker fetching it is SIGKILLed, as if
     the page killed it.  After the third death it is forgotten as workerCrash,
-    named in the log and the summary, never requested a fourth time."""
+    named in the log and the summary, never requested a fourth time.  Then
+    Redis is out of memory for a while: the summary says how long the crawl
+    was paused, and why."""
     from larbin_py.distributed.partition import partition_of
 
     slow = "h5.sim.test"
@@ -140,11 +142,23 @@ async def test_a_url_whose_fetch_kills_its_worker_three_times_is_forgotten_as_wo
                 proc.send_signal(signal.SIGKILL)
                 killed.append(url)
                 last = time.monotonic()
+            # and Redis out of memory for a while: the summary says how long the crawl was paused, and why
+            r = aredis.from_url(redis_server.url)
+            try:
+                await r.config_set("maxmemory", 1)
+                await wait_for(lambda: "refused a tick: OOM" in out.getvalue(), 20, "no worker paused")
+                await asyncio.sleep(1.5)  # the fault lasts
+                await r.config_set("maxmemory", 0)
+            finally:
+                await r.aclose()
         finally:
             await rio.close()
         code = await asyncio.wait_for(run, 120)
         text = out.getvalue()
         assert code == 0, text[-3000:]
+        paused = next(x for x in text.splitlines() if x.startswith("  paused"))
+        seconds = float(paused.split()[1])
+        assert 1.5 <= seconds < 10 and "while Redis failed (OOM " in paused, paused
         assert killed == [poison] * 3
         assert sum(1 for r in sim.log.requests if r.url == poison) == 3  # never a fourth time
         t = (await totals(redis_server.url)).totals
