@@ -388,6 +388,10 @@ class _Key:
         """``value`` quoted for an error message (:meth:`hidden`, then ``repr``)."""
         return repr(self.hidden(value))
 
+    def format_hidden(self, value: Any) -> list[str]:
+        """The lines of :meth:`format` for a person to read (``--print-config``): secrets as ``***``."""
+        return self.format(self.hidden(value))
+
     def parse(self, words: list[str]) -> Any:
         """The value of a line's words (everything after the key)."""
         raise NotImplementedError
@@ -709,6 +713,9 @@ class _ZkAuth(_Key):
     def shown(self, value: ZkAuth | None) -> list[str]:
         """What a person is shown: the password as ``***``."""
         return [] if value is None else [f"{self.name} {value}"]
+
+    def format_hidden(self, value: ZkAuth | None) -> list[str]:
+        return self.shown(value)
 
 
 def check_zk_hosts(text: str) -> str:
@@ -1383,7 +1390,7 @@ def format_config(config: Config, *, redact: bool = False) -> str:
         out[0] += f" (read from {config.source})"
     for key in KEYS:
         value = getattr(config, key.attr)
-        lines = key.format(key.hidden(value) if redact else value)
+        lines = key.format_hidden(value) if redact else key.format(value)
         out.extend(lines or [f"# {key.name} (not set)"])
     return "\n".join(out) + "\n"
 

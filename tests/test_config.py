@@ -690,6 +690,15 @@ def test_the_membership_keys_read_and_print():
         ("redis", "127.0.0.1:2181", "/larbin_py", 6.0)
 
 
+def test_print_config_shows_zk_auth_and_the_token_without_their_secrets():
+    config = parse(SEED + "membership zookeeper\nzkAuth digest larbin:zk-s3cret-password\nhttpToken s3cret-token\n")
+    shown = format_config(config, redact=True)  # --print-config
+    assert "zkAuth digest larbin:***" in shown.splitlines() and "httpToken ***" in shown.splitlines()
+    assert "s3cret" not in shown
+    # the text for the launcher's workers keeps them
+    assert "zkAuth digest larbin:zk-s3cret-password" in format_config(config).splitlines()
+
+
 # ---------------------------------------------------------------- redisUrl and redisReplicas (high availability)
 
 
