@@ -11,6 +11,7 @@ import pytest
 
 from larbin_py.config import (
     DEFAULT_FORBIDDEN_EXTENSIONS,
+    DEFAULT_USER_AGENT,
     KEYS,
     OUTPUT_MODES,
     Config,
@@ -690,6 +691,15 @@ def test_the_membership_keys_read_and_print():
         ("redis", "127.0.0.1:2181", "/larbin_py", 6.0)
 
 
+def test_print_config_shows_zk_auth_and_the_token_without_their_secrets():
+    config = parse(SEED + "membership zookeeper\nzkAuth digest larbin:zk-s3cret-password\nhttpToken s3cret-token\n")
+    shown = format_config(config, redact=True)  # --print-config
+    assert "zkAuth digest larbin:***" in shown.splitlines() and "httpToken ***" in shown.splitlines()
+    assert "s3cret" not in shown
+    # the text for the launcher's workers keeps them
+    assert "zkAuth digest larbin:zk-s3cret-password" in format_config(config).splitlines()
+
+
 # ---------------------------------------------------------------- redisUrl and redisReplicas (high availability)
 
 
@@ -758,3 +768,99 @@ def test_redis_replicas_needs_a_redis_that_has_replicas(url, why):
         (f"t.conf:{3 if url else 2}: redisReplicas: 1 needs a Redis with replicas (redisUrl redis://... "
          f"or redis+sentinel://...), but {why}")
     assert parse(SEED + url + "redisReplicas 0\n").redis_replicas == 0
+
+
+# ---------------------------------------------------------------- the schema: one declaration per key
+
+
+def test_docs_configuration_md_is_what_the_schema_generates():
+    from larbin_py.config.reference import COMMAND, markdown
+
+    page = ROOT / "docs" / "configuration.md"
+    assert page.exists() and page.read_text() == markdown(), f"docs/configuration.md is stale: run {COMMAND}"
+
+
+def test_the_reference_page_has_a_row_per_key_with_default_range_and_description():
+    from larbin_py.config.reference import markdown
+
+    text = markdown()
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == [key.name for key in KEYS]
+    assert "| `waitDuration` | `wait_duration` | `2` | seconds [0, 3600] | seconds between two requests" in text
+    assert "| `pagesConnexions` | `pages_connexions` | `100` | integer 1..100000 | " in text
+    assert "| `redisReplicas` | `redis_replicas` | `auto` | auto, or integer 0..16 | " in text
+    assert "| `useCookies` | `use_cookies` | `off` | switch | " in text
+    assert "| `startUrl` | `start_urls` | `none` | http(s) URLs; repeatable | " in text
+    # a machine's value never: the page is the same on every machine and release
+    assert "| `dnsServers` | `dns_servers` | the nameserver lines of /etc/resolv.conf" in text
+    assert "| `analysisWorkers` | `analysis_workers` | the cores less one, at least 1 | " in text
+    assert DEFAULT_USER_AGENT not in text and "larbin\\_py/VERSION" in text
+    # Markdown-safe cells, and a long default below the table, linked
+    assert "shown as \\*\\*\\* |" in text and "'\\_'" in text
+    assert "[55 words, listed below](#default-forbiddenextensions)" in text
+    assert f"### Default forbiddenExtensions\n\n`{' '.join(DEFAULT_FORBIDDEN_EXTENSIONS)}`\n" in text
+
+
+def test_the_generator_runs_as_a_module_and_refuses_anything_else():
+    import subprocess
+    import sys
+
+    from larbin_py.config.reference import markdown
+
+    run = [sys.executable, "-m", "larbin_py.config"]
+    proc = subprocess.run([*run, "--markdown"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == markdown() and proc.stderr == ""
+    proc = subprocess.run([*run, "--markdwon"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "python -m larbin_py.config: expected --markdown, got '--markdwon' "
+        "(usage: python -m larbin_py.config --markdown > docs/configuration.md)"]
+
+
+def test_shipped_conf_shows_every_key_on_a_line_of_its_own():
+    """Each key begins a line, as a setting or its commented-out example (not only named in prose)."""
+    text = SHIPPED.read_text()
+    missing = [key.name for key in KEYS if not re.search(rf"^#?{key.name}(\s|$)", text, re.M)]
+    assert missing == []
+
+
+def test_every_key_is_declared_on_its_field_with_a_short_description():
+    fields = {f.name: f for f in dataclasses.fields(Config)}
+    for key in KEYS:
+        assert fields[key.attr].metadata["key"] is key
+        assert key.doc and "\n" not in key.doc and len(key.doc) <= 140, key.name
+
+
+def test_a_field_declared_without_its_key_is_refused():
+    from larbin_py.config.keys import Int, Seconds
+    from larbin_py.config.schema import _bind, setting
+
+    @dataclasses.dataclass
+    class Good:
+        depth: int = setting(Int("depth", 0, 9), 1, doc="how deep")
+        source: str | None = None
+
+    [key] = _bind(Good)
+    assert (key.name, key.attr, key.doc, Good().depth) == ("depth", "depth", "how deep", 1)
+
+    @dataclasses.dataclass
+    class Bare:
+        depth: int = 1
+
+    with pytest.raises(TypeError, match=r"Config\.depth is declared without its key"):
+        _bind(Bare)
+
+    @dataclasses.dataclass
+    class Twice:
+        wait: float = setting(Seconds("wait", 0, 9), 1.0, doc="a wait")
+        other: float = setting(Seconds("WAIT", 0, 9), 1.0, doc="the same key")
+
+    with pytest.raises(TypeError, match="two keys differ only by case: WAIT, wait"):
+        _bind(Twice)
+
+    @dataclasses.dataclass
+    class Machine:
+        cores: int = setting(Int("cores", 1, 9), factory=lambda: 4, doc="cores", default_text=None)  # type: ignore
+
+    with pytest.raises(TypeError, match="cores: a default made by a factory needs its default_text"):
+        _bind(Machine)

@@ -108,6 +108,8 @@ FORBIDDEN = {
     "larbin_py.analysis": ("engine", "frontier", "net", "web", "distributed", "sim", "demo"),
     "larbin_py.testing": ("engine", "net", "web", "distributed", "sim", "demo"),
     "larbin_py.distributed": ("sim", "demo"),
+    "larbin_py.config": ("engine", "output", "state", "crawl_state", "cli", "runner", "wiring", "sim", "demo",
+                         "testing"),
     "larbin_py.sim": ("",),  # the oracle: nothing of the crawler
 }
 
