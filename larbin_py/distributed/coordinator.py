@@ -29,6 +29,17 @@ IP lease is first wanted, and at every heartbeat (``leaseTtl / 5``), which
 also carries the re-asks of denied IP leases and the polls of partitions
 found empty: a worker at work sends a few ticks a second whatever its rate.
 
+**Parts.**  The coordinator keeps the loop and the tick's I/O: it stages
+the operations, sends the pipeline and routes each answer.  What it
+decides with lives in sans-I/O parts, each tested without Redis: the
+partitions' states (:mod:`~larbin_py.distributed.ownership`), the acks
+(:mod:`~larbin_py.distributed.acks`), the IP leases
+(:mod:`~larbin_py.distributed.ip_leases`), the frontier's gate
+(:mod:`~larbin_py.distributed.liveness`), the member view
+(:mod:`~larbin_py.distributed.member_view`), the robots.txt answers
+(:mod:`~larbin_py.distributed.robots_share`) and the pauses
+(:mod:`~larbin_py.distributed.pauses`).
+
 **Ownership.**  Partition -> worker is :func:`assign` over the live members
 (the same pure function in every worker).  Each partition's state lives in
 :class:`~larbin_py.distributed.ownership.Ownership`, a table of transitions:
@@ -44,7 +55,8 @@ effect once the member view is stable for two heartbeats; expiries at once
 
 **Safety.**  Fencing cannot stop a fetch: from ``renewed_at + leaseTtl -
 margin`` on (the Redis heartbeat's ``alive``), the coordinator suspends every
-IP lease, so the frontier starts no request at all until a heartbeat succeeds.
+IP lease, so the frontier starts no request at all until a heartbeat
+succeeds (:class:`~larbin_py.distributed.liveness.Liveness`).
 
 **Membership.**  The live-worker view comes from the configured
 :class:`~larbin_py.distributed.membership.Membership` (``membership`` in
@@ -81,9 +93,9 @@ that carried the last holder's start may have been lost), the partitions
 it read are claimed again, its acquisitions asked again at a later
 heartbeat and its releases sent again (the ownership's ``unanswered``
 event).  Nothing is dropped from memory.  The pauses are counted
-(:class:`~larbin_py.distributed.pauses.Pauses`; :meth:`stats`: seconds and
-kinds) for the launcher's summary.  Anything else that escapes a tick is a bug or a disk error: it
-ends :meth:`run` with the exception (the worker fails loudly).
+(:meth:`stats`: seconds and kinds) for the launcher's summary.  Anything
+else that escapes a tick is a bug or a disk error: it ends :meth:`run` with
+the exception (the worker fails loudly).
 
 **One tick at a time.**  Ticks share one connection (a reply must be read by
 the tick that sent the command): :meth:`tick` holds a lock, so the final
@@ -444,7 +456,7 @@ class Coordinator:
             return
         try:
             results = await t.execute()
-        except BaseException:  # no answer: put back what waits on it (see _tick_failed)
+        except BaseException:  # no answer (Redis failed, or the task was cancelled): see _tick_failed
             self._tick_failed(links, acks, asked_ips, read_parts, prune, crashed)
             raise
         for i, handler in handlers:
@@ -547,6 +559,8 @@ class Coordinator:
 
     def _stage_releases(self, t, handlers, now: float, final: bool) -> None:
         """Drained partitions: their site waits written, then the fenced release."""
+        if not self.own.count((DRAINING,)):
+            return
         busy = set() if final else {self.partition(req.site.host) for req in self.fr.running_requests()}
         for p in self.own.drained(busy, self.acks.waiting()):
             token = self.own.token(p)
@@ -558,7 +572,7 @@ class Coordinator:
 
     def _tick_failed(self, links, acks, asked_ips: list[str], read_parts: list[int], prune=None,
                      crashed=None) -> None:
-        """A tick that failed (Redis unreachable, or an error reply): undo what waits on it.
+        """A tick whose answer never came (Redis failed, or a cancel): undo what waits on it.
 
         Links and acks go again (both idempotent); the IPs asked are asked
         again, and a grant that follows waits a full delay (a lost answer may
