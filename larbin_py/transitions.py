@@ -8,8 +8,10 @@ tested) in one place, and a wrong transition fails where it happens instead
 of leaving a site or a connection in a state nothing will ever leave.
 
 The tables: a site's DNS and robots.txt states
-(:data:`larbin_py.frontier.sites.DNS_TRANSITIONS`, ``ROBOTS_TRANSITIONS``) and
-a fetcher connection's (:data:`larbin_py.net.http.CONN_TRANSITIONS`).  An
+(:data:`larbin_py.frontier.sites.DNS_TRANSITIONS`, ``ROBOTS_TRANSITIONS``),
+a fetcher connection's (:data:`larbin_py.net.http.CONN_TRANSITIONS`) and a
+distributed worker's partitions
+(:data:`larbin_py.distributed.ownership.OWNERSHIP_TRANSITIONS`).  An
 illegal transition is a bug in the crawler, never the fault of a hostile
 server: what the web sends is an event the tables allow or a value
 (``FetchResult.error``), not an exception.

@@ -3,11 +3,16 @@ DistState and Engine built as ``run_worker`` builds them, ticks driven by
 the test (no crawl runs).
 
 * robots.txt answers leave ``robots:{p}`` once expired: those found expired
-  at a takeover, and those this worker holds when their day is over.
+  at a takeover, and those this worker holds when their day is over;
+* a stop releases every partition held, those acquired by the tick under
+  way when it was called included;
+* after a stop, no tick but the final one is sent (a late one re-registered
+  the worker it had just removed).
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
 
 import redis.asyncio as aredis
@@ -20,6 +25,8 @@ from larbin_py.distributed.redisio import RedisIO
 from larbin_py.distributed.shared import crawl_meta
 from larbin_py.distributed.crawl_worker import DistState
 from larbin_py.engine import Engine
+
+from helpers.distributed import wait_for
 
 CRAWL = "t"
 
@@ -57,12 +64,12 @@ async def test_expired_robots_answers_leave_redis_at_a_takeover_and_when_their_d
         for _ in range(3):  # acquire, then claim and load the answers, then prune
             coord.next_hb = 0.0
             await coord.tick()
-        assert p in coord.held and coord.robots_loaded == 1
+        assert p in coord.held and coord.robots.loaded == 1
         assert await r.hkeys(key) == [b"http://other.test/robots.txt"]
         wall[0] += 6  # the other's day is over too
         coord.next_hb = 0.0
         await coord.tick()
-        assert await r.exists(key) == 0 and coord.robots_pruned == 2
+        assert await r.exists(key) == 0 and coord.robots.pruned == 2
         # an answer this worker stores lives its day, then leaves
         coord.robots_answer(f"http://{host}/robots.txt", wall[0], None)
         coord.next_hb = 0.0
@@ -73,6 +80,50 @@ async def test_expired_robots_answers_leave_redis_at_a_takeover_and_when_their_d
         await coord.tick()
         assert await r.exists(key) == 0
         await coord.stop()
+    finally:
+        await r.aclose()
+        await rio.close()
+        state.close(engine.frontier, broken=False)
+
+
+async def test_a_stop_releases_the_partitions_the_tick_under_way_acquired(tmp_path, redis_server):
+    rio, state, engine = await a_worker(tmp_path, redis_server.url)
+    coord = state.coordinator
+    keys = Keys(CRAWL)
+    r = aredis.from_url(redis_server.url)
+    try:
+        await coord.start()
+        coord.started -= 100  # past the first heartbeats' wait
+        coord.acquire_now = True
+        coord.next_hb = 0.0
+        # Redis serves no client for 0.5 s: the tick that acquires waits for its answer
+        await r.execute_command("CLIENT", "PAUSE", 500, "ALL")
+        running = asyncio.ensure_future(coord.tick())
+        await wait_for(coord._tick_lock.locked, 5, "the tick did not start", step=0.001)
+        await coord.stop()  # called while the acquisitions are under way
+        await running
+        assert coord.stats()["takeovers"] == 4  # the running tick took all four
+        assert coord.held == {}
+        assert [p for p in range(4) if await r.exists(keys.own(p))] == []  # released, not left to expire
+    finally:
+        await r.aclose()
+        await rio.close()
+        state.close(engine.frontier, broken=False)
+
+
+async def test_no_tick_but_the_final_one_is_sent_after_a_stop(tmp_path, redis_server):
+    rio, state, engine = await a_worker(tmp_path, redis_server.url)
+    coord = state.coordinator
+    r = aredis.from_url(redis_server.url)
+    try:
+        await coord.start()
+        await coord.stop()
+        assert await r.exists(Keys(CRAWL).member("w1")) == 0  # it left the crawl
+        trips = rio.round_trips
+        coord.next_hb = 0.0  # a heartbeat due, as for a tick that waited for the lock during the stop
+        await coord.tick()
+        assert rio.round_trips == trips
+        assert await r.exists(Keys(CRAWL).member("w1")) == 0  # not registered again
     finally:
         await r.aclose()
         await rio.close()

@@ -1,0 +1,113 @@
+"""A worker's IP leases: the frontier's lease calls turned into Redis's arguments and back.
+
+Across the workers of a crawl, one connection per IP and ``waitDuration``
+between two requests to an IP, whoever sends them: an IP is scheduled only
+while this worker holds its lease ``ip:{X}`` (docs/distributed-worker.md).
+The frontier keeps each IP's lease state and says which IPs to ask and
+which to let go; :class:`IpLeases` translates, for the coordinator's tick,
+without I/O (times are arguments):
+
+* **asks** (``lb_ip_acquire``): the IPs the frontier wants;
+* **a grant** (:func:`not_before`): requests may start on the IP from the
+  previous holder's last start plus the delay (``waitDuration`` times the
+  server's penalty, from the pace it left); a full delay from now when that
+  start is unknown -- the lease expired unreleased (the grant is not
+  ``clean``), or this worker asked in a tick that failed (the answer that
+  carried the start may have been lost: the IP is *unclean* until its next
+  grant).  The pace's ``retry_until`` (a wall time, the workers' clocks
+  share no origin) is turned into this worker's clock;
+* **a denial**: asked again at ``retry_at`` (the coordinator's next
+  heartbeat); a tick that failed: its asks are denied until a heartbeat
+  later, and marked unclean;
+* **a renewal** (with every heartbeat) refused: the lease is lost, nothing
+  more starts on that IP; granted with another worker waiting: the
+  frontier lets the IP go sooner;
+* **releases** (``lb_ip_release``): the IPs the frontier lets go (every one
+  at a stop), with the last request's start and the pace in wall time.
+
+A pace that does not parse is taken as none.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .redisio import IpGrant
+
+__all__ = ["IpLeases", "not_before"]
+
+
+def not_before(g: IpGrant, now: float, wall: float, wait_duration: float, unclean: bool) -> tuple[float, dict | None]:
+    """When requests may start on an IP just granted (this worker's clock ``now``,
+    its wall time ``wall``), and the previous holder's pace in this worker's clock."""
+    pace = None
+    if g.pace:
+        try:
+            pace = json.loads(g.pace)
+        except ValueError:
+            pace = None
+    if not isinstance(pace, dict):
+        pace = None
+    if pace and pace.get("retry_until"):
+        pace["retry_until"] = now + (float(pace["retry_until"]) - wall)
+    penalty = float(pace.get("penalty", 1.0)) if pace else 1.0
+    delay = wait_duration * penalty
+    if not g.clean or unclean:
+        return now + delay, pace  # its last requests are unknown: a full delay
+    if g.last_start_ms:
+        return now + (g.last_start_ms / 1000.0 - wall) + delay, pace
+    return now, pace
+
+
+class IpLeases:
+    """The frontier's side of the IP leases, for one worker's ticks (see the module docstring)."""
+
+    def __init__(self, frontier, *, wait_duration: float, ttl: float) -> None:
+        self.fr = frontier
+        self.wait_duration = wait_duration
+        #: How long a lease asked or renewed lives in Redis (seconds).
+        self.ttl = ttl
+        #: IPs asked in a failed tick: the grant that follows waits a full delay.
+        self.unclean: set[str] = set()
+
+    def asks(self, now: float) -> list[str]:
+        return self.fr.ip_leases_wanted(now)
+
+    def held(self) -> list[str]:
+        """The IPs to renew with the heartbeat."""
+        return self.fr.ip_leases_held()
+
+    def releases(self, now: float, wall: float, every: bool) -> list[tuple[str, int, str]]:
+        """``(ip, last start in wall ms (0: none), pace JSON)`` of the IPs to let go (``every``: a stop)."""
+        out = []
+        for ip, last_start, pace in self.fr.ip_leases_to_release(now, every=every):
+            wall_ms = int((wall + (last_start - now)) * 1000) if last_start >= 0 else 0
+            pace = dict(pace)
+            if pace.get("retry_until"):
+                pace["retry_until"] = wall + (pace["retry_until"] - now)
+            out.append((ip, wall_ms, json.dumps(pace)))
+        return out
+
+    def answered(self, ip: str, g: IpGrant, now: float, wall: float, retry_at: float) -> None:
+        """The answer to an ask: granted (from :func:`not_before` on), or asked again at ``retry_at``."""
+        if not g.granted:
+            self.fr.ip_lease_denied(ip, retry_at)
+            return
+        start, pace = not_before(g, now, wall, self.wait_duration, ip in self.unclean)
+        self.unclean.discard(ip)
+        self.fr.ip_lease_granted(ip, start, pace, now)
+        if g.wanted:
+            self.fr.ip_lease_contended(ip)
+
+    def renewed(self, ip: str, g: IpGrant, now: float) -> None:
+        """The answer to a renewal."""
+        if not g.granted:
+            self.fr.ip_lease_lost(ip, now)
+        elif g.wanted:
+            self.fr.ip_lease_contended(ip)
+
+    def unanswered(self, asked: list[str], retry_at: float) -> None:
+        """The tick that asked for ``asked`` failed: asked again at ``retry_at``, then a full delay."""
+        for ip in asked:
+            self.fr.ip_lease_denied(ip, retry_at)
+            self.unclean.add(ip)
