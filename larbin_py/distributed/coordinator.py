@@ -249,7 +249,6 @@ class Coordinator:
         self._wake = asyncio.Event()
         self._stop = False
         self._last_tick = 0.0
-        frontier.on_ip_wanted = self.wake
 
     # ------------------------------------------------------------------
     # Hooks the engine's parts call
@@ -404,7 +403,7 @@ class Coordinator:
             t = min(t, now)
         if self.acks_pending:
             t = min(t, self.last_ack_cycle + self.ack_interval)
-        ask = self.fr.ip_lease_next_ask()
+        ask = self.fr.ip_leases.next_ask()
         if ask is not None:
             t = min(t, now + max(0.0, ask - now))
         if self._reads_wanted(now) or self.to_claim or self.acquire_now:
@@ -538,7 +537,7 @@ class Coordinator:
             handlers.append((i, lambda r: self._heartbeat(r, hb_sent)))
             if self.external and not final and (self._mhb is None or self._mhb.done()):
                 self._mhb = asyncio.ensure_future(self._membership_heartbeat())
-            for ip in fr.ip_leases_held():
+            for ip in fr.ip_leases.held():
                 handlers.append((t.ip_acquire(ip, self.holder, self._ip_ttl()),
                                  lambda r, ip=ip: self._ip_renewed(ip, r)))
             idle = self.idle()
@@ -571,7 +570,7 @@ class Coordinator:
                                               for p in self.claimed - self.maybe_full):
                 read_parts = self._stage_reads(t, handlers, now)
         # 5. IP leases
-        for ip, last_start, pace in fr.ip_leases_to_release(now, every=final):
+        for ip, last_start, pace in fr.ip_leases.to_release(now, every=final):
             # Our kept-alive connections to it close first: one connection per IP across workers.
             self.on_ip_release(ip)
             wall_ms = int((self.wall() + (last_start - now)) * 1000) if last_start >= 0 else 0
@@ -581,7 +580,7 @@ class Coordinator:
             handlers.append((t.ip_release(ip, self.holder, wall_ms, json.dumps(pace)), lambda r: None))
         asked_ips: list[str] = []
         if not final and not self.suspended:
-            asked_ips = fr.ip_leases_wanted(now)
+            asked_ips = fr.ip_leases.wanted(now)
             for ip in asked_ips:
                 handlers.append((t.ip_acquire(ip, self.holder, self._ip_ttl()),
                                  lambda r, ip=ip: self._ip_answer(ip, r)))
@@ -652,7 +651,7 @@ class Coordinator:
             # The frontier starts nothing past this (checked at every start, not only per tick).
             self.lease_deadline = sent_at + self.lease_ttl - self.leases.margin
             if self.lapsed_since is None:
-                self.fr.ip_lease_deadline = self.lease_deadline
+                self.fr.ip_leases.deadline = self.lease_deadline
         now = self.clock()
         self.next_hb = sent_at + self.hb_interval
         self._new_view(self.membership.members(), now)
@@ -696,8 +695,8 @@ class Coordinator:
     def _maybe_resume(self) -> None:
         if self.suspended and self._safe():
             self.suspended = False
-            self.fr.ip_lease_deadline = self.lease_deadline
-            self.fr.ip_leases_resume(self.clock())
+            self.fr.ip_leases.deadline = self.lease_deadline
+            self.fr.ip_leases.resume(self.clock())
             self.wake_engine()
 
     def _mine(self) -> set[int]:
@@ -762,7 +761,7 @@ class Coordinator:
             if rec.tag in self.live:
                 continue  # held here already (a claim after a failed tick)
             self.live.add(rec.tag)
-            fr.push_record(rec, priority=True)
+            fr.admission.push_record(rec, priority=True)
         for e in r.poison:
             outcome = orphans.pop(make_tag(p, e.id), None) if orphans else None
             if outcome is not None:
@@ -797,7 +796,7 @@ class Coordinator:
         self.acks_ready[:0] = acks
         retry = self.clock() + self.hb_interval
         for ip in asked_ips:
-            self.fr.ip_lease_denied(ip, retry)
+            self.fr.ip_leases.denied(ip, retry)
             self.unclean_ips.add(ip)
         for p in read_parts:
             if p in self.held:
@@ -836,7 +835,7 @@ class Coordinator:
                 self.acks_ready.append((p, e.id, "badUrl"))
                 continue
             self.live.add(rec.tag)
-            fr.push_record(rec)
+            fr.admission.push_record(rec)
         if len(r) < asked:
             self.maybe_full.discard(p)
         else:
@@ -857,7 +856,7 @@ class Coordinator:
         now = self.clock()
         if not g.granted:
             # Asked again with the next heartbeat: no round trip of its own.
-            fr.ip_lease_denied(ip, max(self.next_hb, now + MIN_GAP))
+            fr.ip_leases.denied(ip, max(self.next_hb, now + MIN_GAP))
             return
         pace = None
         if g.pace:
@@ -877,16 +876,16 @@ class Coordinator:
             not_before = now + (g.last_start_ms / 1000.0 - self.wall()) + delay
         else:
             not_before = now
-        fr.ip_lease_granted(ip, not_before, pace, now)
+        fr.ip_leases.granted(ip, not_before, pace, now)
         if g.wanted:
-            fr.ip_lease_contended(ip)
+            fr.ip_leases.contended(ip)
 
     def _ip_renewed(self, ip: str, g) -> None:
         if g.granted:
             if g.wanted:
-                self.fr.ip_lease_contended(ip)
+                self.fr.ip_leases.contended(ip)
         else:
-            self.fr.ip_lease_lost(ip, self.clock())
+            self.fr.ip_leases.lost(ip, self.clock())
 
     # ------------------------------------------------------------------
     # Ownership changes
@@ -896,7 +895,7 @@ class Coordinator:
         membership lost this worker: start nothing."""
         if not self.suspended and not self.leases.alive and self.leases._renewed_at is not None:
             self.suspended = True
-            self.fr.ip_leases_suspend()
+            self.fr.ip_leases.suspend()
         if self.external:
             self._check_membership()
 
@@ -914,10 +913,10 @@ class Coordinator:
         now = self.clock()
         if self.lapsed_since is None:
             self.lapsed_since = now
-            self.fr.ip_lease_deadline = -math.inf
+            self.fr.ip_leases.deadline = -math.inf
             if not self.suspended:
                 self.suspended = True
-                self.fr.ip_leases_suspend()
+                self.fr.ip_leases.suspend()
             print(f"larbin_py: worker {self.worker}: out of the membership ({m.source}): "
                   f"{(m.last_change or (0, 'connection lost'))[1]}; fetching paused", file=self.err)
         expired = bool(getattr(m, "session_lost", False))
@@ -983,7 +982,7 @@ class Coordinator:
             "worker": self.worker, "partitions": len(self.held), "draining": len(self.draining),
             "ticks": self.ticks, "round_trips": self.io.round_trips, "takeovers": self.takeovers,
             "claimed": self.claimed_entries, "acked": self.acked, "fenced": self.fenced,
-            "ip_leases": len(self.fr.ip_leases_held()), "redis_down": self.redis_down,
+            "ip_leases": len(self.fr.ip_leases.held()), "redis_down": self.redis_down,
             "paused": self.paused_figures(),
             "robots_pruned": self.robots_pruned,
             "membership": membership_snapshot(self.membership),
