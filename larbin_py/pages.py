@@ -9,7 +9,7 @@ a redirect offers its target; a failure is retried or forgotten.
 
 ``analyze`` is the seam of the analysis stage: pages go to the analysis
 processes (larbin_py.analysis.stage), and their links come back through the
-same ``Frontier.offer``; a page the stage does not take (every process busy,
+same ``admission.offer``; a page the stage does not take (every process busy,
 no user analyzer wants it) is parsed here, as with ``analysisWorkers 0``,
 and so is every page when the crawl state keeps the links on the loop
 (``links_on_loop``: the distributed mode, whose acks precede an answer).

@@ -174,7 +174,7 @@ class IPSite:
         self.pace = pace if pace is not None else ServerPace()
         self.sites = 0  # named sites whose address this is (ip_site)
         self.listed = False  # listed for pruning
-        # The distributed mode's IP lease (see LeaseState and Frontier.ip_leases_wanted).
+        # The distributed mode's IP lease (see LeaseState and larbin_py.frontier.ip_leases).
         self.lease = LeaseState.NONE
         self.lease_since = 0.0  # when granted
         self.lease_retry = 0.0  # WANTED: ask again from then (inf: an answer is awaited)

@@ -346,7 +346,7 @@ class SubRequestGate(Protocol):
 
 
 class _Slot:
-    """What Frontier.follow_up_* read of a request: its site and its IP."""
+    """What the frontier's follow_ups read of a request: its site and its IP."""
 
     __slots__ = ("site", "ip")
 
