@@ -12,8 +12,11 @@ What the engine asks of a state, and when:
 =======================  =====================================================
 call                     when, and what it promises
 =======================  =====================================================
-``seen``, ``frontier``   built at construction: the seen store, and the
-                         frontier class and store positions to continue from
+``seen``,                built at construction: the seen store, and the
+``frontier_options()``   keyword arguments of
+                         larbin_py.frontier.assembly.assemble this state
+                         sets (the stores' positions to continue from, the
+                         URLs a journal found done; a worker's parts)
 ``attach(frontier)``     once, after the frontier is built
 ``output_position()``    where the output continues (its files' lengths)
 ``open(...)``            once the loop runs: start recording outcomes
@@ -41,13 +44,14 @@ import time
 from typing import Protocol, runtime_checkable
 
 from . import robots as robots_mod
-from .frontier.scheduler import Frontier
+from .frontier import codec
+from .frontier.protocol import Scheduler
 from .frontier.sieve import open_seen
 from .frontier.store import UrlRecord
-from .journal import Committer, FETCHED, ReplayFrontier, cut_to_commit, read_journals
+from .journal import Committer, FETCHED, cut_to_commit, read_journals
 from .net.cookies import CookieJar, load_jar, save_jar
 from .owner_only import make_private_dir
-from .state import ROBOTS_LOG, SEEN_LOG, RobotsLog, has_state, read_checkpoint
+from .state import CHECKPOINT, ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, has_state, read_checkpoint
 
 __all__ = ["CrawlState", "LocalState", "StateDirInUse"]
 
@@ -79,31 +83,29 @@ class CrawlState(Protocol):
     #: had running, larbin_py.distributed.inflight): ``start(tag) -> slot``, ``end(slot)``.
     inflight: object
 
-    def frontier_class(self) -> type[Frontier]: ...
+    def frontier_options(self) -> dict: ...
 
-    def frontier_positions(self) -> dict | None: ...
-
-    def attach(self, frontier: Frontier) -> None: ...
+    def attach(self, frontier: Scheduler) -> None: ...
 
     def output_position(self) -> dict | None: ...
 
-    def open(self, loop, writer, output, *, frontier: Frontier, on_durable, on_error) -> None: ...
+    def open(self, loop, writer, output, *, frontier: Scheduler, on_durable, on_error) -> None: ...
 
     def done(self, url: str, outcome: str, from_request: bool) -> None: ...
 
     def holds(self, running: int, cap: int) -> bool: ...
 
-    def restore(self, frontier: Frontier, now: float, wall: float, err) -> dict: ...
+    def restore(self, frontier: Scheduler, now: float, wall: float, err) -> dict: ...
 
     def report_damage(self, err) -> None: ...
 
-    async def checkpoint(self, frontier: Frontier, now: float, section: dict) -> bool: ...
+    async def checkpoint(self, frontier: Scheduler, now: float, section: dict) -> bool: ...
 
     def close_commits(self) -> None: ...
 
-    def close(self, frontier: Frontier, *, broken: bool) -> list[OSError]: ...
+    def close(self, frontier: Scheduler, *, broken: bool) -> list[OSError]: ...
 
-    def abandon(self, frontier: Frontier) -> None: ...
+    def abandon(self, frontier: Scheduler) -> None: ...
 
 
 class LocalState:
@@ -121,6 +123,7 @@ class LocalState:
         state_dir = self.state_dir = config.state_dir
         seen_log = os.path.join(state_dir, SEEN_LOG)
         self._doc: dict | None = None
+        self._frontier_state: codec.FrontierState | None = None
         self._carry: list[UrlRecord] = []
         self._replay = None
         self.damaged: dict[str, int] = {}
@@ -129,6 +132,10 @@ class LocalState:
         self.inflight = None
         if reload:
             self._doc, self._carry, bad_carry = read_checkpoint(state_dir)
+            try:  # the frontier's section, checked before anything is cut or opened
+                self._frontier_state = codec.decode(self._doc.get("frontier"))
+            except codec.CheckpointError as exc:
+                raise StateError(f"{os.path.join(state_dir, CHECKPOINT)}: {exc}") from None
             # Outcomes committed after that checkpoint; the state is cut back to the last commit.
             self._replay = read_journals(state_dir, int(self._doc["serial"]), checkpoint=self._doc,
                                          save_dir=config.save_dir)
@@ -177,19 +184,18 @@ class LocalState:
         """Where robots.txt answers are logged (None when canReload is off)."""
         return self._robots_log
 
-    def frontier_class(self) -> type[Frontier]:
-        """A :class:`ReplayFrontier` when the journal found URLs done that are still in the stores."""
-        return ReplayFrontier if self._replay is not None and self._replay.done else Frontier
+    def frontier_options(self) -> dict:
+        """On --reload: the stores' positions to continue from, and the URLs the
+        journal found done that are still in them (``replay``: counted, not
+        fetched again, as they come out)."""
+        if self._frontier_state is None:
+            return {}
+        return {"positions": self._frontier_state.stores,
+                "replay": dict(self._replay.done) if self._replay is not None else {}}
 
-    def frontier_positions(self) -> dict | None:
-        return self._doc["frontier"]["stores"] if self._doc else None
-
-    def attach(self, frontier: Frontier) -> None:
-        self.damaged["store"] = frontier.corrupt_records
-        self.store_damage = [message for store in (frontier.main, frontier.prio, frontier.wait)
-                             for message in getattr(store, "damage", ())]
-        if isinstance(frontier, ReplayFrontier):
-            frontier.replay = dict(self._replay.done)
+    def attach(self, frontier: Scheduler) -> None:
+        self.damaged["store"] = frontier.lanes.corrupt_records
+        self.store_damage = frontier.lanes.damage()
 
     def output_position(self) -> dict | None:
         """Where the output continues (its files' lengths at the checkpoint)."""
@@ -221,29 +227,27 @@ class LocalState:
         return com is not None and com.holds(running, cap)
 
     # -- --reload ---------------------------------------------------------
-    def restore(self, frontier: Frontier, now: float, wall: float, err) -> dict:
+    def restore(self, frontier: Scheduler, now: float, wall: float, err) -> dict:
         """Continue the crawl of the checkpoint; returns the engine's section of it."""
         doc = self._doc
-        state = doc["frontier"]
+        state = self._frontier_state
         carry = self._carry
-        replay = frontier.replay if isinstance(frontier, ReplayFrontier) else {}
+        replay = frontier.replay
         found_done = len(replay)
         if replay:
             # Carried URLs done after the checkpoint are counted, not queued;
             # those still in the stores are dropped as they come out.
-            state = dict(state, forgotten=dict(state["forgotten"]))
-            fetched, kept_carry = int(state["fetched"]), []
+            kept_carry = []
             for rec in carry:
                 outcome = replay.pop(rec.url, None)
                 if outcome is None:
                     kept_carry.append(rec)
                 elif outcome == FETCHED:
-                    fetched += 1
+                    state.fetched += 1
                 else:
-                    state["forgotten"][outcome] = int(state["forgotten"].get(outcome, 0)) + 1
-            state["fetched"] = fetched
+                    state.forgotten[outcome] = state.forgotten.get(outcome, 0) + 1
             carry = kept_carry
-        frontier.restore(state, carry, now, wall)
+        codec.restore(frontier, state, carry, now, wall)
         kept = 0
         for url, (when, body) in self._robots_answers.items():
             left = when + robots_mod.CACHE_TTL - wall
@@ -276,7 +280,7 @@ class LocalState:
                   file=err)
 
     # -- checkpoints ------------------------------------------------------
-    async def checkpoint(self, frontier: Frontier, now: float, section: dict) -> bool:
+    async def checkpoint(self, frontier: Scheduler, now: float, section: dict) -> bool:
         """Make the progress durable: the snapshot taken here, on the loop;
         the writer thread syncs what it covers and writes checkpoint.json.
 
@@ -289,14 +293,13 @@ class LocalState:
             changes = self.cookies.changes
             await self._writer.call(save_jar, self.state_dir, self.cookies.to_json())
             self._cookies_saved = changes
-        state, carry = frontier.checkpoint(now, time.time(), sync=False)
+        state, carry = codec.snapshot(frontier, now, time.time(), sync=False)
         self._serial += 1
-        data = {"frontier": state, "engine": section, "time": time.time()}
-        replay = getattr(frontier, "replay", None)
-        if replay:  # found done in a journal, not yet out of the stores: still done
-            data["replay"] = [[url, outcome] for url, outcome in replay.items()]
+        data = {"frontier": codec.encode(state), "engine": section, "time": time.time()}
+        if frontier.replay:  # found done in a journal, not yet out of the stores: still done
+            data["replay"] = [[url, outcome] for url, outcome in frontier.replay.items()]
         await self._committer.checkpoint(data, carry, self._serial)
-        frontier.release_segments(state)
+        frontier.lanes.release(state.stores)
         self.checkpoints += 1
         return True
 
@@ -306,7 +309,7 @@ class LocalState:
         if self._committer is not None:
             self._committer.close()
 
-    def close(self, frontier: Frontier, *, broken: bool) -> list[OSError]:
+    def close(self, frontier: Scheduler, *, broken: bool) -> list[OSError]:
         """Close the journal, the logs, the stores and the seen log; the failures returned.
 
         Each close is tried once (a full disk may fail again) so the summary
@@ -332,7 +335,7 @@ class LocalState:
                 failures.append(exc)
         return failures
 
-    def abandon(self, frontier: Frontier) -> None:
+    def abandon(self, frontier: Scheduler) -> None:
         """Undo a start that failed before the crawl began (a server could not
         listen, the output could not be opened).
 

@@ -33,6 +33,7 @@ from .checkpoints import Checkpoints
 from .crawl_state import LocalState, StateDirInUse
 from .engine_stats import Counters, EngineStats, Summary
 from .failures import Failures
+from .frontier.protocol import Scheduler
 from .frontier.scheduler import PAGE, site_key
 from .loopclock import clock_step
 from .output import OutputError
@@ -79,16 +80,15 @@ class Engine:
         #: The crawl's failure (its message, the state broken), and the stop it asks for.
         self.failures = Failures(config.state_dir, self.err, self.request_stop)
         self.pages = PageHandler(config, st, now=self._now, fail=self.failures.fail, out=self.out)
-        self.frontier = build_frontier(config, st, rng=self.rng, agent=self.agent, rules=self.rules,
-                                       on_forget=self.pages.on_forget, stores=stores)
-        #: Links lately met, known to be in :attr:`seen` (the frontier's, checked before the rules).
-        self.seen_urls = self.frontier.seen_urls
+        #: The frontier (larbin_py.frontier.protocol.Scheduler: all the engine and its parts use of it).
+        self.frontier: Scheduler = build_frontier(config, st, rng=self.rng, agent=self.agent, rules=self.rules,
+                                                  on_forget=self.pages.on_forget, stores=stores)
         #: Adaptive MaxRequestCount (issue 7); None when flowControl is off.
         self.flow = RttController.from_config(config) if config.flow_control else None
         if self.flow is not None:
             self.frontier.max_requests = self.flow.limit
-        #: The engine's counts; links refused by reason are the frontier's (Frontier.offer).
-        self.counts = Counters(rejected=self.frontier.rejected)
+        #: The engine's counts; links refused by reason are the frontier's admission's.
+        self.counts = Counters(rejected=self.frontier.admission.rejected)
         self.rejected = self.counts.rejected
         self.pages.attach(self.frontier, self.counts, self.flow)
         #: The analysis stage (issue 22): None when analysisWorkers is 0 (analysis inline, on the loop).
@@ -96,7 +96,7 @@ class Engine:
         if config.analysis_workers > 0 or config.analyzers:  # analyzers need a process: at least one
             self.analysis = AnalysisStage(config, reload=reload, err=self.err, durable=config.can_reload,
                                           links=not st.links_on_loop, queue_dir=st.analysis_queue)
-            self.analysis.attach(self.frontier, self.counts, self._spawn)
+            self.analysis.attach(self.frontier.admission, self.counts, self._spawn)
             self.pages.analysis = self.analysis
         #: The I/O edge (larbin_py.wiring): resolver, fetcher, output injected, or built once the loop runs.
         self.edge = Edge(config, resolver=resolver, fetcher=fetcher, output=output, err=self.err)
@@ -121,7 +121,7 @@ class Engine:
         self._servers = Servers(config, self, self.err)
         #: Called with the engine once its servers listen (the demo prints the URL).
         self.on_servers_started = None
-        #: Peak of :meth:`Frontier.urls_in_memory`, sampled at every pump.
+        #: Peak of the frontier's ``urls_in_memory()``, sampled at every pump.
         self.peak_urls_in_memory = 0
 
     # ------------------------------------------------------------------
@@ -161,12 +161,12 @@ class Engine:
         if seed:
             parsed = site_key(url)
             if parsed is not None:
-                self.frontier.allow_private(parsed[2])
+                self.frontier.dns.addresses.allow_host(parsed[2])
         if self.config.lock_site and self.state == "starting":
             # Every start URL (and every URL given before the crawl starts)
             # adds its host to those lockSite allows, not only the first.
             self.rules.lock(url)
-        result = self.frontier.offer_url(url, priority=priority)
+        result = self.frontier.admission.offer_url(url, priority=priority)
         if result[0] == "accepted":
             self._pump_soon()
         return result
@@ -212,7 +212,7 @@ class Engine:
         held = False
         if not self._stopping:
             fr.load(now)
-            for site in fr.take_dns_requests():
+            for site in fr.dns.take():
                 self._spawn(self._resolve(site))
             limit = self.config.limit_page
             while True:

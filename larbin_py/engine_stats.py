@@ -15,6 +15,8 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+from .frontier.stats import frontier_stats
+
 __all__ = ["Counters", "EngineStats", "Summary"]
 
 
@@ -184,7 +186,7 @@ class EngineStats:
         rate_now = (fr.fetched - p0) / dt if dt > 0 else 0.0
         bytes_rate = (e.counts.bytes - b0) / dt if dt > 0 else 0.0
         dns = getattr(e.edge.resolver, "stats", None)
-        st = fr.stats()
+        st = frontier_stats(fr)
         sites = st["sites"]
         return {
             "version": 1,

@@ -44,7 +44,7 @@ line, and checked as said above; the URL stores (main and priority), the
 seen log and the output are cut back to the last valid commit's positions
 (what came after was not committed: the pages that produced it are done
 again), and the URLs the journal found done are dropped, counted as done,
-when they come out of the stores (:class:`ReplayFrontier`) or the
+when they come out of the stores (the frontier's ``replay``) or the
 checkpoint's carried records.  A checkpoint ``N`` starts ``journal-N``; the
 older journals go once it is durable.
 
@@ -62,7 +62,6 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from .frontier.scheduler import Frontier
 from .frontier.store import UrlRecord, cut_segments, segment_path
 from .logline import frame, unframe
 from .output.base import INDEX_NAME, parse_index_line
@@ -74,7 +73,6 @@ __all__ = [
     "FETCHED",
     "Committer",
     "Replay",
-    "ReplayFrontier",
     "cut_to_commit",
     "journal_name",
     "read_journals",
@@ -312,30 +310,6 @@ def cut_to_commit(state_dir: str, doc: dict, replay: Replay, seen_log: str) -> N
         doc["output"] = replay.last["output"]
 
 
-class ReplayFrontier(Frontier):
-    """A :class:`Frontier` that drops the URLs found done in the journal.
-
-    ``replay`` maps each such URL (still in a store after ``--reload``) to its
-    outcome; when it comes out of a store it is counted as done (fetched or
-    forgotten with its reason) instead of being placed in its site, so
-    ``taken = fetched + forgotten + queued + in flight`` holds throughout.
-    """
-
-    replay: dict[str, str] = {}
-
-    def _place(self, rec: UrlRecord, now: float, from_wait: bool) -> bool:
-        replay = self.replay
-        if replay:
-            outcome = replay.pop(rec.url, None)
-            if outcome is not None:
-                if outcome == FETCHED:
-                    self.fetched += 1
-                else:
-                    self.forgotten[outcome] += 1
-                return True
-        return super()._place(rec, now, from_wait)
-
-
 def _fdatasync_path(path: str) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -447,8 +421,8 @@ class Committer:
         segment, 64 MB: a commit's position is then checked on ``--reload``
         against its last segment alone).
         """
-        fr = self.frontier
-        fr.flush()
+        lanes = self.frontier.lanes
+        lanes.flush()
         try:
             self.seen.flush()
         except OSError as exc:  # a write() names no file: say which one failed
@@ -460,9 +434,9 @@ class Committer:
             self.robots_log.flush()
             if sync:
                 paths.append(self.robots_path)
-        stores = {"main": fr.main, "priority": fr.prio}
+        stores = {"main": lanes.main, "priority": lanes.prio}
         if checkpoint:
-            stores["wait"] = fr.wait
+            stores["wait"] = lanes.wait
         positions = {}
         for name, store in stores.items():
             seg, off = store.write_position()

@@ -4,12 +4,12 @@
 round-trip time to the flow controllers, and applies the outcome table of
 :mod:`larbin_py.outcomes`: a success is written by the output, recorded as
 done, and *analysed* (:meth:`PageHandler.analyze`: parsed for links, which go
-back to the frontier through :meth:`Frontier.offer` with the page's depth);
+back to the frontier through its admission's ``offer`` with the page's depth);
 a redirect offers its target; a failure is retried or forgotten.
 
 ``analyze`` is the seam of the analysis stage: pages go to the analysis
 processes (larbin_py.analysis.stage), and their links come back through the
-same ``Frontier.offer``; a page the stage does not take (every process busy,
+same ``admission.offer``; a page the stage does not take (every process busy,
 no user analyzer wants it) is parsed here, as with ``analysisWorkers 0``,
 and so is every page when the crawl state keeps the links on the loop
 (``links_on_loop``: the distributed mode, whose acks precede an answer).
@@ -24,7 +24,8 @@ import time
 
 from . import outcomes
 from . import parse as parse_mod
-from .frontier.scheduler import Frontier, Request
+from .frontier.protocol import Scheduler
+from .frontier.scheduler import Request
 from .frontier.store import UrlRecord
 from .journal import FETCHED
 from .output import Document, OutputError
@@ -45,7 +46,7 @@ class PageHandler:
     def __init__(self, config, crawl_state, *, now, fail, out) -> None:
         self.config = config
         self.crawl_state = crawl_state
-        self.frontier: Frontier | None = None
+        self.frontier: Scheduler | None = None
         self.counts = None
         self.flow = None
         self.now = now
@@ -61,7 +62,7 @@ class PageHandler:
         #: The analysis stage (larbin_py.analysis.stage), or None: analysis inline (analysisWorkers 0).
         self.analysis = None
 
-    def attach(self, frontier: Frontier, counts, flow) -> None:
+    def attach(self, frontier: Scheduler, counts, flow) -> None:
         """The frontier (built with :meth:`on_forget` as its hook), the counters, the flow controller."""
         self.frontier = frontier
         self.counts = counts
@@ -133,7 +134,7 @@ class PageHandler:
     def observe(self, req: Request, res, now: float) -> None:
         """Feed the answer's round-trip time to the flow controllers."""
         fr = self.frontier
-        fr.sent_late(req, res.sent_at)
+        fr.follow_ups.sent_late(req, res.sent_at)
         rtt = res.rtt
         if rtt is not None:
             self.counts.rtts.append(rtt)
@@ -164,7 +165,7 @@ class PageHandler:
             if refused is not None:
                 self.counts.rejected[refused] += 1
             elif target is not None:
-                fr.offer(req.url, rec.depth, (target,), redirect=True, hops=rec.hops + 1)
+                fr.admission.offer(req.url, rec.depth, (target,), redirect=True, hops=rec.hops + 1)
         elif kind == outcomes.RETRY_FREE:
             # The request never reached the server: again, politely, for free.
             fr.retry(req, reason, now, free=True)
@@ -218,7 +219,7 @@ class PageHandler:
         if page.nofollow_links:
             self.counts.rejected["nofollow"] += page.nofollow_links
         if not page.meta_nofollow:
-            self.frontier.offer(req.url, req.record.depth, page.links)
+            self.frontier.admission.offer(req.url, req.record.depth, page.links)
 
     def on_forget(self, rec: UrlRecord, reason: str) -> None:
         """The frontier forgot a URL (its ``on_forget``): recorded as done."""

@@ -8,12 +8,12 @@ The frontier hands the engine a robots.txt request as a site's first request;
 * 3xx: the Location is followed, up to :data:`larbin_py.robots.MAX_REDIRECTS`
   hops (``robots_decision(status, redirects=n)`` says when to stop: a 3xx
   past the limit means no restriction).  Every hop is a request like any
-  other, spaced politely from the last (``Frontier.follow_up_delay``), and
-  started only while the IP's lease allows it (``Frontier.follow_up_allowed``,
+  other, spaced politely from the last (``frontier.follow_ups.delay``), and
+  started only while the IP's lease allows it (``frontier.follow_ups.allowed``,
   the distributed mode; otherwise unavailable, as no answer).  A hop
   to another host resolves that name through the engine's one lookup method
   (never the resolver directly), and only to addresses the
-  ``privateNetworks`` policy allows (``Frontier.allowed_addresses``; none
+  ``privateNetworks`` policy allows (``frontier.dns.addresses.allowed``; none
   allowed counts ``privateAddress`` and leaves the rules unreadable).  Not
   through the frontier's per-site DNS state: the hop's host is most often
   no site of the crawl, and would have to become one for a single request
@@ -72,15 +72,15 @@ class RobotsFetch:
         hop = 0
         while True:
             if hop:  # a redirect: the next hop is a request like any other, politely spaced
-                delay = fr.follow_up_delay(req, self.now())
+                delay = fr.follow_ups.delay(req, self.now())
                 if delay > 0:
                     await self.sleep(delay)
-                if not fr.follow_up_allowed(req, self.now()):
+                if not fr.follow_ups.allowed(req, self.now()):
                     # The IP's lease lapsed meanwhile (distributed mode): as no answer,
                     # asked again later, by whoever holds the site then.
                     fr.robots_unavailable(req, self.now())
                     return
-                fr.follow_up_started(req, self.now())
+                fr.follow_ups.started(req, self.now())
             res = await self.fetcher.fetch(url, ip, port)
             if self.on_answer is not None:
                 self.on_answer(req, res, hop)
@@ -115,7 +115,7 @@ class RobotsFetch:
         answer = await self.lookup(host.strip("[]"))
         if answer.error is not None or not answer.ips:
             return None
-        ips = self.frontier.allowed_addresses(host, answer.ips)
+        ips = self.frontier.dns.addresses.allowed(host, answer.ips)
         if not ips:  # privateNetworks refuses every address: rules unreadable
             self.rejected["privateAddress"] += 1
             return None

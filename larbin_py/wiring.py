@@ -2,9 +2,10 @@
 
 The engine builds nothing itself.  Its parts are made here, in two steps:
 
-* :func:`build_frontier`, when the engine is made: the frontier of the
-  crawl state's class (a worker's, a journal replay's, the plain one), on
-  the stores and seen store the state gives (or injected ones), with the
+* :func:`build_frontier`, when the engine is made: the frontier and its
+  parts (larbin_py.frontier.assembly), on the stores and seen store the
+  crawl state gives (or injected ones) and with the parts it swaps (a
+  journal's replay, a worker's lanes, sink and IP leases), with the
   configuration's limits, politeness, retries and pruning;
 * :class:`Edge`, the I/O edge, once the event loop runs: the resolver, the
   fetcher, the output (injected, or built from the configuration), the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import sys
 
+from .frontier.assembly import assemble
 from .net.browser import Browser, BrowserUnavailable
 from .net.dns import Resolver
 from .net.dynamic import build_dynamic
@@ -42,22 +44,27 @@ DISK_MODES = ("mirror", "save", "warc")
 
 
 def build_frontier(config, crawl_state, *, rng, agent: str, rules, on_forget, stores=None):
-    """The frontier of ``config``, of ``crawl_state``'s class, on its positions and seen store.
+    """The frontier of ``config``, with the parts ``crawl_state`` swaps.
 
-    ``stores``: a :data:`~larbin_py.frontier.interfaces.StoreFactory` to
-    use instead of stateDir's segment files; ``on_forget``: the hook told
-    each URL forgotten (``PageHandler.on_forget``).
+    Built by :func:`larbin_py.frontier.assembly.assemble` with the
+    configuration's limits, politeness, retries, ``privateNetworks`` and
+    pruning, the state's seen store, and what the state sets
+    (``crawl_state.frontier_options()``: a reload's positions and journal, a
+    worker's lanes, sink, acks and IP leases).  ``stores``: a
+    :data:`~larbin_py.frontier.interfaces.StoreFactory` to use instead of
+    stateDir's segment files; ``on_forget``: the hook told each URL
+    forgotten (``PageHandler.on_forget``).
     """
     c = config
-    frontier = crawl_state.frontier_class()(
-        c.state_dir + "/frontier", ram_urls=c.ram_urls, max_urls_by_site=c.max_urls_by_site,
-        max_requests=c.pages_connexions, wait_duration=c.wait_duration, jitter=c.wait_jitter,
-        conn_per_ip=c.connexions_per_ip, agent=agent, obey_robots=not c.ignore_robots,
-        rng=rng, on_forget=on_forget, server_rtt_factor=c.server_rtt_factor,
-        positions=crawl_state.frontier_positions(), private_networks=c.private_networks, stores=stores,
-        seen=crawl_state.seen, rules=rules, retries=c.retries, prune_after=c.prune_after,
-        keep_sites=c.keep_sites,
+    options = dict(
+        ram_urls=c.ram_urls, max_urls_by_site=c.max_urls_by_site, max_requests=c.pages_connexions,
+        wait_duration=c.wait_duration, jitter=c.wait_jitter, conn_per_ip=c.connexions_per_ip, agent=agent,
+        obey_robots=not c.ignore_robots, rng=rng, on_forget=on_forget, server_rtt_factor=c.server_rtt_factor,
+        private_networks=c.private_networks, stores=stores, seen=crawl_state.seen, rules=rules,
+        retries=c.retries, prune_after=c.prune_after, keep_sites=c.keep_sites,
     )
+    options.update(crawl_state.frontier_options())
+    frontier = assemble(c.state_dir + "/frontier", **options)
     crawl_state.attach(frontier)
     return frontier
 

@@ -504,7 +504,7 @@ def test_flow_control_keys_are_checked_with_their_line():
 
 
 def test_prune_after_and_keep_sites_default_to_the_frontiers_own():
-    from larbin_py.frontier.scheduler import KEEP_SITES, PRUNE_AFTER
+    from larbin_py.frontier.pruning import KEEP_SITES, PRUNE_AFTER
 
     config = parse_config_text("startUrl http://a.test/\n")
     assert (config.prune_after, config.keep_sites) == (PRUNE_AFTER, KEEP_SITES)

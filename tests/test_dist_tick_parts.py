@@ -19,6 +19,8 @@ from larbin_py.distributed.partition import assign
 from larbin_py.distributed.pauses import Pauses
 from larbin_py.distributed.redisio import Heartbeat, IpGrant, RedisIO
 from larbin_py.distributed.robots_share import RobotsShare, decode, encode
+from larbin_py.frontier.assembly import assemble
+from larbin_py.frontier.ip_leases import LeasePolicy
 from larbin_py.frontier.scheduler import Frontier
 from larbin_py.frontier.sites import LeaseState
 from larbin_py.testing.fakes import memory_stores
@@ -75,11 +77,12 @@ def test_a_grant_whose_last_start_is_unknown_waits_a_full_delay():
 
 def wanting_frontier(wait: float) -> Frontier:
     """A real frontier with one URL ready on 10.0.0.1, whose lease it wants."""
-    f = Frontier(ram_urls=100, max_urls_by_site=40, max_requests=5, wait_duration=wait, rng=random.Random(1),
-                 agent="larbin", stores=memory_stores(), ip_leases=True, obey_robots=False)
-    f.push("http://a.test/1", 3, 0)
+    f = assemble(ram_urls=100, max_urls_by_site=40, max_requests=5, wait_duration=wait, rng=random.Random(1),
+                 agent="larbin", stores=memory_stores(), ip_leases=LeasePolicy(wait_duration=wait),
+                 obey_robots=False)
+    f.admission.push("http://a.test/1", 3, 0)
     f.load(0.0)
-    site = f.take_dns_requests()[0]
+    site = f.dns.take()[0]
     f.dns_resolved(site, ("10.0.0.1",), 300.0, 0.0)
     return f
 
@@ -98,7 +101,7 @@ def test_an_ip_asked_in_a_failed_tick_is_asked_again_later_and_its_grant_waits_a
     assert ip.lease is LeaseState.HELD and ip.next_allowed == 5.0  # a full delay from the grant
     # once granted, the IP is clean again: the next grant trusts its last start
     ips.renewed("10.0.0.1", IpGrant(False, None, None, 0, False, True), now=4.0)  # the renewal refused: lost
-    assert ip.lease is LeaseState.WANTED and f.ip_leases_held() == []  # (its URL still waits)
+    assert ip.lease is LeaseState.WANTED and f.ip_leases.held() == []  # (its URL still waits)
     assert ips.asks(4.0) == ["10.0.0.1"]
     ips.answered("10.0.0.1", known, now=4.0, wall=wall, retry_at=6.0)
     assert ip.next_allowed == 5.0 and "10.0.0.1" not in ips.unclean
@@ -170,14 +173,14 @@ def test_a_takeover_loads_the_live_answers_and_prunes_the_expired_and_a_failed_t
 def test_past_the_renewal_s_deadline_the_ip_leases_are_suspended_until_a_heartbeat_renews_them():
     clock = [0.0]
     f = wanting_frontier(wait=0.5)
-    f.ip_lease_granted("10.0.0.1", 0.0, None, 0.0)
+    f.ip_leases.granted("10.0.0.1", 0.0, None, 0.0)
     leases = RedisMembership(RedisIO("redis://127.0.0.1:1/0"), 10.0, clock=lambda: clock[0])
     leases.worker = "w1"
     gate = Liveness(f, leases, leases, worker="w1", lease_ttl=10.0, err=io.StringIO())
     assert gate.check(clock[0]) is None and not gate.suspended  # never renewed: nothing to lapse yet
     leases.absorb(Heartbeat(frozenset({"w1"}), []), sent_at=0.0)
     gate.renewed(0.0 + 10.0 - leases.margin)
-    assert f.ip_lease_deadline == 8.0 and gate.safe()
+    assert f.ip_leases.deadline == 8.0 and gate.safe()
     clock[0] = 7.9
     assert gate.check(clock[0]) is None and not gate.suspended
     clock[0] = 8.0  # the lease may be another's from now on
@@ -187,7 +190,7 @@ def test_past_the_renewal_s_deadline_the_ip_leases_are_suspended_until_a_heartbe
     leases.absorb(Heartbeat(frozenset({"w1"}), []), sent_at=8.5)
     gate.renewed(8.5 + 10.0 - leases.margin)
     assert gate.resume(8.6) and not gate.suspended
-    assert f.ips["10.0.0.1"].lease is LeaseState.HELD and f.ip_lease_deadline == 16.5
+    assert f.ips["10.0.0.1"].lease is LeaseState.HELD and f.ip_leases.deadline == 16.5
     # another process holds this worker id: not safe, whatever the clock
     leases.absorb(Heartbeat(frozenset({"w1"}), [], duplicate=True), sent_at=9.0)
     assert not gate.safe()

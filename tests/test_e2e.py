@@ -121,7 +121,7 @@ async def test_one_big_site_through_a_tiny_fifo_loses_nothing(tmp_path):
         assert set(pages) == truth.must_request
         assert len(pages) == len(set(pages))
         # the wait store really carried the overflow, and RAM stayed bounded
-        assert engine.frontier.wait.pushed > 1000
+        assert engine.frontier.lanes.wait.pushed > 1000
         bound = config.ram_urls + config.max_urls_by_site * len(engine.frontier.sites) + config.pages_connexions
         assert 0 < engine.peak_urls_in_memory <= bound
         check_conservation(engine, summary)

@@ -9,6 +9,7 @@ from larbin_py.config import parse_config_text
 from larbin_py.engine import Engine
 from larbin_py.testing.fakes import MemorySeen, memory_stores
 from larbin_py.frontier.interfaces import Fetcher, Resolver, SeenStore, UrlQueue
+from larbin_py.frontier.stats import frontier_stats
 from larbin_py.net.dns import DNSAnswer
 from larbin_py.net.http import FetchResult
 
@@ -113,7 +114,7 @@ async def test_an_engine_on_fakes_fetches_follows_and_counts_every_outcome(tmp_p
     assert all(lane.closed for lane in lanes.values())
     assert sorted(resolver.asked) == ["a.test", "b.test"]
     assert fetcher.closed and resolver.closed
-    stats = fr.stats()
+    stats = frontier_stats(fr)
     assert stats["fetched"] == 5 and stats["taken"] == 8 and stats["seen"] == 8
     assert stats["hosts"]["busiest"] == [{"host": "a.test", "pages": 4}, {"host": "b.test", "pages": 1}]
     assert stats["hosts"]["failing"] == [{"host": "a.test", "errors": 2}]
@@ -165,7 +166,7 @@ async def test_a_closed_durability_gate_starts_nothing(tmp_path):
 def test_the_frontier_is_built_with_the_configurations_pruning(tmp_path):
     engine = Engine(config(tmp_path).replace(prune_after=7.5, keep_sites=3), resolver=FakeResolver(),
                     fetcher=FakeFetcher(), stores=memory_stores(), seen=MemorySeen())
-    assert (engine.frontier.prune_after, engine.frontier.keep_sites) == (7.5, 3)
+    assert (engine.frontier.pruning.prune_after, engine.frontier.pruning.keep_sites) == (7.5, 3)
     engine.frontier.close()
 
 

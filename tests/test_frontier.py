@@ -15,7 +15,9 @@ from collections import defaultdict
 import pytest
 
 from larbin_py import robots
-from larbin_py.frontier import scheduler as frontier_mod
+from larbin_py.frontier import codec
+from larbin_py.frontier.assembly import assemble
+from larbin_py.frontier.refill import REFILL_SHARE
 from larbin_py.frontier.scheduler import PAGE, ROBOTS, Frontier, site_key
 
 
@@ -50,7 +52,7 @@ class Sim:
         f = self.f
         f.tick(self.now)
         f.load(self.now)
-        for site in f.take_dns_requests():
+        for site in f.dns.take():
             self.dns_queries[site.host] += 1
             self.at(self.now + 0.01, self.dns_answer, site)
         while (req := f.next_request(self.now)) is not None:
@@ -114,7 +116,7 @@ def make(tmp_path, **kw):
     args = dict(ram_urls=1000, max_urls_by_site=40, max_requests=50, wait_duration=1.0,
                 rng=random.Random(1), agent="larbin")
     args.update(kw)
-    return Frontier(str(tmp_path / "frontier"), **args)
+    return assemble(str(tmp_path / "frontier"), **args)
 
 
 def test_site_key_forms():
@@ -129,7 +131,7 @@ def test_site_key_forms():
 def test_robots_first_then_pages_and_politeness_per_host(tmp_path):
     f = make(tmp_path, wait_duration=1.0)
     for i in range(5):
-        f.push(f"http://a.test/{i}", 3, 2)
+        f.admission.push(f"http://a.test/{i}", 3, 2)
     sim = Sim(f, ips={"a.test": "10.0.0.1"})
     sim.run()
     kinds = [k for _, k, _, _ in sim.starts]
@@ -150,7 +152,7 @@ def test_per_ip_politeness_and_one_connection_per_ip(tmp_path):
     ips = {h: ("10.0.0.1" if i % 2 else "10.0.0.2") for i, h in enumerate(hosts)}
     for h in hosts:
         for j in range(4):
-            f.push(f"http://{h}/{j}", 3, 2)
+            f.admission.push(f"http://{h}/{j}", 3, 2)
     sim = Sim(f, ips=ips, latency=0.3)
     sim.run()
     assert len(sim.fetched) == 24
@@ -169,7 +171,7 @@ def test_per_ip_politeness_and_one_connection_per_ip(tmp_path):
 def test_crawl_delay_from_robots_spaces_a_host(tmp_path):
     f = make(tmp_path, wait_duration=0.2)
     for j in range(4):
-        f.push(f"http://slow.test/{j}", 3, 2)
+        f.admission.push(f"http://slow.test/{j}", 3, 2)
     sim = Sim(f, ips={"slow.test": "10.0.0.3"}, robots_body={"slow.test": "User-agent: *\nCrawl-delay: 2\n"})
     sim.run()
     times = [t for t, k, _, _ in sim.starts if k == PAGE]
@@ -179,8 +181,8 @@ def test_crawl_delay_from_robots_spaces_a_host(tmp_path):
 
 def test_robots_forbidden_urls_are_forgotten_without_request(tmp_path):
     f = make(tmp_path, wait_duration=0.1)
-    f.push("http://r.test/ok", 3, 2)
-    f.push("http://r.test/private/x", 3, 2)
+    f.admission.push("http://r.test/ok", 3, 2)
+    f.admission.push("http://r.test/private/x", 3, 2)
     sim = Sim(f, ips={"r.test": "10.0.0.4"}, robots_body={"r.test": "User-agent: *\nDisallow: /private\n"})
     sim.run()
     assert sim.fetched == ["http://r.test/ok"]
@@ -193,7 +195,7 @@ def test_full_site_fifo_parks_urls_and_loses_none(tmp_path):
     f = make(tmp_path, ram_urls=50, max_urls_by_site=5, wait_duration=0.01)
     urls = [f"http://big.test/{i}" for i in range(500)] + [f"http://small{i}.test/" for i in range(20)]
     for u in urls:
-        f.push(u, 3, 2)
+        f.admission.push(u, 3, 2)
     ips = {"big.test": "10.0.1.1", **{f"small{i}.test": f"10.0.2.{i}" for i in range(20)}}
     sim = Sim(f, ips=ips, latency=0.005)
     sim.run()
@@ -201,14 +203,14 @@ def test_full_site_fifo_parks_urls_and_loses_none(tmp_path):
     assert len(sim.fetched) == len(set(sim.fetched))
     # RAM: store windows (<= ram_urls) + site FIFOs (<= ram_urls) + in flight
     assert sim.max_mem <= 2 * 50 + 50
-    assert f.wait.pushed > 0  # the wait store really was used
+    assert f.lanes.wait.pushed > 0  # the wait store really was used
 
 
 def check_parking(f):
     """The wait store holds exactly the records the sites count as parked."""
-    assert sum(site.overflow for site in f.sites.values()) == len(f.wait)
-    assert f._parked_sites == sum(1 for site in f.sites.values() if site.overflow > 0)
-    assert all(site.overflow > 0 for site in f._wanting)
+    assert sum(site.overflow for site in f.sites.values()) == len(f.lanes.wait)
+    assert f.refill.parked_sites == sum(1 for site in f.sites.values() if site.overflow > 0)
+    assert all(site.overflow > 0 for site in f.refill.wanting)
 
 
 class LinkSim(Sim):
@@ -230,7 +232,7 @@ class LinkSim(Sim):
             for link in self.links.get(req.url, ()):
                 if link not in self.pushed:
                     self.pushed.add(link)
-                    self.f.push(link, 3, 2)
+                    self.f.admission.push(link, 3, 2)
 
 
 def linked_web(rng, sites, pages, out_links):
@@ -254,12 +256,12 @@ def test_refills_keep_the_parked_counts_exact_and_lose_nothing(tmp_path, seed):
                   latency=0.003, page_outcome=lambda req, n: rng.choice(["ok", "ok", "ok", "timeout"]))
     for s in range(sites):
         sim.pushed.add(urls[s][0])
-        f.push(urls[s][0], 3, 2)
+        f.admission.push(urls[s][0], 3, 2)
     sim.run()
     assert f.idle()
     taken, accounted = f.conservation()
     assert taken == accounted == len(sim.pushed)
-    assert len(f.wait) == 0 and not f._wanting and f._parked_sites == 0
+    assert len(f.lanes.wait) == 0 and not f.refill.wanting and f.refill.parked_sites == 0
 
 
 def test_refills_rotate_the_wait_store_in_batches(tmp_path):
@@ -271,7 +273,7 @@ def test_refills_rotate_the_wait_store_in_batches(tmp_path):
     urls = [f"http://{h}/{n}" for n in range(60) for h in hosts]
     rng.shuffle(urls)
     for url in urls:
-        f.push(url, 3, 2)
+        f.admission.push(url, 3, 2)
 
     class Varied(Sim):  # servers answer in 5 to 15 ms
         latency = property(lambda self: rng.uniform(0.005, 0.015), lambda self, value: None)
@@ -279,9 +281,9 @@ def test_refills_rotate_the_wait_store_in_batches(tmp_path):
     sim = Varied(f, ips=hosts)
     sim.run()
     assert len(sim.fetched) == 6000
-    assert len(f.wait) == 0 and f.wait.pushed > 4000  # the sites really overflowed
-    print("wait-store pops per page:", f.wait.popped / len(sim.fetched))
-    assert f.wait.popped / len(sim.fetched) < 2 * frontier_mod.REFILL_SHARE
+    assert len(f.lanes.wait) == 0 and f.lanes.wait.pushed > 4000  # the sites really overflowed
+    print("wait-store pops per page:", f.lanes.wait.popped / len(sim.fetched))
+    assert f.lanes.wait.popped / len(sim.fetched) < 2 * REFILL_SHARE
 
 
 def test_a_site_that_runs_dry_is_refilled_at_once(tmp_path):
@@ -291,7 +293,7 @@ def test_a_site_that_runs_dry_is_refilled_at_once(tmp_path):
     hosts = {"fast.test": "10.0.9.1", **{f"slow{i}.test": f"10.0.9.{i + 2}" for i in range(40)}}
     for n in range(40):
         for h in hosts:
-            f.push(f"http://{h}/{n}", 3, 2)
+            f.admission.push(f"http://{h}/{n}", 3, 2)
     slow = "User-agent: *\nCrawl-delay: 30\n"
     sim = Sim(f, ips=hosts, latency=0.01, robots_body={h: slow for h in hosts if h.startswith("slow")})
     sim.run(until=60.0)
@@ -303,8 +305,8 @@ def test_a_site_that_runs_dry_is_refilled_at_once(tmp_path):
 
 def test_retries_then_forgotten_with_reason(tmp_path):
     f = make(tmp_path, wait_duration=0.01)
-    f.push("http://flaky.test/a", 3, 3)  # fails twice then works
-    f.push("http://flaky.test/b", 3, 3)  # always fails
+    f.admission.push("http://flaky.test/a", 3, 3)  # fails twice then works
+    f.admission.push("http://flaky.test/b", 3, 3)  # always fails
     outcome = lambda req, n: ("ok" if n >= 3 else "noConnection") if req.url.endswith("/a") else "timeout"
     sim = Sim(f, ips={"flaky.test": "10.0.0.5"}, page_outcome=outcome)
     sim.run()
@@ -316,8 +318,8 @@ def test_retries_then_forgotten_with_reason(tmp_path):
 
 def test_dns_failure_costs_a_retry_and_is_asked_again(tmp_path):
     f = make(tmp_path, wait_duration=0.01, dns_retry_base=1.0)
-    f.push("http://dns.test/x", 3, 3)
-    f.push("http://dead.test/x", 3, 2)
+    f.admission.push("http://dns.test/x", 3, 3)
+    f.admission.push("http://dead.test/x", 3, 2)
     sim = Sim(f, ips={"dns.test": "10.0.0.6", "dead.test": "10.0.0.7"},
               dns_fail=lambda host, n: host == "dead.test" or n < 2)
     sim.run()
@@ -330,8 +332,8 @@ def test_dns_failure_costs_a_retry_and_is_asked_again(tmp_path):
 
 def test_robots_unavailable_retries_then_disallows(tmp_path):
     f = make(tmp_path, wait_duration=0.01)
-    f.push("http://down.test/1", 3, 2)
-    f.push("http://down.test/2", 3, 2)
+    f.admission.push("http://down.test/1", 3, 2)
+    f.admission.push("http://down.test/2", 3, 2)
     sim = Sim(f, ips={"down.test": "10.0.0.8"}, robots_body={"down.test": "5xx"})
     sim.run()
     robots_starts = [k for _, k, _, _ in sim.starts if k == ROBOTS]
@@ -344,7 +346,7 @@ def test_max_requests_caps_concurrency(tmp_path):
     f = make(tmp_path, wait_duration=0.0, max_requests=3)
     hosts = {f"c{i}.test": f"10.0.3.{i}" for i in range(10)}
     for h in hosts:
-        f.push(f"http://{h}/", 3, 2)
+        f.admission.push(f"http://{h}/", 3, 2)
     sim = Sim(f, ips=hosts, latency=1.0)
     sim.run()
     assert len(sim.fetched) == 10
@@ -354,8 +356,8 @@ def test_max_requests_caps_concurrency(tmp_path):
 def test_priority_lane_is_loaded_first(tmp_path):
     f = make(tmp_path, ram_urls=1000, wait_duration=0.0, max_requests=1)
     for i in range(5):
-        f.push(f"http://q.test/n{i}", 3, 2)
-    f.push("http://q.test/urgent", 3, 2, priority=True)
+        f.admission.push(f"http://q.test/n{i}", 3, 2)
+    f.admission.push("http://q.test/urgent", 3, 2, priority=True)
     sim = Sim(f, ips={"q.test": "10.0.0.9"})
     sim.run()
     assert sim.fetched[0] == "http://q.test/urgent"
@@ -364,10 +366,10 @@ def test_priority_lane_is_loaded_first(tmp_path):
 def test_gate_closes_when_sites_hold_ram_urls(tmp_path):
     f = make(tmp_path, ram_urls=10, max_urls_by_site=100)
     for i in range(100):
-        f.push(f"http://g{i}.test/", 3, 2)
+        f.admission.push(f"http://g{i}.test/", 3, 2)
     f.load(0.0)
     assert f.in_sites == 10 and not f.is_get
-    assert len(f.main) == 90
+    assert len(f.lanes.main) == 90
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -377,7 +379,7 @@ def test_conservation_under_random_outcomes(tmp_path, seed):
     hosts = {f"x{i}.test": f"10.0.4.{i % 4}" for i in range(12)}
     urls = [f"http://x{i % 12}.test/{i}" for i in range(300)]
     for u in urls:
-        f.push(u, 3, 2)
+        f.admission.push(u, 3, 2)
     choices = ["ok", "ok", "ok", "err40X", "noConnection", "timeout"]
     sim = Sim(f, ips=hosts, latency=0.002, page_outcome=lambda req, n: rng.choice(choices))
     sim.run()
@@ -395,7 +397,7 @@ def gaps_on(sim, ip):
 def test_429_doubles_the_server_delay_and_successes_bring_it_back(tmp_path):
     f = make(tmp_path, wait_duration=1.0, jitter=0.0)
     for i in range(12):
-        f.push(f"http://a.test/{i}", 3, 5)
+        f.admission.push(f"http://a.test/{i}", 3, 5)
     # the 3rd and 4th requests are answered 429, everything else 200
     answers = iter(["ok", "ok", "429", "429"] + ["ok"] * 20)
     sim = Sim(f, ips={"a.test": "10.0.0.1"}, latency=0.01,
@@ -415,7 +417,7 @@ def test_429_doubles_the_server_delay_and_successes_bring_it_back(tmp_path):
 def test_a_slow_server_is_asked_less_often(tmp_path):
     f = make(tmp_path, wait_duration=0.2, jitter=0.0, server_rtt_factor=3.0)
     for i in range(10):
-        f.push(f"http://slow.test/{i}", 3, 2)
+        f.admission.push(f"http://slow.test/{i}", 3, 2)
 
     def slow_down(req, n):  # the server answers in 0.05 s, then slows to 0.5 s
         if len(sim.fetched) >= 3:
@@ -434,24 +436,24 @@ def test_a_slow_server_is_asked_less_often(tmp_path):
 def test_connect_lag_moves_the_next_start_without_adding_up(tmp_path):
     f = make(tmp_path, wait_duration=0.0, conn_per_ip=10, obey_robots=False, jitter=0.0)
     for i in range(5):
-        f.push(f"http://s{i}.test/", 3, 2)
+        f.admission.push(f"http://s{i}.test/", 3, 2)
     f.load(0.0)
-    for site in f.take_dns_requests():
+    for site in f.dns.take():
         f.dns_resolved(site, ("10.0.0.9",), 300.0, 0.0)
     reqs = []
     while (req := f.next_request(0.0)) is not None:
         reqs.append(req)
     assert len(reqs) == 5  # waitDuration 0, ten connections per IP: all at once
     for req in reqs:  # each waited 50 ms for its connection
-        f.sent_late(req, 0.05)
+        f.follow_ups.sent_late(req, 0.05)
     assert f.ips["10.0.0.9"].next_allowed == pytest.approx(0.05)  # not 5 x 0.05
     g = make(tmp_path / "g", wait_duration=1.0, obey_robots=False, jitter=0.0)
-    g.push("http://a.test/", 3, 2)
+    g.admission.push("http://a.test/", 3, 2)
     g.load(0.0)
-    for site in g.take_dns_requests():
+    for site in g.dns.take():
         g.dns_resolved(site, ("10.0.0.8",), 300.0, 0.0)
     req = g.next_request(0.0)
-    g.sent_late(req, 0.3)
+    g.follow_ups.sent_late(req, 0.3)
     assert g.ips["10.0.0.8"].next_allowed == pytest.approx(1.3)
     assert req.site.next_allowed == pytest.approx(1.3)
 
@@ -467,9 +469,9 @@ def test_robots_refusing_a_full_fifo_brings_the_parked_urls_back(tmp_path):
     sim = LinkSim(f, links=links, ips={"r.test": "10.0.0.4"}, latency=0.01,
                   robots_body={"r.test": "User-agent: *\nDisallow: /no/\n"})
     sim.pushed.add(root)
-    f.push(root, 3, 2)
+    f.admission.push(root, 3, 2)
     sim.run(until=60.0)
-    assert f.wait.pushed == 2  # the two really were parked
+    assert f.lanes.wait.pushed == 2  # the two really were parked
     assert sim.fetched == [root, "http://r.test/ok.html"]
     assert f.forgotten["forbiddenRobots"] == 41
     assert f.idle() and sim.now < 1.0
@@ -483,11 +485,11 @@ def test_a_name_that_fails_frees_room_for_its_parked_urls(tmp_path):
     # come back (and be forgotten in turn) instead of waiting for ever.
     f = make(tmp_path, max_urls_by_site=4, wait_duration=0.01)
     for i in range(10):
-        f.push(f"http://gone.test/{i}", 3, 0)
+        f.admission.push(f"http://gone.test/{i}", 3, 0)
     sim = Sim(f, ips={}, dns_fail=lambda host, n: True)
     sim.run(until=600.0)
     assert f.forgotten["noDNS"] == 10
-    assert f.idle() and len(f.wait) == 0
+    assert f.idle() and len(f.lanes.wait) == 0
 
 
 def test_records_keep_their_redirect_hops_and_old_lines_still_read(tmp_path):
@@ -509,7 +511,7 @@ def test_records_keep_their_redirect_hops_and_old_lines_still_read(tmp_path):
     assert [store.pop() for _ in recs] == recs
     store.close()
     f = make(tmp_path)
-    f.push("http://a.test/r", 2, 1, hops=3)
+    f.admission.push("http://a.test/r", 2, 1, hops=3)
     f.load(0.0)
     assert f.sites["http://a.test:80"].fifo[0].hops == 3
 
@@ -520,7 +522,7 @@ def test_a_stale_address_found_by_next_request_is_asked_again_at_once(tmp_path):
     # so next_wakeup must say the DNS request is due, or the crawl stalls.
     f = make(tmp_path, wait_duration=1.0)
     for i in range(4):
-        f.push(f"http://short.test/{i}", 3, 2)
+        f.admission.push(f"http://short.test/{i}", 3, 2)
     sim = Sim(f, ips={}, latency=0.01)
     sim.dns_answer = lambda site: f.dns_resolved(site, ("10.0.0.9",), 1.5, sim.now)
     sim.run(until=60.0)
@@ -535,23 +537,23 @@ def test_after_a_reload_the_parked_urls_are_replayed_without_waiting_for_an_even
     # due (next_wakeup says now) until the replay is done.
     f = make(tmp_path, max_urls_by_site=1, ram_urls=5000)
     for i in range(3001):
-        f.push(f"http://one.test/{i}", 3, 2)
+        f.admission.push(f"http://one.test/{i}", 3, 2)
     f.load(0.0, max_reads=10_000)
-    assert len(f.wait) == 3000
-    state, carry = f.checkpoint(0.0, 1000.0)
+    assert len(f.lanes.wait) == 3000
+    state, carry = codec.snapshot(f, 0.0, 1000.0)
     f.close()
-    g = make(tmp_path, max_urls_by_site=1, ram_urls=5000, positions=state["stores"])
-    g.restore(state, carry, 0.0, 1000.0)
+    g = make(tmp_path, max_urls_by_site=1, ram_urls=5000, positions=state.stores)
+    codec.restore(g, state, carry, 0.0, 1000.0)
     g.load(5.0)  # the carried URLs first, then parked ones, 2000 reads
-    assert len(g.prio) == 0 and len(g.main) == 0 and g._wait_replay > 0
-    for site in g.take_dns_requests():
+    assert len(g.lanes.prio) == 0 and len(g.lanes.main) == 0 and g.refill.replaying > 0
+    for site in g.dns.take():
         g.dns_resolved(site, ("10.0.3.1",), 300.0, 5.0)
     g.max_requests = 0  # nothing may start: only loading moves
     assert g.next_wakeup() == 5.0
     sim = Sim(g, ips={"one.test": "10.0.3.1"}, latency=0.001)
     sim.now = 5.0
     sim.run(until=6.0)
-    assert g._wait_replay == 0
+    assert g.refill.replaying == 0
     g.max_requests = 50
     sim.run(until=10_000.0)
     assert len(sim.fetched) == 3001 and g.idle()

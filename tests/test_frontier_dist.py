@@ -4,22 +4,25 @@ sink, and the IP lease states (only HELD IPs scheduled)."""
 
 from __future__ import annotations
 
-import math
 import random
 
 from larbin_py.testing.fakes import MemoryQueue, memory_stores
-from larbin_py.frontier.scheduler import Frontier
+from larbin_py.frontier.assembly import assemble
+from larbin_py.frontier.ip_leases import LeasePolicy, OpenGate
 from larbin_py.frontier.sites import LeaseState
 from larbin_py.frontier.store import UrlRecord, decode_record, encode_record
 
 from test_frontier import Sim
 
 
-def make(**kw):
+def make(*, ip_leases=False, ip_lease_hold=10.0, **kw):
+    """A frontier on memory stores; ``ip_leases``: with a LeasePolicy as its gate (``f.ip_leases``)."""
     args = dict(ram_urls=1000, max_urls_by_site=40, max_requests=50, wait_duration=1.0,
                 rng=random.Random(1), agent="larbin", stores=memory_stores())
     args.update(kw)
-    return Frontier(**args)
+    if ip_leases:
+        args["ip_leases"] = LeasePolicy(wait_duration=args["wait_duration"], hold=ip_lease_hold)
+    return assemble(**args)
 
 
 def test_tag_survives_the_record_encoding():
@@ -34,8 +37,8 @@ def test_on_done_hears_every_terminal_outcome():
     done = []
     f = make(on_done=lambda rec, outcome: done.append((rec.url, outcome)))
     for i in range(6):
-        f.push(f"http://a.test/{i}", 3, 0)
-    f.push("http://b.test/x", 3, 0)
+        f.admission.push(f"http://a.test/{i}", 3, 0)
+    f.admission.push("http://b.test/x", 3, 0)
     sim = Sim(f, ips={"a.test": "10.0.0.1", "b.test": "10.0.0.2"},
               page_outcome=lambda req, n: "err40X" if req.url.endswith("/3") else "ok",
               robots_body={"b.test": "User-agent: *\nDisallow: /"})
@@ -50,12 +53,12 @@ def test_on_done_hears_every_terminal_outcome():
 def test_drop_gives_up_fifos_and_parked_records_and_keeps_conservation():
     f = make(max_urls_by_site=4, wait_duration=0.5)
     for i in range(20):
-        f.push(f"http://a.test/{i}", 3, 2)
-        f.push(f"http://b.test/{i}", 3, 2)
+        f.admission.push(f"http://a.test/{i}", 3, 2)
+        f.admission.push(f"http://b.test/{i}", 3, 2)
     sim = Sim(f, ips={"a.test": "10.0.0.1", "b.test": "10.0.0.2"})
     sim.now = 0.0
     sim.pump()
-    assert len(f.wait) > 0  # a.test's and b.test's surplus is parked
+    assert len(f.lanes.wait) > 0  # a.test's and b.test's surplus is parked
     n = f.drop(lambda host: host == "a.test")
     assert n == 20 and f.handed_over == 20
     taken, accounted = f.conservation()
@@ -68,7 +71,7 @@ def test_drop_gives_up_fifos_and_parked_records_and_keeps_conservation():
 def test_drop_hands_over_a_running_requests_retry():
     f = make(wait_duration=0.1)
     for i in range(3):
-        f.push(f"http://a.test/{i}", 3, 2)
+        f.admission.push(f"http://a.test/{i}", 3, 2)
     sim = Sim(f, ips={"a.test": "10.0.0.1"}, page_outcome=lambda req, n: "noConnection")
     sim.now = 0.0
     sim.pump()
@@ -87,7 +90,7 @@ def test_drop_hands_over_a_running_requests_retry():
     assert f.handed_over == 3 and f.fetched == 0 and not f.forgotten
     assert f.idle() and f.conservation() == (0, 0)
     # a URL of the site placed again makes it the worker's own again
-    f.push("http://a.test/new", 3, 0)
+    f.admission.push("http://a.test/new", 3, 0)
     sim.page_outcome = lambda req, n: "ok"
     sim.run()
     assert sim.fetched == ["http://a.test/new"]
@@ -102,14 +105,14 @@ def test_injected_main_lane_and_sink():
             added.extend(zip(links, depths))
 
     f = make(main=main, sink=Sink())
-    assert f.main is main
-    assert f.offer("http://a.test/", 3, ["http://a.test/1", "http://b.test/2"]) == 2
+    assert f.lanes.main is main
+    assert f.admission.offer("http://a.test/", 3, ["http://a.test/1", "http://b.test/2"]) == 2
     assert added == [("http://a.test/1", 2), ("http://b.test/2", 2)]
     assert len(main) == 0 and f.taken == 0  # queued by their owner, not here
     # met lately: refused by the local cache, never sent twice
-    assert f.offer("http://a.test/", 3, ["http://a.test/1"]) == 0
-    assert f.rejected["seen"] == 1
-    assert f.offer_url("http://c.test/") == ("accepted", None)
+    assert f.admission.offer("http://a.test/", 3, ["http://a.test/1"]) == 0
+    assert f.admission.rejected["seen"] == 1
+    assert f.admission.offer_url("http://c.test/") == ("accepted", None)
     assert added[-1][0] == "http://c.test/"
 
 
@@ -122,13 +125,13 @@ class LeaseSim(Sim):
         self.asked: list[tuple[float, str]] = []
 
     def pump(self):
-        for ip in self.f.ip_leases_wanted(self.now):
+        for ip in self.f.ip_leases.wanted(self.now):
             self.asked.append((self.now, ip))
             ok, t = self.grant(ip, self.now)
             if ok:
-                self.at(self.now + 0.01, self.f.ip_lease_granted, ip, t, None, self.now + 0.01)
+                self.at(self.now + 0.01, self.f.ip_leases.granted, ip, t, None, self.now + 0.01)
             else:
-                self.at(self.now + 0.01, self.f.ip_lease_denied, ip, t)
+                self.at(self.now + 0.01, self.f.ip_leases.denied, ip, t)
         super().pump()
 
     def run(self, until=10_000.0):
@@ -136,8 +139,9 @@ class LeaseSim(Sim):
         while self.now < until:
             cands = [t for t in (self.f.next_wakeup(), self.events[0][0] if self.events else None)
                      if t is not None]
-            retry = [ip.lease_retry for ip in self.f._ip_wanted.values() if ip.lease_retry != math.inf]
-            cands += retry
+            ask = self.f.ip_leases.next_ask()
+            if ask is not None:
+                cands.append(ask)
             if not cands:
                 break
             self.now = max(self.now, min(cands))
@@ -153,7 +157,7 @@ class LeaseSim(Sim):
 def test_only_held_ips_are_scheduled():
     f = make(ip_leases=True, wait_duration=0.5)
     for i in range(4):
-        f.push(f"http://a.test/{i}", 3, 0)
+        f.admission.push(f"http://a.test/{i}", 3, 0)
     denials = {"n": 0}
 
     def grant(ip, now):
@@ -171,32 +175,32 @@ def test_only_held_ips_are_scheduled():
     ip = f.ips["10.0.0.1"]
     assert ip.lease is LeaseState.HELD
     # idle long enough: released, with its last start and pace for the next holder
-    assert f.ip_leases_to_release(sim.now) == []
-    out = f.ip_leases_to_release(sim.now + 5.0)
+    assert f.ip_leases.to_release(sim.now) == []
+    out = f.ip_leases.to_release(sim.now + 5.0)
     assert [o[0] for o in out] == ["10.0.0.1"] and out[0][1] == sim.starts[-1][0]
     assert set(out[0][2]) == {"penalty", "retry_until", "srtt", "floor"}
-    assert ip.lease is LeaseState.NONE and f.ip_leases_held() == []
+    assert ip.lease is LeaseState.NONE and f.ip_leases.held() == []
 
     # a worker that stops gives back every lease with no request running, at once
-    f.push("http://a.test/9", 3, 0)
+    f.admission.push("http://a.test/9", 3, 0)
     sim.run()
-    assert f.ip_leases_to_release(sim.now) == []
-    assert [o[0] for o in f.ip_leases_to_release(sim.now, every=True)] == ["10.0.0.1"]
+    assert f.ip_leases.to_release(sim.now) == []
+    assert [o[0] for o in f.ip_leases.to_release(sim.now, every=True)] == ["10.0.0.1"]
 
 
 def test_suspended_leases_start_nothing_until_resumed():
     f = make(ip_leases=True, wait_duration=0.5)
     for i in range(3):
-        f.push(f"http://a.test/{i}", 3, 0)
+        f.admission.push(f"http://a.test/{i}", 3, 0)
     sim = LeaseSim(f, ips={"a.test": "10.0.0.1"})
     sim.run(until=0.7)  # robots.txt and the first page
     started = len(sim.starts)
     assert started >= 1
-    f.ip_leases_suspend()
+    f.ip_leases.suspend()
     assert f.ips["10.0.0.1"].lease is LeaseState.EXPIRING
     sim.run(until=5.0)
     assert len(sim.starts) == started
-    f.ip_leases_resume(sim.now)
+    f.ip_leases.resume(sim.now)
     sim.run()
     assert len(sim.fetched) == 3
 
@@ -204,15 +208,15 @@ def test_suspended_leases_start_nothing_until_resumed():
 def test_contended_lease_is_released_after_the_hold_when_idle():
     f = make(ip_leases=True, wait_duration=0.2, ip_lease_hold=2.0)
     for i in range(30):
-        f.push(f"http://a.test/{i}", 3, 0)
+        f.admission.push(f"http://a.test/{i}", 3, 0)
     sim = LeaseSim(f, ips={"a.test": "10.0.0.1"})
     sim.run(until=1.0)
-    f.ip_lease_contended("10.0.0.1")
+    f.ip_leases.contended("10.0.0.1")
     released = []
     while not released and sim.now < 10:
         sim.run(until=sim.now + 0.05)
         if f.requests == 0:
-            released = f.ip_leases_to_release(sim.now)
+            released = f.ip_leases.to_release(sim.now)
     assert released and 2.0 <= sim.now < 3.0
     ip = f.ips["10.0.0.1"]
     assert ip.lease is LeaseState.WANTED and ip.lease_retry > sim.now  # the waiter goes first
@@ -220,56 +224,57 @@ def test_contended_lease_is_released_after_the_hold_when_idle():
 
 def test_leases_off_never_touch_lease_state():
     f = make()
-    f.push("http://a.test/1", 3, 0)
+    f.admission.push("http://a.test/1", 3, 0)
     sim = Sim(f, ips={"a.test": "10.0.0.1"})
     sim.run()
     assert sim.fetched == ["http://a.test/1"]
-    assert f.ips["10.0.0.1"].lease is LeaseState.NONE and f.ip_leases_wanted(sim.now) == []
+    # one process: the open gate (its want() raises: never asked) and no lease state
+    assert isinstance(f.ip_leases, OpenGate) and f.ips["10.0.0.1"].lease is LeaseState.NONE
 
 
 def test_a_released_lease_is_asked_for_again_when_work_comes_back():
     f = make(ip_leases=True, wait_duration=0.2)
-    f.push("http://a.test/1", 3, 0)
+    f.admission.push("http://a.test/1", 3, 0)
     sim = LeaseSim(f, ips={"a.test": "10.0.0.1"})
     sim.run()
     assert sim.fetched == ["http://a.test/1"] and len(sim.asked) == 1
-    assert [o[0] for o in f.ip_leases_to_release(sim.now + 1.0)] == ["10.0.0.1"]
+    assert [o[0] for o in f.ip_leases.to_release(sim.now + 1.0)] == ["10.0.0.1"]
     sim.now += 1.0
-    f.push("http://a.test/2", 3, 0)
+    f.admission.push("http://a.test/2", 3, 0)
     sim.run()
     assert len(sim.asked) == 2 and sim.fetched[-1] == "http://a.test/2"
 
 
 def test_a_released_lease_carries_the_time_the_last_request_reached_the_wire():
     f = make(ip_leases=True, wait_duration=0.2)
-    f.push("http://a.test/1", 3, 0)
+    f.admission.push("http://a.test/1", 3, 0)
     f.load(0.0)
-    site = f.take_dns_requests()[0]
+    site = f.dns.take()[0]
     f.dns_resolved(site, ("10.0.0.1",), 300.0, 0.0)
-    f.ip_lease_granted("10.0.0.1", 0.0, None, 0.0)
+    f.ip_leases.granted("10.0.0.1", 0.0, None, 0.0)
     f.obey_robots = False
     req = f.next_request(0.0)
     assert req is not None and req.started == 0.0
-    f.sent_late(req, 0.15)  # a slow connect: the server saw it at 0.15
+    f.follow_ups.sent_late(req, 0.15)  # a slow connect: the server saw it at 0.15
     f.fetched_ok(req, 0.2)
-    (ip, last_start, pace), = f.ip_leases_to_release(5.0)
+    (ip, last_start, pace), = f.ip_leases.to_release(5.0)
     assert ip == "10.0.0.1" and last_start == 0.15
 
 
 def test_no_request_starts_past_the_lease_deadline():
     f = make(ip_leases=True, wait_duration=0.2, obey_robots=False)
     for i in range(3):
-        f.push(f"http://a.test/{i}", 3, 0)
+        f.admission.push(f"http://a.test/{i}", 3, 0)
     f.load(0.0)
-    f.dns_resolved(f.take_dns_requests()[0], ("10.0.0.1",), 300.0, 0.0)
-    f.ip_lease_granted("10.0.0.1", 0.0, None, 0.0)
-    f.ip_lease_deadline = 1.0
+    f.dns_resolved(f.dns.take()[0], ("10.0.0.1",), 300.0, 0.0)
+    f.ip_leases.granted("10.0.0.1", 0.0, None, 0.0)
+    f.ip_leases.deadline = 1.0
     req = f.next_request(0.5)
     assert req is not None
     f.fetched_ok(req, 0.6)
     assert f.next_request(1.1) is None  # renewal late: the lease may have lapsed
     assert f.next_wakeup() is None  # no timer spinning until the renewal
-    f.ip_lease_deadline = 3.0  # renewed
+    f.ip_leases.deadline = 3.0  # renewed
     assert f.next_request(1.2) is not None
 
 
@@ -277,18 +282,18 @@ def test_a_follow_up_starts_only_while_the_ips_lease_allows():
     """A robots.txt hop or a dynamic page's sub-request follows a running request:
     past the lease deadline, or with the lease suspended, it must not start."""
     f = make(ip_leases=True, wait_duration=0.2, obey_robots=False)
-    f.push("http://a.test/0", 3, 0)
+    f.admission.push("http://a.test/0", 3, 0)
     f.load(0.0)
-    f.dns_resolved(f.take_dns_requests()[0], ("10.0.0.1",), 300.0, 0.0)
-    f.ip_lease_granted("10.0.0.1", 0.0, None, 0.0)
-    f.ip_lease_deadline = 1.0
+    f.dns_resolved(f.dns.take()[0], ("10.0.0.1",), 300.0, 0.0)
+    f.ip_leases.granted("10.0.0.1", 0.0, None, 0.0)
+    f.ip_leases.deadline = 1.0
     req = f.next_request(0.5)
-    assert req is not None and f.follow_up_allowed(req, 0.9)
-    assert not f.follow_up_allowed(req, 1.1)  # renewal late
-    f.ip_lease_deadline = 3.0
-    f.ip_leases_suspend()
-    assert not f.follow_up_allowed(req, 1.2)  # suspended (a ZooKeeper session lapsed, say)
-    f.ip_leases_resume(1.3)
-    assert f.follow_up_allowed(req, 1.3)
+    assert req is not None and f.follow_ups.allowed(req, 0.9)
+    assert not f.follow_ups.allowed(req, 1.1)  # renewal late
+    f.ip_leases.deadline = 3.0
+    f.ip_leases.suspend()
+    assert not f.follow_ups.allowed(req, 1.2)  # suspended (a ZooKeeper session lapsed, say)
+    f.ip_leases.resume(1.3)
+    assert f.follow_ups.allowed(req, 1.3)
     g = make(wait_duration=0.2, obey_robots=False)  # one process: no leases, always
-    assert g.follow_up_allowed(req, 1e9)
+    assert g.follow_ups.allowed(req, 1e9)

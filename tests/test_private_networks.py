@@ -31,9 +31,9 @@ def test_private_loopback_link_local_and_their_mapped_forms(ip):
 def run(tmp_path, policy, ips, urls, *, seeds=(), **kw):
     f = make(tmp_path, wait_duration=0.01, private_networks=policy, **kw)
     for host in seeds:
-        f.allow_private(host)
+        f.dns.addresses.allow_host(host)
     for url in urls:
-        f.push(url, 3, 2)
+        f.admission.push(url, 3, 2)
     sim = Sim(f, ips={}, latency=0.01)
     sim.dns_answer = lambda site: f.dns_resolved(site, ips[site.host], 300.0, sim.now)
     sim.run(until=100.0)
@@ -84,7 +84,7 @@ def test_a_name_that_moves_to_a_private_address_is_refused_then_asked_again(tmp_
     # URL queued after the refused answer expired asks DNS again.
     f = make(tmp_path, wait_duration=1.0, private_networks="seeds")
     for i in range(4):
-        f.push(f"http://evil.test/{i}", 3, 2)
+        f.admission.push(f"http://evil.test/{i}", 3, 2)
     sim = Sim(f, ips={}, latency=0.01)
     answers = iter([(("8.8.4.4",), 1.5), (("169.254.169.254",), 5.0), (("8.8.4.4",), 300.0)])
 
@@ -98,12 +98,12 @@ def test_a_name_that_moves_to_a_private_address_is_refused_then_asked_again(tmp_
     assert f.forgotten["privateAddress"] == 3
     assert all(ip == "8.8.4.4" for *_r, ip in sim.starts)
     # while the refusal holds, a new URL of the site is forgotten at once
-    f.push("http://evil.test/late", 3, 2)
+    f.admission.push("http://evil.test/late", 3, 2)
     sim.run(until=6.0)
     assert f.forgotten["privateAddress"] == 4
     # once it expired, the name is asked again (public now): fetched
     sim.now = 10.0
-    f.push("http://evil.test/later", 3, 2)
+    f.admission.push("http://evil.test/later", 3, 2)
     sim.run(until=30.0)
     assert sim.fetched[-1] == "http://evil.test/later"
     assert f.idle() and f.conservation()[0] == f.conservation()[1] == 6
@@ -113,17 +113,16 @@ def test_a_retry_while_the_name_is_refused_is_forgotten(tmp_path):
     # A page times out while its name's new answer is private: its retry
     # must not wait in a FIFO nothing will ever send.
     f = make(tmp_path, wait_duration=0.0, private_networks="deny")
-    f.push("http://moved.test/a", 3, 2)
-    site = f._site_for("http://moved.test/a")
+    f.admission.push("http://moved.test/a", 3, 2)
     f.load(0.0)
-    f.take_dns_requests()
+    site, = f.dns.take()
     f.dns_resolved(site, ("8.8.8.8",), 300.0, 0.0)
     robots = f.next_request(0.0)
     f.robots_known(robots, None, 3600.0, 0.0)
     req = f.next_request(0.0)
     assert req is not None and req.url == "http://moved.test/a"
     site.dns_event("ask")  # asked again meanwhile (its answer expired)
-    f.dns_pending += 1
+    f.dns.pending += 1
     f.dns_resolved(site, ("10.0.0.8",), 300.0, 0.5)
     assert f.retry(req, "timeout", 1.0) is True
     assert f.forgotten["privateAddress"] == 1 and f.in_sites == 0

@@ -24,30 +24,27 @@ class FakeFetcher:
 
 
 class FakeFrontier:
-    """Records what the robots fetch tells it; spaces follow-ups by 0.5 s."""
+    """Records what the robots fetch tells it; spaces follow-ups by 0.5 s.
+
+    Its parts as the frontier's: ``follow_ups`` (delay, allowed, started)
+    and ``dns.addresses`` (allowed), recording into the same ``calls``.
+    """
 
     def __init__(self, private_refused=frozenset(), allowed=True):
         self.calls: list[tuple] = []
         self.private_refused = private_refused
         self.allowed = allowed
-
-    def follow_up_delay(self, req, now):
-        return 0.5
-
-    def follow_up_allowed(self, req, now):
-        return self.allowed
-
-    def follow_up_started(self, req, now):
-        self.calls.append(("follow_up_started",))
+        self.follow_ups = SimpleNamespace(delay=lambda req, now: 0.5, allowed=lambda req, now: self.allowed,
+                                          started=lambda req, now: self.calls.append(("follow_up_started",)))
+        addresses = SimpleNamespace(
+            allowed=lambda host, ips: tuple(ip for ip in ips if ip not in self.private_refused))
+        self.dns = SimpleNamespace(addresses=addresses)
 
     def robots_known(self, req, rules, ttl, now):
         self.calls.append(("known", rules))
 
     def robots_unavailable(self, req, now):
         self.calls.append(("unavailable",))
-
-    def allowed_addresses(self, host, ips):
-        return tuple(ip for ip in ips if ip not in self.private_refused)
 
 
 class FakeLog:

@@ -231,7 +231,6 @@ class Coordinator:
         self._wake = asyncio.Event()
         self._stop = False
         self._last_tick = 0.0
-        frontier.on_ip_wanted = self.wake
 
     @property
     def held(self) -> dict[int, int]:
@@ -347,7 +346,7 @@ class Coordinator:
             t = min(t, now)
         if self.acks.pending:
             t = min(t, self.acks.last_cycle + self.ack_interval)
-        ask = self.fr.ip_lease_next_ask()
+        ask = self.fr.ip_leases.next_ask()
         if ask is not None:
             t = min(t, now + max(0.0, ask - now))
         if self._reads_wanted() or self.own.claims() or self.acquire_now:
@@ -680,7 +679,7 @@ class Coordinator:
             if self.own.holds(p, e.id):
                 continue  # held here already (a claim after a failed tick)
             self.own.hold(p, e.id)
-            fr.push_record(rec, priority=True)
+            fr.admission.push_record(rec, priority=True)
         for e in r.poison:
             outcome = self.acks.orphan(p, e.id)
             if outcome is not None:
@@ -709,7 +708,7 @@ class Coordinator:
                 self.acks.add_ready(p, e.id, "badUrl")
                 continue
             self.own.hold(p, e.id)
-            fr.push_record(rec)
+            fr.admission.push_record(rec)
         self.own.read_answered(p, len(r), asked)
 
     def _view(self, view) -> None:
@@ -754,7 +753,7 @@ class Coordinator:
             "draining": self.own.count((DRAINING, RELEASING)),
             "ticks": self.ticks, "round_trips": self.io.round_trips, "takeovers": self.own.acquisitions,
             "claimed": self.claimed_entries, "acked": self.acked, "fenced": self.fenced,
-            "ip_leases": len(self.fr.ip_leases_held()), "redis_down": self.pauses.down,
+            "ip_leases": len(self.fr.ip_leases.held()), "redis_down": self.pauses.down,
             "paused": self.pauses.figures(self.clock()),
             "robots_pruned": self.robots.pruned,
             "membership": membership_snapshot(self.membership),

@@ -60,9 +60,13 @@ import socket
 import sys
 import time
 import traceback
+from functools import partial
+from typing import Callable
 
 from ..config import replicas_for
-from ..frontier.scheduler import Frontier, disk_stores
+from ..frontier.ip_leases import LeasePolicy
+from ..frontier.lanes import disk_stores
+from ..frontier.scheduler import Frontier
 from ..frontier.seen import SeenSet
 from ..output import OutputError, make_output, open_output
 from ..output.base import INDEX_NAME, IndexWriter, OutputStats
@@ -93,18 +97,19 @@ def worker_id_of(config) -> str:
 
 
 class DistFrontier(Frontier):
-    """The frontier of a worker: idle only once the whole crawl has ended."""
+    """The frontier of a worker: idle only once the whole crawl has ended (``ended()``,
+    the coordinator's termination: another worker may still send it links)."""
 
-    crawl_ended = False
-    #: The engine's analysis stage (analyzers configured), or None: its pending
-    #: tasks keep the worker from reporting idle (their links are still to come).
-    analysis = None
+    def __init__(self, *args, ended: Callable[[], bool], **kw) -> None:
+        super().__init__(*args, **kw)
+        self._ended = ended
 
     def idle(self) -> bool:
-        return self.crawl_ended and super().idle()
+        return self._ended() and super().idle()
 
     def locally_idle(self) -> bool:
-        return super().idle() and (self.analysis is None or self.analysis.idle())
+        """Nothing left here (the worker's idle report; the crawl may go on elsewhere)."""
+        return super().idle()
 
 
 class WorkerMirrorOutput(MirrorOutput):
@@ -235,6 +240,14 @@ class DistState:
             self.sink.clock = asyncio.get_running_loop().time
         except RuntimeError:
             pass
+        #: The IP-lease gate of the worker's frontier (its coordinator asks Redis for the leases).
+        self.ip_leases = LeasePolicy(wait_duration=config.wait_duration, hold=self._ip_lease_hold(),
+                                     on_wanted=self._ip_wanted)
+        #: The coordinator saw the whole crawl end (two quiet waves): the frontier may report idle.
+        self.crawl_ended = False
+        #: The engine's analysis stage (analyzers configured), or None: its pending
+        #: tasks keep the worker from reporting idle (their links are still to come).
+        self.analysis = None
         self.coordinator: Coordinator | None = None
         self.frontier: DistFrontier | None = None
         self._writer = None
@@ -247,15 +260,12 @@ class DistState:
         self.stopped = False
 
     # -- building ---------------------------------------------------------
-    def frontier_class(self):
-        state = self
-
-        def build(_state_dir, **kw):
-            kw["stores"] = disk_stores(os.path.join(state.scratch, "frontier"))
-            kw.pop("positions", None)
-            return DistFrontier(None, main=state.inbox, sink=state.sink, on_done=state._on_done, ip_leases=True,
-                                ip_lease_hold=state._ip_lease_hold(), **kw)
-        return build
+    def frontier_options(self) -> dict:
+        """The worker's parts: scratch lanes with the inbox as the main lane, the
+        sink, the acks (``on_done``), the IP leases, and idle only at the crawl's end."""
+        return {"stores": disk_stores(os.path.join(self.scratch, "frontier")), "main": self.inbox,
+                "sink": self.sink, "on_done": self._on_done, "ip_leases": self.ip_leases,
+                "frontier_class": partial(DistFrontier, ended=lambda: self.crawl_ended)}
 
     @property
     def robots_log(self):
@@ -274,8 +284,14 @@ class DistState:
         if self.coordinator is not None:
             self.coordinator.on_done(rec, outcome)
 
-    def frontier_positions(self) -> dict | None:
-        return None
+    def _ip_wanted(self) -> None:
+        """An IP started wanting its lease: the coordinator sends a tick at once."""
+        if self.coordinator is not None:
+            self.coordinator.wake()
+
+    def _locally_idle(self) -> bool:
+        """Nothing left in this worker: its frontier and its analysis stage (the idle report)."""
+        return self.frontier.locally_idle() and (self.analysis is None or self.analysis.idle())
 
     def attach(self, frontier) -> None:
         self.frontier = frontier
@@ -287,7 +303,7 @@ class DistState:
         self.coordinator = Coordinator(
             self.io, frontier, self.sink, self.inbox, worker=self.worker, lease_ttl=c.lease_ttl, clock=clock,
             flush_interval=c.redis_flush_interval, wait_duration=c.wait_duration,
-            ack_interval=min(1.0, c.checkpoint_interval), is_idle=frontier.locally_idle,
+            ack_interval=min(1.0, c.checkpoint_interval), is_idle=self._locally_idle,
             on_end=self._ended, durable=self._durable, err=self.err, membership=self.membership,
             wake_engine=lambda: self._wake_engine() if self._wake_engine is not None else None)
         self.sink.wake = self.coordinator.wake
@@ -323,8 +339,7 @@ class DistState:
         return None
 
     def _ended(self, reason: str) -> None:
-        if self.frontier is not None:
-            self.frontier.crawl_ended = True
+        self.crawl_ended = True
         if self._wake_engine is not None:
             self._wake_engine()
 
@@ -515,8 +530,7 @@ async def _run_worker(config, *, reload: bool, err, engine_kw: dict | None) -> i
         engine = Engine(config, crawl_state=state, err=err, reload=reload, **kw)
         state.phase = lambda: engine.state
         state.fail = engine.failures.fail
-        if engine.analysis is not None and isinstance(engine.frontier, DistFrontier):
-            engine.frontier.analysis = engine.analysis
+        state.analysis = engine.analysis
         state.coordinator.on_ip_release = \
             lambda ip: engine.edge.fetcher.close_idle(ip) if engine.edge.fetcher is not None else 0
         coordinator = state.coordinator

@@ -71,16 +71,16 @@ class IpLeases:
         self.unclean: set[str] = set()
 
     def asks(self, now: float) -> list[str]:
-        return self.fr.ip_leases_wanted(now)
+        return self.fr.ip_leases.wanted(now)
 
     def held(self) -> list[str]:
         """The IPs to renew with the heartbeat."""
-        return self.fr.ip_leases_held()
+        return self.fr.ip_leases.held()
 
     def releases(self, now: float, wall: float, every: bool) -> list[tuple[str, int, str]]:
         """``(ip, last start in wall ms (0: none), pace JSON)`` of the IPs to let go (``every``: a stop)."""
         out = []
-        for ip, last_start, pace in self.fr.ip_leases_to_release(now, every=every):
+        for ip, last_start, pace in self.fr.ip_leases.to_release(now, every=every):
             wall_ms = int((wall + (last_start - now)) * 1000) if last_start >= 0 else 0
             pace = dict(pace)
             if pace.get("retry_until"):
@@ -91,23 +91,23 @@ class IpLeases:
     def answered(self, ip: str, g: IpGrant, now: float, wall: float, retry_at: float) -> None:
         """The answer to an ask: granted (from :func:`not_before` on), or asked again at ``retry_at``."""
         if not g.granted:
-            self.fr.ip_lease_denied(ip, retry_at)
+            self.fr.ip_leases.denied(ip, retry_at)
             return
         start, pace = not_before(g, now, wall, self.wait_duration, ip in self.unclean)
         self.unclean.discard(ip)
-        self.fr.ip_lease_granted(ip, start, pace, now)
+        self.fr.ip_leases.granted(ip, start, pace, now)
         if g.wanted:
-            self.fr.ip_lease_contended(ip)
+            self.fr.ip_leases.contended(ip)
 
     def renewed(self, ip: str, g: IpGrant, now: float) -> None:
         """The answer to a renewal."""
         if not g.granted:
-            self.fr.ip_lease_lost(ip, now)
+            self.fr.ip_leases.lost(ip, now)
         elif g.wanted:
-            self.fr.ip_lease_contended(ip)
+            self.fr.ip_leases.contended(ip)
 
     def unanswered(self, asked: list[str], retry_at: float) -> None:
         """The tick that asked for ``asked`` failed: asked again at ``retry_at``, then a full delay."""
         for ip in asked:
-            self.fr.ip_lease_denied(ip, retry_at)
+            self.fr.ip_leases.denied(ip, retry_at)
             self.unclean.add(ip)

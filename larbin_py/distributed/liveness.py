@@ -58,15 +58,15 @@ class Liveness:
         """A heartbeat renewed the leases until ``deadline`` (this worker's clock)."""
         self.lease_deadline = deadline
         if self.lapsed_since is None:
-            self.fr.ip_lease_deadline = deadline
+            self.fr.ip_leases.deadline = deadline
 
     def resume(self, now: float) -> bool:
         """Suspended and safe again: the IP leases resume.  True when they did."""
         if not (self.suspended and self.safe()):
             return False
         self.suspended = False
-        self.fr.ip_lease_deadline = self.lease_deadline
-        self.fr.ip_leases_resume(now)
+        self.fr.ip_leases.deadline = self.lease_deadline
+        self.fr.ip_leases.resume(now)
         return True
 
     def check(self, now: float) -> str | None:
@@ -80,7 +80,7 @@ class Liveness:
 
     def _suspend(self) -> None:
         self.suspended = True
-        self.fr.ip_leases_suspend()
+        self.fr.ip_leases.suspend()
 
     def _check_membership(self, now: float) -> str | None:
         m = self.membership
@@ -92,7 +92,7 @@ class Liveness:
             return None
         if self.lapsed_since is None:
             self.lapsed_since = now
-            self.fr.ip_lease_deadline = -math.inf
+            self.fr.ip_leases.deadline = -math.inf
             if not self.suspended:
                 self._suspend()
             print(f"larbin_py: worker {self.worker}: out of the membership ({m.source}): "

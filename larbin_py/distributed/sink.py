@@ -1,6 +1,6 @@
 """RedisSink: where a worker's admitted links go, buffered per partition.
 
-The frontier's :meth:`~larbin_py.frontier.scheduler.Frontier.offer` applies
+The frontier's :meth:`~larbin_py.frontier.admission.Admission.offer` applies
 the rules and the cache of links met lately (``SeenUrls``), then hands the
 links here instead of testing them against a local seen store: the owner of
 a link's host decides, exactly and atomically, in Redis (``lb_enqueue``:

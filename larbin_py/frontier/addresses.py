@@ -15,13 +15,18 @@ since each goes through the same resolution.
 * ``seeds`` (default): a private address is fetched only for the host names
   of the configured start URLs (``startUrl``, ``--seed``).
 * ``deny``: no private address is ever fetched.
+
+:class:`AddressPolicy` applies one of them to a crawl: the frontier filters
+every DNS answer through it (a site left with no address is refused and its
+URLs forgotten as ``privateAddress``), robots.txt redirects too.  A value
+that is not one of :data:`POLICIES` is a ValueError naming them.
 """
 
 from __future__ import annotations
 
 import ipaddress
 
-__all__ = ["POLICIES", "is_loopback", "is_private_address"]
+__all__ = ["POLICIES", "AddressPolicy", "is_loopback", "is_private_address"]
 
 #: The values of ``privateNetworks``.
 POLICIES: tuple[str, ...] = ("allow", "seeds", "deny")
@@ -74,3 +79,27 @@ def is_private_address(ip: str) -> bool:
 def _private_v4(addr: ipaddress.IPv4Address) -> bool:
     return (addr.is_private or addr.is_loopback or addr.is_link_local or addr.is_multicast
             or addr.is_unspecified or addr.is_reserved or addr in _CGNAT)
+
+
+class AddressPolicy:
+    """``privateNetworks`` for one crawl: ``policy`` is one of :data:`POLICIES`."""
+
+    __slots__ = ("policy", "hosts")
+
+    def __init__(self, policy: str = "allow") -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"private_networks: expected one of {', '.join(POLICIES)}")
+        self.policy = policy
+        #: Host names whose private addresses ``seeds`` lets through (see :meth:`allow_host`).
+        self.hosts: set[str] = set()
+
+    def allow_host(self, host: str) -> None:
+        """Let ``host`` (a start URL's host name) reach private addresses under ``seeds``."""
+        self.hosts.add(host.lower())
+
+    def allowed(self, host: str, ips) -> tuple[str, ...]:
+        """The addresses of ``ips`` the policy lets ``host`` reach."""
+        policy = self.policy
+        if policy == "allow" or (policy == "seeds" and host.lower() in self.hosts):
+            return tuple(ips)
+        return tuple(ip for ip in ips if not is_private_address(ip))

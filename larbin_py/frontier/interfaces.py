@@ -6,9 +6,11 @@ fakes of :mod:`larbin_py.testing.fakes`.  Each Protocol lists exactly what
 its caller uses, no more: a new implementation needs only these members.
 
 * :class:`SeenStore`: :class:`~larbin_py.frontier.seen.SeenSet`, called by
-  :meth:`Frontier.offer <larbin_py.frontier.scheduler.Frontier.offer>`.
-* :class:`UrlQueue`: :class:`~larbin_py.frontier.store.UrlStore`, three lanes
-  of the :class:`~larbin_py.frontier.scheduler.Frontier`, built by a
+  :meth:`Admission.offer <larbin_py.frontier.admission.Admission.offer>`.
+* :class:`LinkSink`: :class:`larbin_py.distributed.sink.RedisSink`, where
+  the distributed mode's admission sends the links it admits.
+* :class:`UrlQueue`: :class:`~larbin_py.frontier.store.UrlStore`, the three
+  :class:`~larbin_py.frontier.lanes.Lanes` of the frontier, built by a
   :data:`StoreFactory`.
 * :class:`Resolver`: :class:`larbin_py.net.dns.Resolver`, called by the engine.
 * :class:`Fetcher`: :class:`larbin_py.net.http.Fetcher`, called by the engine.
@@ -30,7 +32,7 @@ if TYPE_CHECKING:  # the edge's result types; the frontier never imports the edg
     from ..net.dns import DNSAnswer
     from ..net.http import FetchResult
 
-__all__ = ["SeenStore", "UrlQueue", "StoreFactory", "Resolver", "Fetcher"]
+__all__ = ["SeenStore", "LinkSink", "UrlQueue", "StoreFactory", "Resolver", "Fetcher"]
 
 
 @runtime_checkable
@@ -63,6 +65,21 @@ class SeenStore(Protocol):
 
     def close(self) -> None:
         """Flush and release (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class LinkSink(Protocol):
+    """Where admitted links go instead of the seen test and the main lane (the distributed mode).
+
+    The owner of each link's host tests and queues it (exactly, in Redis);
+    the admission remembers a link in its cache of lately met links once it
+    is handed here, so ``add_many`` must not lose what it accepted.
+    """
+
+    def add_many(self, links: Sequence[str], depths: Sequence[int], hops: int = 0) -> None:
+        """Take ``links`` (normalized, admitted by the rules) with their depths
+        and the redirects (``hops``) that led to them."""
         ...
 
 
@@ -129,7 +146,7 @@ class UrlQueue(Protocol):
 
 #: Builds one lane: ``factory(name, ram_urls)`` with ``name`` one of
 #: ``"main"``, ``"priority"``, ``"wait"`` and ``ram_urls`` its share of the
-#: RAM budget.  The default (:func:`larbin_py.frontier.scheduler.disk_stores`)
+#: RAM budget.  The default (:func:`larbin_py.frontier.lanes.disk_stores`)
 #: opens :class:`~larbin_py.frontier.store.UrlStore` segments in stateDir.
 StoreFactory = Callable[[str, int], UrlQueue]
 

@@ -23,7 +23,11 @@ from ..throttle import ServerPace
 from ..transitions import step
 from .store import UrlRecord
 
-__all__ = ["DnsState", "RobotsState", "LeaseState", "DNS_TRANSITIONS", "ROBOTS_TRANSITIONS", "NamedSite", "IPSite"]
+__all__ = ["DnsState", "RobotsState", "LeaseState", "DNS_TRANSITIONS", "ROBOTS_TRANSITIONS", "NamedSite", "IPSite",
+           "MAX_CRAWL_DELAY"]
+
+#: Largest robots.txt crawl-delay honoured, seconds (a larger one is clamped).
+MAX_CRAWL_DELAY = 120.0
 
 
 class DnsState(Enum):
@@ -131,6 +135,15 @@ class NamedSite:
         """Move the robots.txt state by ``event`` (:data:`ROBOTS_TRANSITIONS`); IllegalTransition if not allowed."""
         self.robots_state = step(ROBOTS_TRANSITIONS, self.robots_state, event, f"robots.txt of {self.key}")
 
+    def set_robots(self, rules, event: str, expiry: float, agent: str) -> None:
+        """Take robots.txt ``rules`` (None: none apply) by ``event`` (``known``, ``restore``)
+        until ``expiry``, with their crawl-delay for ``agent`` (at most :data:`MAX_CRAWL_DELAY`)."""
+        self.robots = rules
+        self.robots_event(event)
+        self.robots_expiry = expiry
+        delay = rules.crawl_delay(agent) if rules is not None else None
+        self.crawl_delay = min(float(delay), MAX_CRAWL_DELAY) if delay else 0.0
+
     @property
     def robots_url(self) -> str:
         default = 443 if self.scheme == "https" else 80
@@ -161,7 +174,7 @@ class IPSite:
         self.pace = pace if pace is not None else ServerPace()
         self.sites = 0  # named sites whose address this is (ip_site)
         self.listed = False  # listed for pruning
-        # The distributed mode's IP lease (see LeaseState and Frontier.ip_leases_wanted).
+        # The distributed mode's IP lease (see LeaseState and larbin_py.frontier.ip_leases).
         self.lease = LeaseState.NONE
         self.lease_since = 0.0  # when granted
         self.lease_retry = 0.0  # WANTED: ask again from then (inf: an answer is awaited)

@@ -37,13 +37,13 @@ One page, step by step:
      its slot: it starts no sooner than the site's and the IP's next allowed
      time and pushes both by ``waitDuration`` (the crawl-delay, the server's
      pace), exactly as a robots.txt redirect hop does
-     (``Frontier.follow_up_delay`` / ``follow_up_started``).  The page holds
+     (``frontier.follow_ups.delay`` / ``started``).  The page holds
      its IP's connection slot meanwhile, so nothing else of that IP starts
      between.  So a host sees its requests ``waitDuration`` apart whether
      they come from pages or from the scripts of a page -- and a page with
      many sub-requests takes ``waitDuration`` per sub-request to render.
      In the distributed mode a sub-request starts only while the IP's lease
-     allows (``Frontier.follow_up_allowed``; refused ``paused`` otherwise).
+     allows (``frontier.follow_ups.allowed``; refused ``paused`` otherwise).
    * with ``useCookies`` a sub-request carries the crawl's cookies and its
      Set-Cookie goes to the crawl's jar, as for a page;
    * every sub-request made is counted in the engine's requests and bytes
@@ -346,7 +346,7 @@ class SubRequestGate(Protocol):
 
 
 class _Slot:
-    """What Frontier.follow_up_* read of a request: its site and its IP."""
+    """What the frontier's follow_ups read of a request: its site and its IP."""
 
     __slots__ = ("site", "ip")
 
@@ -385,13 +385,13 @@ class FrontierGate:
             return "forbiddenRobots"
         slot = _Slot(site, ip)
         while True:  # re-checked after the sleep: a page may have taken the slot meanwhile
-            delay = fr.follow_up_delay(slot, self.now())
+            delay = fr.follow_ups.delay(slot, self.now())
             if delay <= 0:
                 break
             await self.sleep(delay)
-        if not fr.follow_up_allowed(slot, self.now()):
+        if not fr.follow_ups.allowed(slot, self.now()):
             return "paused"  # the IP's lease lapsed (distributed mode): no request starts
-        fr.follow_up_started(slot, self.now())
+        fr.follow_ups.started(slot, self.now())
         return ip, site.port
 
 

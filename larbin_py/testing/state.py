@@ -3,7 +3,7 @@ for :class:`larbin_py.crawl_state.LocalState` (the :class:`~larbin_py.crawl_stat
 
 from __future__ import annotations
 
-from ..frontier.scheduler import Frontier
+from ..frontier.protocol import Scheduler
 from ..state import StateError
 from .fakes import MemorySeen
 
@@ -34,13 +34,10 @@ class MemoryState:
         self.gate_asked = 0
         self.opened = self.commits_closed = self.closed = self.abandoned = False
 
-    def frontier_class(self) -> type[Frontier]:
-        return Frontier
+    def frontier_options(self) -> dict:
+        return {}
 
-    def frontier_positions(self) -> dict | None:
-        return None
-
-    def attach(self, frontier: Frontier) -> None:
+    def attach(self, frontier: Scheduler) -> None:
         pass
 
     def output_position(self) -> dict | None:
@@ -56,13 +53,13 @@ class MemoryState:
         self.gate_asked += 1
         return self.hold
 
-    def restore(self, frontier: Frontier, now: float, wall: float, err) -> dict:
+    def restore(self, frontier: Scheduler, now: float, wall: float, err) -> dict:
         raise StateError("a MemoryState keeps nothing to continue from")
 
     def report_damage(self, err) -> None:
         pass
 
-    async def checkpoint(self, frontier: Frontier, now: float, section: dict) -> bool:
+    async def checkpoint(self, frontier: Scheduler, now: float, section: dict) -> bool:
         self.checkpoints += 1
         self.sections.append(section)
         return False  # nothing durable: no periodic checkpoints
@@ -70,12 +67,12 @@ class MemoryState:
     def close_commits(self) -> None:
         self.commits_closed = True
 
-    def close(self, frontier: Frontier, *, broken: bool) -> list[OSError]:
+    def close(self, frontier: Scheduler, *, broken: bool) -> list[OSError]:
         frontier.close()
         self.seen.close()
         self.closed = True
         return []
 
-    def abandon(self, frontier: Frontier) -> None:
+    def abandon(self, frontier: Scheduler) -> None:
         self.abandoned = True
         frontier.close()
