@@ -166,7 +166,7 @@ class Engine:
             # Every start URL (and every URL given before the crawl starts)
             # adds its host to those lockSite allows, not only the first.
             self.rules.lock(url)
-        result = self.frontier.admission.offer_url(url, priority=priority)
+        result = self.frontier.admission.offer_url(url, priority=priority, seed=seed)
         if result[0] == "accepted":
             self._pump_soon()
         return result

@@ -219,7 +219,7 @@ class PageHandler:
         if page.nofollow_links:
             self.counts.rejected["nofollow"] += page.nofollow_links
         if not page.meta_nofollow:
-            self.frontier.admission.offer(req.url, req.record.depth, page.links)
+            self.frontier.admission.offer(req.url, req.record.depth, page.links, embeds=page.embeds)
 
     def on_forget(self, rec: UrlRecord, reason: str) -> None:
         """The frontier forgot a URL (its ``on_forget``): recorded as done."""

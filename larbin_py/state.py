@@ -46,7 +46,11 @@ __all__ = [
 
 FORMAT = "larbin_py-state"
 #: Bumped whenever a state file changes meaning; other versions are refused.
-VERSION = 1
+#: 2: URL records may carry how they were found and the recrawl's token (the
+#: store's seven-field form), which a reader of version 1 would misread.
+VERSION = 2
+#: The versions this larbin_py continues (version 1 is version 2 without those fields).
+READABLE = (1, 2)
 CHECKPOINT = "checkpoint.json"
 SEEN_LOG = "seen.log"
 ROBOTS_LOG = "robots.log"
@@ -152,9 +156,9 @@ def read_checkpoint(state_dir: str) -> tuple[dict, list[UrlRecord], int]:
         raise StateError(f"{path}: unreadable checkpoint: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise StateError(f"{path}: not a larbin_py checkpoint")
-    if doc.get("version") != VERSION:
-        raise StateError(f"{path}: state version {doc.get('version')!r}, this larbin_py reads version "
-                         f"{VERSION} only; finish that crawl with the version that started it, "
+    if doc.get("version") not in READABLE:
+        raise StateError(f"{path}: state version {doc.get('version')!r}, this larbin_py reads versions "
+                         f"{', '.join(map(str, READABLE))} only; finish that crawl with the version that started it, "
                          "or remove the folder")
     carry: list[UrlRecord] = []
     damaged = 0

@@ -191,7 +191,7 @@ class Offers:
     def __init__(self):
         self.offered = []
 
-    def offer(self, page_url, depth, links):
+    def offer(self, page_url, depth, links, **kw):
         self.offered.append((page_url, depth, tuple(links)))
 
 

@@ -341,7 +341,11 @@ class AnalysisStage:
         if not result.get("meta_nofollow"):
             links = result.get("links") or ()
             self.links += len(links)
-            self.frontier.offer(task.url, task.depth, links)
+            embeds = result.get("embeds")
+            if embeds:  # how they were found: the crawl log says "embed"
+                self.frontier.offer(task.url, task.depth, links, embeds=frozenset(embeds))
+            else:
+                self.frontier.offer(task.url, task.depth, links)
 
     def _give_up(self, task: Task, error: str) -> None:
         self.alerts.raise_alert("analysisFailed", url=task.url, analyzer=task.analyzer, tries=task.tries,

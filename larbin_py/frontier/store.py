@@ -19,12 +19,29 @@ Record format, one per line, ASCII::
     <crc32 of the rest, 8 hex digits> <depth> <retries> <url>\\n
     <crc32 of the rest, 8 hex digits> <depth> <retries> <hops> <url>\\n
     <crc32 of the rest, 8 hex digits> <depth> <retries> <hops> <url> <tag>\\n
+    <crc32 of the rest, 8 hex digits> <depth> <retries> <hops> <url> <tag|-> <via|-> <prev|->\\n
 
 The second form is a redirect target (``hops`` redirects from the URL first
 queued, see the engine's ``maxRedirects``); any other record is written in
 the first form, so segments written before hops were counted read as ever.
 The third carries a ``tag``: the distributed mode's stream entry id, which
-the ack of the URL names (written only in a worker's scratch stores).
+the ack of the URL names (written only in a worker's scratch stores).  The
+fourth, seven fields, is written when a record says how it was found or
+carries what its last fetch left (``-`` for an empty field):
+
+* ``via``: one letter for how the URL was found, then the URL it was found
+  from: ``S`` a start URL, ``I`` a URL given at run time, ``L`` a page's
+  link, ``E`` a page's embed (an image, a frame), ``R`` a redirect's
+  target, ``M`` a sitemap's entry (kept for the sitemaps to come); e.g.
+  ``Lhttp://example.com/a``.  The crawl log says it (larbin_py.crawllog).
+* ``prev``: the recrawl's token (larbin_py.recrawl: validators, digest,
+  stored links, time of the last fetch), opaque to the store.
+
+Every field holds no white space (normalized URLs have none; the recrawl
+token is checked by its maker), so the line is unambiguous.  Segments
+written before ``via`` existed read as ever (three to five fields); a state
+that may hold this form is version 2 (larbin_py.state), which an older
+larbin_py refuses whole instead of misreading.
 
 Normalized URLs contain no whitespace, so the line is unambiguous.  A line
 whose checksum does not match (the torn tail of a segment after a crash) ends
@@ -44,7 +61,7 @@ from typing import Iterator
 from ..logline import frame, unframe
 from ..owner_only import makedirs, opener
 
-__all__ = ["UrlRecord", "UrlStore", "encode_record", "decode_record"]
+__all__ = ["UrlRecord", "UrlStore", "VIA_KINDS", "encode_record", "decode_record"]
 
 
 @dataclass(slots=True)
@@ -54,6 +71,10 @@ class UrlRecord:
 
     ``tag`` is empty except in the distributed mode, where it is the URL's
     stream entry (``"<partition>/<entry id>"``, no space): its ack finds it.
+    ``via`` (one of :data:`VIA_KINDS`' letters, or empty: not known) and
+    ``ref`` (the URL it was found from; empty for a start URL) say how the
+    URL was found; ``prev`` is the recrawl's token (empty: none).  A page's
+    links share one ``ref`` string in memory.
     """
 
     url: str
@@ -61,10 +82,21 @@ class UrlRecord:
     retries: int
     hops: int = 0
     tag: str = ""
+    via: str = ""
+    ref: str = ""
+    prev: str = ""
+
+
+#: How a URL was found: the letter a record keeps -> the word the crawl log writes.
+VIA_KINDS = {"S": "seed", "I": "input", "L": "link", "E": "embed", "R": "redirect", "M": "sitemap"}
+SEED, INPUT, LINK, EMBED, REDIRECT, SITEMAP = "S", "I", "L", "E", "R", "M"
 
 
 def encode_record(rec: UrlRecord) -> bytes:
-    if rec.tag:
+    if rec.via or rec.prev:
+        body = (f"{rec.depth} {rec.retries} {rec.hops} {rec.url} {rec.tag or '-'} "
+                f"{(rec.via + rec.ref) if rec.via else '-'} {rec.prev or '-'}").encode("utf-8", "surrogateescape")
+    elif rec.tag:
         body = f"{rec.depth} {rec.retries} {rec.hops} {rec.url} {rec.tag}".encode("utf-8", "surrogateescape")
     elif rec.hops:
         body = f"{rec.depth} {rec.retries} {rec.hops} {rec.url}".encode("utf-8", "surrogateescape")
@@ -79,7 +111,19 @@ def decode_record(line: bytes) -> UrlRecord | None:
     if body is None or not body:
         return None
     try:
-        fields = body.split(b" ", 4)  # a URL holds no space: 3 fields, 4 with hops, 5 with a tag
+        fields = body.split(b" ")  # a URL holds no space: 3 fields, 4 with hops, 5 with a tag, 7 with via/prev
+        if len(fields) == 7:
+            depth, retries, hops, url, tag, via, prev = fields
+            rec = UrlRecord(url.decode("utf-8", "surrogateescape"), int(depth), int(retries), int(hops),
+                            "" if tag == b"-" else tag.decode("ascii"))
+            if via != b"-":
+                via = via.decode("utf-8", "surrogateescape")
+                if via[0] not in VIA_KINDS:
+                    return None
+                rec.via, rec.ref = via[0], via[1:]
+            if prev != b"-":
+                rec.prev = prev.decode("utf-8", "surrogateescape")
+            return rec
         if len(fields) == 5:
             depth, retries, hops, url, tag = fields
             return UrlRecord(url.decode("utf-8", "surrogateescape"), int(depth), int(retries), int(hops),
