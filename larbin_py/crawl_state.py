@@ -21,7 +21,9 @@ call                     when, and what it promises
 ``output_position()``    where the output continues (its files' lengths)
 ``open(...)``            once the loop runs: start recording outcomes
 ``done(url, outcome,     every terminal outcome (fetched, or forgotten with
-from_request)``          its reason); durable at the next group commit
+from_request, line)``    its reason) and its crawl log line; durable at the
+                         next group commit
+``log(line)``            a crawl log line of no URL's outcome (robots.txt)
 ``holds(running, cap)``  the durability gate: True while no request may
                          start (a crash must cost at most the requests in
                          flight)
@@ -48,7 +50,8 @@ from .frontier import codec
 from .frontier.protocol import Scheduler
 from .frontier.sieve import open_seen
 from .frontier.store import UrlRecord
-from .journal import Committer, FETCHED, cut_to_commit, read_journals
+from .crawllog import CrawlLogFile
+from .journal import COMMIT_INTERVAL, Committer, FETCHED, cut_to_commit, read_journals
 from .net.cookies import CookieJar, load_jar, save_jar
 from .owner_only import make_private_dir
 from .state import CHECKPOINT, ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, has_state, read_checkpoint
@@ -91,7 +94,9 @@ class CrawlState(Protocol):
 
     def open(self, loop, writer, output, *, frontier: Scheduler, on_durable, on_error) -> None: ...
 
-    def done(self, url: str, outcome: str, from_request: bool) -> None: ...
+    def done(self, url: str, outcome: str, from_request: bool, line: bytes | None = None) -> None: ...
+
+    def log(self, line: bytes) -> None: ...
 
     def holds(self, running: int, cap: int) -> bool: ...
 
@@ -127,6 +132,13 @@ class LocalState:
         self._carry: list[UrlRecord] = []
         self._replay = None
         self.damaged: dict[str, int] = {}
+        #: What cutting the crawl log back to the last commit found damaged (one sentence each).
+        self.crawl_log_damage: list[str] = []
+        #: The crawl log (larbin_py.crawllog), opened with the writer thread; None when off.
+        self.crawl_log: CrawlLogFile | None = None
+        self._loose: list[bytes] = []  # crawl log lines without a committer (canReload off)
+        self._loose_handle = None
+        self._loop = None
         self.links_on_loop = False  # done() follows the links' offer or their durable analysis task
         self.analysis_queue = "analysis"
         self.inflight = None
@@ -138,13 +150,15 @@ class LocalState:
                 raise StateError(f"{os.path.join(state_dir, CHECKPOINT)}: {exc}") from None
             # Outcomes committed after that checkpoint; the state is cut back to the last commit.
             self._replay = read_journals(state_dir, int(self._doc["serial"]), checkpoint=self._doc,
-                                         save_dir=config.save_dir)
+                                         save_dir=config.save_dir, crawl_log=config.crawl_log_path)
             # URLs found done by an earlier --reload and still waiting in the stores
             pending = {str(url): str(outcome) for url, outcome in self._doc.get("replay", ())}
             if pending:
                 pending.update(self._replay.done)
                 self._replay.done = pending
-            cut_to_commit(state_dir, self._doc, self._replay, seen_log)
+            self.crawl_log_damage = cut_to_commit(state_dir, self._doc, self._replay, seen_log,
+                                                  robots_log=os.path.join(state_dir, ROBOTS_LOG),
+                                                  crawl_log=config.crawl_log_path)
             self.seen = open_seen(config.seen_store, state_dir, reload=True)
             self.damaged = {"carry": bad_carry, "seen": self.seen.dropped_bytes, "journal": self._replay.damaged}
         else:
@@ -201,26 +215,54 @@ class LocalState:
         """Where the output continues (its files' lengths at the checkpoint)."""
         return self._doc.get("output") if self._doc else None
 
+    @property
+    def wants_writer(self) -> bool:
+        """A writer thread is needed (the crawl log), whatever the output."""
+        return self.config.crawl_log_path is not None
+
     def open(self, loop, writer, output, *, frontier, on_durable, on_error) -> None:
-        """Start the group commits (canReload on): the journal after the files it covers."""
+        """Open the crawl log, and start the group commits (canReload on): the
+        journal after the files it covers; without them the crawl log's lines
+        go to the writer in batches."""
+        self._loop = loop
+        self._writer = writer
+        self._on_error = on_error
+        path = self.config.crawl_log_path
+        if path is not None and writer is not None:
+            self.crawl_log = CrawlLogFile(path, max_bytes=self.config.crawl_log_max_bytes)
         if not self.config.can_reload:
             return
-        self._writer = writer
         self._committer = Committer(
             loop, writer, self.state_dir, frontier=frontier, seen=self.seen,
             seen_log=os.path.join(self.state_dir, SEEN_LOG), robots_log=self._robots_log,
             robots_path=os.path.join(self.state_dir, ROBOTS_LOG), output=output,
             serial=self._serial, on_durable=on_durable, on_error=on_error,
-            sync_commits=self.config.sync_commits)
+            sync_commits=self.config.sync_commits, crawl_log=self.crawl_log)
 
     @property
     def committer(self) -> Committer | None:
         return self._committer
 
     # -- while crawling ---------------------------------------------------
-    def done(self, url: str, outcome: str, from_request: bool) -> None:
+    def done(self, url: str, outcome: str, from_request: bool, line: bytes | None = None) -> None:
         if self._committer is not None:
-            self._committer.done(url, outcome, from_request)
+            self._committer.done(url, outcome, from_request, line)
+        elif line is not None:
+            self.log(line)
+
+    def log(self, line: bytes) -> None:
+        if self._committer is not None:
+            self._committer.log(line)
+        elif self.crawl_log is not None:  # no journal: the lines go to the writer every few ms
+            self._loose.append(line)
+            if self._loose_handle is None:
+                self._loose_handle = self._loop.call_later(COMMIT_INTERVAL, self._write_loose)
+
+    def _write_loose(self) -> None:
+        self._loose_handle = None
+        lines, self._loose = self._loose, []
+        if lines:
+            self._writer.submit(self.crawl_log.write, lines, on_error=self._on_error)
 
     def holds(self, running: int, cap: int) -> bool:
         com = self._committer
@@ -274,6 +316,8 @@ class LocalState:
                   file=err)
         for message in self.store_damage:
             print(f"larbin_py: damaged state: {message}", file=err)
+        for message in self.crawl_log_damage:
+            print(f"larbin_py: damaged state: {message}", file=err)
         if self._replay is not None and self._replay.unsynced:
             print(f"larbin_py: {self._replay.unsynced} commits of the journal dropped: what they cover is not "
                   "all on disk (the machine stopped before a checkpoint); their pages are fetched again",
@@ -305,9 +349,14 @@ class LocalState:
 
     # -- the end ----------------------------------------------------------
     def close_commits(self) -> None:
-        """No more commits (the last checkpoint was written): before the outputs close."""
+        """No more commits (the last checkpoint was written): before the outputs close.
+        Without commits, the crawl log's last lines go to the writer now."""
         if self._committer is not None:
             self._committer.close()
+        if self._loose_handle is not None:
+            self._loose_handle.cancel()
+        if self._loose and self._writer is not None:
+            self._write_loose()
 
     def close(self, frontier: Scheduler, *, broken: bool) -> list[OSError]:
         """Close the journal, the logs, the stores and the seen log; the failures returned.
@@ -321,6 +370,8 @@ class LocalState:
         if self._committer is not None:
             self._committer.close_journal()
         closes = [self._robots_log.close] if self._robots_log is not None else []
+        if self.crawl_log is not None:
+            closes.append(self.crawl_log.close)
         closes.append(frontier.close)
         for close in closes:
             try:
@@ -346,6 +397,8 @@ class LocalState:
         """
         if self._robots_log is not None:
             self._robots_log.close()
+        if self.crawl_log is not None:
+            self.crawl_log.close()
         self.seen.close()
         frontier.close()
         if not self.reload:

@@ -14,6 +14,11 @@ no user analyzer wants it) is parsed here, as with ``analysisWorkers 0``,
 and so is every page when the crawl state keeps the links on the loop
 (``links_on_loop``: the distributed mode, whose acks precede an answer).
 
+Every outcome goes to the crawl state's ``done`` with its crawl log line
+(larbin_py.crawllog: status, size, how the URL was found, digest...), and
+every robots.txt answer to its ``log``; the lines are made here, where the
+answer is known, and written by the commit that covers the outcome.
+
 It shares the engine's state (its counters, the crawl state's ``done``) the
 way an uvicorn protocol shares its server's: passed in, never looked up.
 """
@@ -24,9 +29,10 @@ import time
 
 from . import outcomes
 from . import parse as parse_mod
+from .crawllog import format_line, payload_digest
 from .frontier.protocol import Scheduler
 from .frontier.scheduler import Request
-from .frontier.store import UrlRecord
+from .frontier.store import VIA_KINDS, UrlRecord
 from .journal import FETCHED
 from .output import Document, OutputError
 from .page_digests import PageDigests
@@ -59,6 +65,9 @@ class PageHandler:
         #: pageNoDuplicate: the first URL of each page content, bounded, kept across --reload.
         self.digests = PageDigests()
         self._from_request = False  # an outcome being recorded comes from a request of ours
+        self._answer: tuple = (None, None)  # (record, result) of the answer being applied
+        #: Crawl log lines are made (crawlLog is not none).
+        self.logging = config.crawl_log_path is not None
         #: The analysis stage (larbin_py.analysis.stage), or None: analysis inline (analysisWorkers 0).
         self.analysis = None
 
@@ -104,6 +113,7 @@ class PageHandler:
                 jar.receive(req.url, [v for n, v in res.headers if n == b"set-cookie"], time.time())
         self.counts.bytes += res.bytes_read
         self._from_request = True
+        self._answer = (req.record, res)
         try:
             self.on_answer(req, res)
         except OutputError as exc:
@@ -111,6 +121,7 @@ class PageHandler:
             self.fail(f"output failed: {exc}")
         finally:
             self._from_request = False
+            self._answer = (None, None)
 
     def sub_request(self, req: Request, res) -> None:
         """A request a dynamic page's scripts made (paced by the frontier): counted like any."""
@@ -130,6 +141,13 @@ class PageHandler:
             self.counts.requests += 1
         else:
             self.observe(req, res, self.now())
+        if self.logging:
+            answered = res.status is not None
+            self.crawl_state.log(format_line(
+                when=time.time(), status=res.status, url=res.url, reason=res.error or "robots",
+                size=len(res.body) if answered else None, via="prerequisite", referrer=req.url if hop else "",
+                content_type=res.content_type, duration=res.elapsed if answered else None,
+                digest=payload_digest(res.body) if answered else None))
 
     def observe(self, req: Request, res, now: float) -> None:
         """Feed the answer's round-trip time to the flow controllers."""
@@ -196,7 +214,11 @@ class PageHandler:
             # without its links offered or its analysis tasks queued (a failed
             # write to the queue stops the crawl with the page still to do).
             self.analyze(req, res)
-        self.crawl_state.done(req.url, FETCHED, True)
+        line = None
+        if self.logging:
+            line = self.line(req.record, "duplicate" if duplicate_of else "ok", res,
+                             digest=payload_digest(res.body))
+        self.crawl_state.done(req.url, FETCHED, True, line)
         self.counts.last.append({"url": req.url, "status": res.status, "reason": "ok", "bytes": len(res.body),
                                  "time": time.time()})
         self.log(req, res, "duplicate" if duplicate_of else "ok")
@@ -222,9 +244,24 @@ class PageHandler:
             self.frontier.admission.offer(req.url, req.record.depth, page.links, embeds=page.embeds)
 
     def on_forget(self, rec: UrlRecord, reason: str) -> None:
-        """The frontier forgot a URL (its ``on_forget``): recorded as done."""
-        self.crawl_state.done(rec.url, reason, self._from_request)
+        """The frontier forgot a URL (its ``on_forget``): recorded as done, with
+        the answer that ended it in its crawl log line when there was one."""
+        line = None
+        if self.logging:
+            answered, res = self._answer
+            line = self.line(rec, reason, res if answered is rec else None)
+        self.crawl_state.done(rec.url, reason, self._from_request, line)
         self.counts.last.append({"url": rec.url, "status": None, "reason": reason, "bytes": 0, "time": time.time()})
+
+    @staticmethod
+    def line(rec: UrlRecord, reason: str, res=None, *, digest: str | None = None, recrawl: str = "") -> bytes:
+        """The crawl log line of ``rec``'s outcome (``res``: the answer that ended it, if any)."""
+        answered = res is not None and res.status is not None
+        return format_line(
+            when=time.time(), status=res.status if answered else None, url=rec.url, reason=reason,
+            size=len(res.body) if answered else None, via=VIA_KINDS.get(rec.via, ""), referrer=rec.ref,
+            content_type=res.content_type if answered else None,
+            duration=res.elapsed if res is not None else None, digest=digest, recrawl=recrawl)
 
     @staticmethod
     def document(req: Request, res, duplicate_of: str | None) -> Document:

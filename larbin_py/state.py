@@ -195,6 +195,7 @@ class RobotsLog:
                 if keep < len(data):
                     f.truncate(keep)
         self._f = open(path, "ab", buffering=0, opener=opener)
+        self._size = self._f.seek(0, os.SEEK_END)
         self._buf: list[bytes] = []
 
     def append(self, robots_url: str, when: float, body: bytes | None) -> None:
@@ -209,11 +210,17 @@ class RobotsLog:
                 view = memoryview(b"".join(self._buf))
                 self._buf.clear()
                 while view:  # an unbuffered write may be short (a disk filling up)
-                    view = view[self._f.write(view):]
+                    n = self._f.write(view)
+                    self._size += n
+                    view = view[n:]
             if sync:
                 os.fsync(self._f.fileno())
         except OSError as exc:
             raise _named(exc, self.path)
+
+    def position(self) -> int:
+        """Bytes written to the file (after :meth:`flush`: a commit records it, --reload cuts to it)."""
+        return self._size
 
     def close(self) -> None:
         try:

@@ -152,6 +152,8 @@ NON_DEFAULTS = {
     "save_dir": "my save",
     "state_dir": "/var/lib/larbin/state",
     "files_per_dir": 1,
+    "crawl_log": "/var/log/larbin/crawl.log",
+    "crawl_log_max_bytes": 0,
     "retries": 0,
     "connexions_per_ip": 4,
     "flow_control": False,
@@ -550,6 +552,7 @@ BAD_NUMBERS = [
     ("redisReplicas", "17"), ("redisReplicas", "-1"),
     ("analysisWorkers", "257"), ("analysisWorkers", "-1"), ("analysisRetries", "101"), ("analysisTimeout", "0"),
     ("analysisBackoff", "3601"), ("analysisQueueMax", "0"),
+    ("crawlLogMaxBytes", "-1"), ("crawlLogMaxBytes", "1125899906842625"),
 ]
 
 
