@@ -52,12 +52,10 @@ This module formats lines (sans-I/O: :func:`format_line`) and owns the file
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import time
 
-from .output.base import escape_field, unescape_field
+from .output.base import escape_field, payload_digest, unescape_field
 from .owner_only import opener
 
 __all__ = ["CODES", "FIELDS", "CrawlLogFile", "cut_crawl_log", "format_line", "parse_line", "payload_digest",
@@ -91,11 +89,6 @@ OTHER_CODE = -9999
 def status_code(reason: str) -> int:
     """The status field of an outcome forgotten for ``reason`` without an answer."""
     return CODES.get(reason, OTHER_CODE)
-
-
-def payload_digest(body: bytes) -> str:
-    """``sha1:`` and the base32 SHA-1 of ``body`` (the form of WARC-Payload-Digest)."""
-    return "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode("ascii")
 
 
 def _iso(when: float) -> str:

@@ -81,6 +81,8 @@ class PageHandler:
         self.fetcher = fetcher
         self.output = output
         self.dynamic = dynamic
+        #: outputMode warc: every exchange is archived, not only the pages saved.
+        self.archive_all = getattr(output, "mode", None) == "warc"
 
     # -- the request ------------------------------------------------------
     async def run(self, req: Request) -> None:
@@ -124,9 +126,11 @@ class PageHandler:
             self._answer = (None, None)
 
     def sub_request(self, req: Request, res) -> None:
-        """A request a dynamic page's scripts made (paced by the frontier): counted like any."""
+        """A request a dynamic page's scripts made (paced by the frontier): counted like any,
+        archived like any."""
         self.counts.requests += 1
         self.counts.bytes += res.bytes_read
+        self.archive(res)
 
     def robots_answered(self, req: Request, res, hop: int) -> None:
         """Count a robots.txt answer; the first of a request feeds the flow controllers.
@@ -141,6 +145,7 @@ class PageHandler:
             self.counts.requests += 1
         else:
             self.observe(req, res, self.now())
+        self.archive(res)
         if self.logging:
             answered = res.status is not None
             self.crawl_state.log(format_line(
@@ -172,6 +177,8 @@ class PageHandler:
                                  bytes_read=res.bytes_read, retry_after=res.retry_after,
                                  retries=c.retries, retries_left=rec.retries, wait_duration=c.wait_duration)
         kind, reason = action.kind, action.reason
+        if kind != outcomes.SUCCESS:
+            self.archive(res)  # a redirect, an error, a busy answer: the WARC keeps every exchange
         if kind == outcomes.SUCCESS:
             self.on_success(req, res, now)
         elif kind == outcomes.REDIRECT:
@@ -202,12 +209,15 @@ class PageHandler:
         policy = outcomes.content_policy(res.content_type, any_type=c.any_type, get_image=c.get_image,
                                          specific_search=c.specific_search, specific_set=c.specific_set)
         if not policy.wanted:
+            self.archive(res)
             fr.forget(req, "badType", now)
             self.log(req, res, "badType")
             return
         duplicate_of = self.digests.first_of(res.body, req.url) if c.page_no_duplicate else None
         if policy.save:
             self.output.write(self.document(req, res, duplicate_of))
+        else:
+            self.archive(res)
         fr.fetched_ok(req, now)
         if policy.is_html and duplicate_of is None:
             # Before the outcome is recorded: a page is never done in the journal
@@ -262,6 +272,16 @@ class PageHandler:
             size=len(res.body) if answered else None, via=VIA_KINDS.get(rec.via, ""), referrer=rec.ref,
             content_type=res.content_type if answered else None,
             duration=res.elapsed if res is not None else None, digest=digest, recrawl=recrawl)
+
+    def archive(self, res) -> None:
+        """outputMode warc: keep the exchange ``res`` (an answer not saved as a page) in the WARC."""
+        if self.archive_all and res.status is not None:
+            doc = Document(url=res.url, status=res.status, headers=res.headers, body=res.body,
+                           content_type=res.content_type, fetched_at=time.time(), ip=res.ip,
+                           raw_request=res.raw_request or None, raw_response_head=res.raw_response_head or None,
+                           raw_body=getattr(res, "raw_body", None), archive_only=True,
+                           truncated=res.error == "tooBig")
+            self.output.write(doc)
 
     @staticmethod
     def document(req: Request, res, duplicate_of: str | None) -> Document:

@@ -37,9 +37,11 @@ class MirrorOutput:
             self._tree.close()
             raise
 
-    def write(self, doc: Document) -> str:
+    def write(self, doc: Document) -> str | None:
         if self._closed:
             raise OutputError("write after close")
+        if doc.archive_only:  # an exchange only a WARC keeps
+            return None
         parts = url_to_parts(doc.url)
         body = doc.body
         relpath = self._tree.write(parts[:-1], parts[-1], body)
