@@ -16,6 +16,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from .frontier.stats import frontier_stats
+from .recrawl import VERDICTS
 
 __all__ = ["Counters", "EngineStats", "Summary"]
 
@@ -37,10 +38,13 @@ class Counters:
     rtts: deque = field(default_factory=lambda: deque(maxlen=512))
     #: The last outcomes, for the stats page.
     last: deque = field(default_factory=lambda: deque(maxlen=20))
+    #: A recrawl's verdicts (larbin_py.recrawl.VERDICTS): unchanged, changed, new, gone...
+    recrawl: Counter = field(default_factory=Counter)
 
     def to_state(self) -> dict:
         return {"bytes": self.bytes, "requests": self.requests, "robots_requests": self.robots_requests,
-                "rejected": dict(self.rejected), "page_errors": dict(self.page_errors)}
+                "rejected": dict(self.rejected), "page_errors": dict(self.page_errors),
+                "recrawl": dict(self.recrawl)}
 
     def restore(self, doc: dict) -> None:
         self.bytes = int(doc.get("bytes", 0))
@@ -48,6 +52,7 @@ class Counters:
         self.robots_requests = int(doc.get("robots_requests", 0))
         self.rejected.update({k: int(v) for k, v in doc.get("rejected", {}).items()})
         self.page_errors.update({k: int(v) for k, v in doc.get("page_errors", {}).items()})
+        self.recrawl.update({k: int(v) for k, v in doc.get("recrawl", {}).items()})
 
 
 @dataclass
@@ -76,6 +81,8 @@ class Summary:
     h11_handovers: int = 0
     cookies: dict | None = None  # the jar's counts (useCookies), see larbin_py.net.cookies
     dynamic: dict | None = None  # dynamicPages: renders by reason, sub-requests, browser (net.dynamic)
+    #: A recrawl's verdicts (larbin_py.recrawl): None in a crawl that revisits nothing.
+    recrawl: dict | None = None
 
     @property
     def pages_per_second(self) -> float:
@@ -114,6 +121,11 @@ class Summary:
                          + f"; {d['sub_requests']} sub-requests, {sum(d['sub_refused'].values())} refused"
                          + (f" ({refused})" if refused else "")
                          + f"; browser crashes {d['crashes']}, starts {d['browser_starts']}")
+        if self.recrawl is not None:
+            r = self.recrawl
+            lines.append(f"  recrawl         unchanged {r.get('unchanged', 0)} ({r.get('notModified', 0)} not "
+                         f"modified), changed {r.get('changed', 0)}, new {r.get('new', 0)}, gone "
+                         f"{r.get('gone', 0)}, kept {r.get('kept', 0)}, skipped {r.get('skipped', 0)}")
         if self.failed:
             lines.append(f"  FAILED: {self.failed}")
         return "\n".join(lines)
@@ -155,7 +167,15 @@ class EngineStats:
             h11_handovers=_stat(http, "h11_handovers"),
             cookies=e.crawl_state.cookies.stats if e.crawl_state.cookies is not None else None,
             dynamic=e.edge.dynamic.stats if e.edge.dynamic is not None else None,
+            recrawl=self._recrawl(),
         )
+
+    def _recrawl(self) -> dict | None:
+        """A recrawl's verdicts, every one named (None when the crawl revisits nothing)."""
+        rc = self.engine.recrawl
+        if rc is None or not rc.active:
+            return None
+        return {v: self.engine.counts.recrawl.get(v, 0) for v in VERDICTS}
 
     def _flow_snapshot(self) -> dict:
         e = self.engine
@@ -228,6 +248,7 @@ class EngineStats:
             "last": list(e.counts.last),
             "limit_time": e.config.limit_time or None,
             "dynamic": e.edge.dynamic.stats if e.edge.dynamic is not None else None,
+            "recrawl": self._recrawl(),
         }
 
 

@@ -12,10 +12,11 @@ end.  A commit writes, in this order, with ``write()`` (into the kernel):
    output's position is read then;
 2. the URL stores' appends (the links those pages queued) and the seen log
    (written by the loop before the commit is handed to the writer);
-3. the crawl log's lines of those outcomes (larbin_py.crawllog), then
+3. the crawl log's lines of those outcomes (larbin_py.crawllog) and the
+   records of the pages fetched, for the next crawl (larbin_py.records), then
 4. one journal line: the outcomes, the stores' write positions, the seen
-   log's length, the output's position, the crawl log's and the robots.txt
-   log's positions, with a CRC32.
+   log's length, the output's position, the crawl log's, the robots.txt
+   log's and the records' positions, with a CRC32.
 
 Two kinds of crash, two guarantees:
 
@@ -54,8 +55,9 @@ older journals go once it is durable.
 
 Line format: ``crc32hex JSON`` with the JSON ``{"done": [[url, outcome],
 ...], "stores": {"main": [seg, off], "priority": [seg, off]}, "seen": bytes,
-"output": {...}, "crawl_log": [rotations, offset], "robots": bytes}``
-(the last two when kept); outcome ``""`` means fetched.  A commit may carry
+"output": {...}, "crawl_log": [rotations, offset], "robots": bytes,
+"records": [bytes, bytes]}`` (the last three when kept); outcome ``""``
+means fetched.  A commit may carry
 no outcome, only crawl log lines (robots.txt answers).  The output's position
 holds the index length; the index line of each page gives its file and
 length, which is what the check on ``--reload`` compares with the disk.
@@ -69,6 +71,7 @@ import stat
 from dataclasses import dataclass, field
 
 from .crawllog import rotations_of, cut_crawl_log
+from .records import cut_records, links_path, records_path
 from .frontier.store import UrlRecord, cut_segments, segment_path
 from .logline import frame, unframe
 from .output.base import INDEX_NAME, parse_index_line
@@ -142,7 +145,7 @@ class Replay:
 
 def read_journals(state_dir: str, serial: int, *, checkpoint: dict | None = None,
                   save_dir: str | None = None, seen_log: str | None = None,
-                  crawl_log: str | None = None) -> Replay:
+                  crawl_log: str | None = None, generation: int | None = None) -> Replay:
     """Read ``journal-N`` for every N >= ``serial`` in order, to the first damage.
 
     With ``checkpoint`` (the checkpoint's document), the commits are then
@@ -168,7 +171,7 @@ def read_journals(state_dir: str, serial: int, *, checkpoint: dict | None = None
                 records.append(record)
     if checkpoint is not None and records:
         keep = valid_commits(state_dir, checkpoint, records, save_dir,
-                             seen_log or os.path.join(state_dir, "seen.log"), crawl_log)
+                             seen_log or os.path.join(state_dir, "seen.log"), crawl_log, generation)
         replay.unsynced = len(records) - keep
         del records[keep:]
     for record in records:
@@ -194,7 +197,8 @@ def _warc_size(save_dir: str, name) -> int:
 
 
 def _commit_on_disk(state_dir: str, record: dict, save_dir: str | None, seen_size: int,
-                    index_size: int, crawl_log: tuple[int, int] | None = None) -> bool:
+                    index_size: int, crawl_log: tuple[int, int] | None = None,
+                    records: tuple[int, int] | None = None) -> bool:
     """Are the positions ``record`` names all within the files (stores, seen log, output)?"""
     try:
         for name in ("main", "priority"):
@@ -207,6 +211,9 @@ def _commit_on_disk(state_dir: str, record: dict, save_dir: str | None, seen_siz
         if crawl_log is not None and "crawl_log" in record:
             rotations, offset = (int(x) for x in record["crawl_log"])
             if rotations == crawl_log[0] and offset > crawl_log[1]:
+                return False
+        if records is not None and "records" in record:
+            if any(int(want) > have for want, have in zip(record["records"], records)):
                 return False
         output = record["output"]
         if output.get("mode") in ("mirror", "save", "warc"):
@@ -261,7 +268,7 @@ def _first_bad_line(save_dir: str, mode: str, start: int, end: int) -> int | Non
 
 
 def valid_commits(state_dir: str, checkpoint: dict, records: list[dict], save_dir: str | None,
-                  seen_log: str, crawl_log: str | None = None) -> int:
+                  seen_log: str, crawl_log: str | None = None, generation: int | None = None) -> int:
     """How many of ``records`` (commits after ``checkpoint``, in order) are on disk.
 
     After a process crash every byte written is in the kernel's cache and
@@ -278,6 +285,9 @@ def valid_commits(state_dir: str, checkpoint: dict, records: list[dict], save_di
     log_end = None
     if crawl_log is not None:  # the crawl log's rotations and the current file's length
         log_end = (rotations_of(crawl_log), max(_size(crawl_log), 0))
+    kept = None
+    if generation is not None:  # the records' and their links' lengths
+        kept = (max(_size(records_path(state_dir, generation)), 0), max(_size(links_path(state_dir, generation)), 0))
     base_output = checkpoint.get("output") or {}
     mode = base_output.get("mode")
     disk = mode in ("mirror", "save", "warc") and save_dir is not None
@@ -286,7 +296,7 @@ def valid_commits(state_dir: str, checkpoint: dict, records: list[dict], save_di
         index_size = _size(os.path.join(save_dir, INDEX_NAME))
     keep = 0
     for record in records:
-        if not _commit_on_disk(state_dir, record, save_dir, seen_size, index_size, log_end):
+        if not _commit_on_disk(state_dir, record, save_dir, seen_size, index_size, log_end, kept):
             break
         keep += 1
     if not disk or keep == 0:
@@ -306,13 +316,15 @@ def valid_commits(state_dir: str, checkpoint: dict, records: list[dict], save_di
 
 
 def cut_to_commit(state_dir: str, doc: dict, replay: Replay, seen_log: str, *,
-                  robots_log: str | None = None, crawl_log: str | None = None) -> list[str]:
+                  robots_log: str | None = None, crawl_log: str | None = None,
+                  records: int | None = None) -> list[str]:
     """Cut the state in ``state_dir`` back to the last commit (see the module docstring).
 
     Updates ``doc["output"]`` to the position of that commit.  A checkpoint
     written before the journal existed (no ``"commit"``) is left as it is.
     ``robots_log``, ``crawl_log``: those logs' paths, cut too when the
-    commit names their positions.  Returns what the crawl log's cut found
+    commit names their positions; ``records``: the generation whose
+    records (larbin_py.records) are cut too.  Returns what the crawl log's cut found
     damaged (larbin_py.crawllog.cut_crawl_log).
     """
     commit = replay.last if replay.last is not None else doc.get("commit")
@@ -328,6 +340,8 @@ def cut_to_commit(state_dir: str, doc: dict, replay: Replay, seen_log: str, *,
     if robots_log is not None and "robots" in commit and os.path.exists(robots_log) \
             and os.path.getsize(robots_log) > int(commit["robots"]):
         os.truncate(robots_log, int(commit["robots"]))
+    if records is not None and "records" in commit:
+        cut_records(state_dir, records, commit["records"])
     damage = []
     if crawl_log is not None and "crawl_log" in commit:
         damage = cut_crawl_log(crawl_log, commit["crawl_log"])
@@ -366,7 +380,7 @@ class Committer:
     def __init__(self, loop, writer, state_dir: str, *, frontier, seen, seen_log: str,
                  robots_log=None, robots_path: str | None = None, output=None, serial: int = 0,
                  on_durable=None, on_error=None, interval: float = COMMIT_INTERVAL,
-                 sync_commits: bool = False, crawl_log=None) -> None:
+                 sync_commits: bool = False, crawl_log=None, records=None) -> None:
         self._loop = loop
         self.writer = writer
         self.state_dir = state_dir
@@ -386,8 +400,11 @@ class Committer:
         self.sync_commits = sync_commits
         #: The crawl log (a larbin_py.crawllog.CrawlLogFile, written on the writer), or None.
         self.crawl_log = crawl_log
+        #: The records for the next crawl (a larbin_py.records.RecordsWriter, on the writer), or None.
+        self.records = records
         self._pending: list[list[str]] = []
         self._lines: list[bytes] = []
+        self._ops: list = []
         self._pending_requests = 0
         #: Outcomes of requests handed to the writer (loop) / written in a commit (writer).
         self._handed = 0
@@ -442,17 +459,24 @@ class Committer:
             self._lines.append(line)
             self._soon()
 
+    def record(self, op) -> None:
+        """A page's record for the next crawl (larbin_py.records.RecordsWriter.apply's op):
+        written by the next commit, before its journal line."""
+        if self.records is not None:
+            self._ops.append(op)
+            self._soon()
+
     def _soon(self) -> None:
         if self._handle is None:
             delay = self._last_start + self.interval - self._loop.time()
             self._handle = (self._loop.call_later(delay, self._commit) if delay > 0
                             else self._loop.call_soon(self._commit))
 
-    def _take(self) -> tuple[list, int, list[bytes]]:
-        done, n, lines = self._pending, self._pending_requests, self._lines
-        self._pending, self._pending_requests, self._lines = [], 0, []
+    def _take(self) -> tuple[list, int, tuple[list[bytes], list]]:
+        done, n, lines, ops = self._pending, self._pending_requests, self._lines, self._ops
+        self._pending, self._pending_requests, self._lines, self._ops = [], 0, [], []
         self._handed += n
-        return done, n, lines
+        return done, n, (lines, ops)
 
     def _prepare(self, sync: bool, checkpoint: bool = False) -> tuple[dict, int, list[str]]:
         """Write the loop's buffers out; (store positions, seen length, paths to sync).
@@ -496,7 +520,7 @@ class Committer:
 
     def _commit(self) -> None:
         self._handle = None
-        if not self._pending and not self._lines:
+        if not self._pending and not self._lines and not self._ops:
             return
         self._last_start = self._loop.time()
         done, n, lines = self._take()
@@ -509,7 +533,7 @@ class Committer:
             return
         pages = self._take_pages()
         self.writer.submit(self._commit_job, done, positions, seen, paths, n, None, pages, lines,
-                           weight=1 + len(pages), on_error=self.on_error)
+                           weight=1 + len(pages), on_error=self.on_error)  # lines: (crawl log lines, records)
 
     def _take_pages(self) -> list:
         """The pages written since the last commit (this commit's job stores them first)."""
@@ -583,11 +607,12 @@ class Committer:
 
     def _commit_job(self, done: list, stores: dict, seen: int, paths: list[str], n: int,
                     sync: bool | None = None, pages: list | None = None,
-                    lines: list[bytes] | None = None) -> dict:
+                    extra: tuple | None = None) -> dict:
         if pages:  # the pages this commit covers, stored first
             self.output.write_many(pages)
         sync = self.sync_commits if sync is None else sync
         position = self._position(sync, paths)
+        lines, ops = extra if extra is not None else ((), ())
         log = self.crawl_log
         if log is not None:
             if lines:  # the lines of the outcomes this commit covers, before its journal line
@@ -595,10 +620,16 @@ class Committer:
             if sync:
                 log.sync()
             stores["crawl_log"] = log.position()
-        if done or lines:
+        records = self.records
+        if records is not None:
+            records.apply(ops)
+            if sync:
+                records.sync()
+            stores["records"] = records.position()
+        if done or lines or ops:
             record = {"done": done, "stores": {"main": stores["main"], "priority": stores["priority"]},
                       "seen": seen, "output": position}
-            for name in ("crawl_log", "robots"):
+            for name in ("crawl_log", "robots", "records"):
                 if name in stores:
                     record[name] = stores[name]
             self._append(record, sync)
@@ -607,7 +638,7 @@ class Committer:
         return position
 
     def _checkpoint_job(self, done, stores, seen, paths, n, data, carry, serial, lines=None) -> None:
-        position = self._commit_job(done, stores, seen, paths, n, sync=True, lines=lines)
+        position = self._commit_job(done, stores, seen, paths, n, sync=True, extra=lines)
         if self._fd >= 0 and not done:
             os.fdatasync(self._fd)  # the journal's earlier commits (the checkpoint covers them)
         # Commits from here on belong to checkpoint ``serial``: its journal
@@ -619,9 +650,11 @@ class Committer:
         self.serial = serial
         data["output"] = position
         data["commit"] = {"stores": {"main": stores["main"], "priority": stores["priority"]}, "seen": seen}
-        for name in ("crawl_log", "robots"):
+        for name in ("crawl_log", "robots", "records"):
             if name in stores:
                 data["commit"][name] = stores[name]
+        if "records" in stores and isinstance(data.get("records"), dict):
+            data["records"]["position"] = stores["records"]
         write_checkpoint(self.state_dir, data, carry, serial)
         self._seen_committed(seen)
         for n in _journal_serials(self.state_dir):

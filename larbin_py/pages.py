@@ -70,6 +70,8 @@ class PageHandler:
         self.logging = config.crawl_log_path is not None
         #: The analysis stage (larbin_py.analysis.stage), or None: analysis inline (analysisWorkers 0).
         self.analysis = None
+        #: The records for the next crawl and a recrawl's revisit (larbin_py.recrawl), or None.
+        self.recrawl = None
 
     def attach(self, frontier: Scheduler, counts, flow) -> None:
         """The frontier (built with :meth:`on_forget` as its hook), the counters, the flow controller."""
@@ -104,8 +106,11 @@ class PageHandler:
     async def _run(self, req: Request) -> None:
         jar = self.crawl_state.cookies
         fetcher, extra = self.fetcher, {}
+        rc = self.recrawl
         if self.dynamic is not None and (trigger := self.dynamic.trigger(req.url)) is not None:
             fetcher, extra = self.dynamic, {"request": req, "trigger": trigger}  # rendered in Chromium
+        elif rc is not None and (validators := rc.request_headers(req.record)):
+            extra = {"extra_headers": validators}  # a recrawl asks conditionally (larbin_py.recrawl)
         if jar is None:
             res = await fetcher.fetch(req.url, req.ip, req.port, **extra)
         else:  # useCookies: the jar's Cookie header out, the answer's Set-Cookie in
@@ -113,11 +118,16 @@ class PageHandler:
             res = await fetcher.fetch(req.url, req.ip, req.port, cookie=cookie, **extra)
             if res.status is not None and fetcher is self.fetcher:  # the rendering one keeps its own
                 jar.receive(req.url, [v for n, v in res.headers if n == b"set-cookie"], time.time())
+        ok = res.error is None and res.status is not None and 200 <= res.status < 300
+        digest = payload_digest(res.body) if ok and (self.logging or rc is not None) else None
+        stored = None
+        if rc is not None and rc.unchanged(req.record, res, "extra_headers" in extra, digest):
+            stored = await rc.stored(req.record)  # its links, read on the writer thread
         self.counts.bytes += res.bytes_read
         self._from_request = True
         self._answer = (req.record, res)
         try:
-            self.on_answer(req, res)
+            self.on_answer(req, res, stored, digest)
         except OutputError as exc:
             self.frontier.forget(req, "outputError", self.now())
             self.fail(f"output failed: {exc}")
@@ -166,11 +176,18 @@ class PageHandler:
         fr.server_answered(req, rtt, res.status if res.error is None else None, now, res.retry_after)
 
     # -- the outcome table ------------------------------------------------
-    def on_answer(self, req: Request, res) -> None:
-        """Apply the outcome rules (larbin_py.outcomes) to a page request's result."""
+    def on_answer(self, req: Request, res, stored=None, digest: str | None = None) -> None:
+        """Apply the outcome rules (larbin_py.outcomes) to a page request's result.
+
+        ``stored``: the page has not changed since the last crawl (a recrawl's
+        304, or the same body): what that crawl stored of it
+        (larbin_py.recrawl.Stored).  ``digest``: the payload digest of a 2xx body."""
         fr = self.frontier
         now = self.now()
         self.observe(req, res, now)
+        if stored is not None:
+            self.recrawl.on_unchanged(req, res, stored, now)
+            return
         rec = req.record
         c = self.config
         action = outcomes.decide(res.error, res.status, conn_reused=res.conn_reused,
@@ -180,7 +197,7 @@ class PageHandler:
         if kind != outcomes.SUCCESS:
             self.archive(res)  # a redirect, an error, a busy answer: the WARC keeps every exchange
         if kind == outcomes.SUCCESS:
-            self.on_success(req, res, now)
+            self.on_success(req, res, now, digest)
         elif kind == outcomes.REDIRECT:
             fr.forget(req, reason, now)
             self.log(req, res, reason)
@@ -203,7 +220,7 @@ class PageHandler:
             fr.forget(req, reason, now)
             self.log(req, res, res.error if res.error is not None else reason)
 
-    def on_success(self, req: Request, res, now: float) -> None:
+    def on_success(self, req: Request, res, now: float, digest: str | None = None) -> None:
         fr = self.frontier
         c = self.config
         policy = outcomes.content_policy(res.content_type, any_type=c.any_type, get_image=c.get_image,
@@ -219,27 +236,37 @@ class PageHandler:
         else:
             self.archive(res)
         fr.fetched_ok(req, now)
+        links = None
         if policy.is_html and duplicate_of is None:
             # Before the outcome is recorded: a page is never done in the journal
             # without its links offered or its analysis tasks queued (a failed
             # write to the queue stops the crawl with the page still to do).
-            self.analyze(req, res)
+            links = self.analyze(req, res)
+        if digest is None:
+            digest = payload_digest(res.body)
+        verdict = self.recrawl.fetched(req.record, res, digest, links) if self.recrawl is not None else ""
         line = None
         if self.logging:
-            line = self.line(req.record, "duplicate" if duplicate_of else "ok", res,
-                             digest=payload_digest(res.body))
+            line = self.line(req.record, "duplicate" if duplicate_of else "ok", res, digest=digest, recrawl=verdict)
         self.crawl_state.done(req.url, FETCHED, True, line)
         self.counts.last.append({"url": req.url, "status": res.status, "reason": "ok", "bytes": len(res.body),
                                  "time": time.time()})
         self.log(req, res, "duplicate" if duplicate_of else "ok")
 
-    def analyze(self, req: Request, res) -> None:
-        """The page's links to the frontier (the analysis seam: see the module)."""
+    def analyze(self, req: Request, res):
+        """The page's links to the frontier (the analysis seam: see the module).
+
+        Returns what the records of larbin_py.recrawl keep of them: ``(links,
+        embeds)`` when they were read here, None when there are none to
+        follow (nofollow), or the recrawl's ``pending()`` when the analysis
+        processes have them (they come back through ``Recrawl.offer``).
+        """
         st = self.analysis
         if st is not None and st.submit(
                 req.url, req.record.depth, res.body, status=res.status, content_type=res.content_type,
                 charset=res.charset, headers=res.headers) and st.with_links:
-            return  # to the analysis processes; the links come back through offer
+            # to the analysis processes; the links come back through offer
+            return self.recrawl.pending() if self.recrawl is not None else None
         # Inline: analysisWorkers 0, every analysis process's line is full and no
         # user analyzer wants the page (the loop shares the parse), or the links
         # stay on the loop (the stage's with_links off: the distributed mode).
@@ -250,16 +277,20 @@ class PageHandler:
             self.counts.page_errors["parseError"] += 1
         if page.nofollow_links:
             self.counts.rejected["nofollow"] += page.nofollow_links
-        if not page.meta_nofollow:
-            self.frontier.admission.offer(req.url, req.record.depth, page.links, embeds=page.embeds)
+        if page.meta_nofollow:
+            return None
+        self.frontier.admission.offer(req.url, req.record.depth, page.links, embeds=page.embeds)
+        return page.links, page.embeds
 
     def on_forget(self, rec: UrlRecord, reason: str) -> None:
         """The frontier forgot a URL (its ``on_forget``): recorded as done, with
         the answer that ended it in its crawl log line when there was one."""
+        answered, res = self._answer
+        res = res if answered is rec else None
+        verdict = self.recrawl.forgotten(rec, res) if self.recrawl is not None else ""
         line = None
         if self.logging:
-            answered, res = self._answer
-            line = self.line(rec, reason, res if answered is rec else None)
+            line = self.line(rec, reason, res, recrawl=verdict)
         self.crawl_state.done(rec.url, reason, self._from_request, line)
         self.counts.last.append({"url": rec.url, "status": None, "reason": reason, "bytes": 0, "time": time.time()})
 

@@ -154,6 +154,8 @@ NON_DEFAULTS = {
     "files_per_dir": 1,
     "crawl_log": "/var/log/larbin/crawl.log",
     "crawl_log_max_bytes": 0,
+    "recrawl_gone": "delete",
+    "revisit_after": 86400.0,
     "retries": 0,
     "connexions_per_ip": 4,
     "flow_control": False,
@@ -553,6 +555,7 @@ BAD_NUMBERS = [
     ("analysisWorkers", "257"), ("analysisWorkers", "-1"), ("analysisRetries", "101"), ("analysisTimeout", "0"),
     ("analysisBackoff", "3601"), ("analysisQueueMax", "0"),
     ("crawlLogMaxBytes", "-1"), ("crawlLogMaxBytes", "1125899906842625"),
+    ("revisitAfter", "-1"), ("revisitAfter", "315360001"), ("revisitAfter", "nan"),
 ]
 
 

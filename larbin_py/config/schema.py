@@ -245,6 +245,14 @@ class Config:
     crawl_log_max_bytes: int = setting(
         Int("crawlLogMaxBytes", 0, 1 << 50), 1 << 30,
         doc="the crawl log is rotated (crawl.log.1, .2, ...) once it holds this many bytes; 0: never")
+    recrawl_gone: str = setting(
+        Choice("recrawlGone", ("keep", "delete")), "keep",
+        doc="--recrawl: a page that answers 404 or 410 keeps its file and index line in the mirror (keep) or "
+            "loses them (delete)")
+    revisit_after: float = setting(
+        Seconds("revisitAfter", 0, 315_360_000), 0.0,
+        doc="--recrawl: pages that answered fewer seconds ago are not asked again (their files and links "
+            "are kept); 0: every page is asked")
 
     # Connections and flow control
     pages_connexions: int = setting(

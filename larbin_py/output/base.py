@@ -99,6 +99,11 @@ class Document:
     refers_to_date: float | None = None
     #: The body was cut at maxPageSize (the WARC says ``WARC-Truncated: length``).
     truncated: bool = False
+    #: A recrawl's page whose file stays as it is (no request, or an answer without a
+    #: page: skipped, kept, gone and kept): the mirror indexes the file it has; the
+    #: others write nothing.  ``remove``: a page gone, taken out of the mirror.
+    keep: bool = False
+    remove: bool = False
 
 
 class OutputError(Exception):

@@ -45,7 +45,7 @@ class SaveOutput:
     def write(self, doc: Document) -> str | None:
         if self._closed:
             raise OutputError("write after close")
-        if doc.archive_only:  # an exchange only a WARC keeps
+        if doc.archive_only or doc.keep or doc.remove:  # an exchange only a WARC keeps; a recrawl's
             return None
         n = self._next
         dir_number, file_number = divmod(n, self.files_per_dir)

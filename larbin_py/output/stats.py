@@ -20,7 +20,7 @@ class StatsOutput:
         self.stats = OutputStats()
 
     def write(self, doc: Document) -> None:
-        if not doc.archive_only:  # an exchange only a WARC keeps is no page
+        if not (doc.archive_only or doc.keep or doc.remove):  # an exchange only a WARC keeps is no page
             self.stats.count(doc, len(doc.body))
         return None
 

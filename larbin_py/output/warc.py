@@ -390,6 +390,8 @@ class WarcOutput:
     def write(self, doc: Document) -> str | None:
         if self._closed:
             raise OutputError("write after close")
+        if doc.keep or doc.remove:  # a file of the mirror's: nothing was fetched to archive
+            return None
         if self._fd < 0:
             self._open_next()
         body = doc.raw_body if doc.raw_body is not None else doc.body
