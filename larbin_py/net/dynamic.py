@@ -509,12 +509,21 @@ class _Render:
         if p.get("name") == "load" and p.get("frameId") == self.tab.target_id:
             self.loads.add(p.get("loaderId"))
             if self.loader_id is not None and self.loader_id in self.loads:
-                self.loaded.set()
+                self._loaded()
 
     def navigated(self, loader_id: str | None) -> None:
         self.loader_id = loader_id
         if loader_id in self.loads:
-            self.loaded.set()
+            self._loaded()
+
+    def _loaded(self) -> None:
+        """The page loaded: the idle clock starts again from here.  The network
+        service's ``Fetch.requestPaused`` for a request the page's scripts made
+        while loading may come after the renderer's ``load`` event (seen on a
+        loaded machine): a page loaded after more than IDLE s must still give
+        it IDLE s to arrive, or the render ends before the request is served."""
+        self._touch()
+        self.loaded.set()
 
     def _served(self, task: asyncio.Task) -> None:
         self.tasks.discard(task)
