@@ -28,9 +28,7 @@ from __future__ import annotations
 import sys
 
 from .frontier.assembly import assemble
-from .net.browser import Browser, BrowserUnavailable
 from .net.dns import Resolver
-from .net.dynamic import build_dynamic
 from .net.http import Fetcher
 from .output import OutputError, make_output
 from .output.writer import ThreadedOutput, WriterThread
@@ -87,7 +85,7 @@ class Edge:
         self.resolver, self.fetcher, self.output = resolver, fetcher, output
         self.writer: WriterThread | None = None
         self.robots: RobotsFetch | None = None
-        self.browser: Browser | None = None
+        self.browser = None  # a larbin_py.net.browser.Browser
         self.dynamic = None
 
     async def start_browser(self) -> None:
@@ -95,6 +93,8 @@ class Edge:
         start: StartError, exit 2); with dynamicSandbox off, a warning line first."""
         if not self.config.dynamic_pages:
             return
+        from .net.browser import Browser, BrowserUnavailable  # imported only for dynamicPages
+
         self.browser = Browser.for_config(self.config)
         if self.browser.warning is not None:
             print(f"larbin_py: warning: {self.browser.warning}", file=self.err)
@@ -142,11 +142,13 @@ class Edge:
         st.open(loop, self.writer, self.output, frontier=frontier, on_durable=on_room,
                 on_error=failures.on_io_error)
         if self.browser is not None:
+            from .net.dynamic import build_dynamic
+
             self.dynamic = build_dynamic(c, self.fetcher, frontier, self.browser, now=now, clock=loop.time,
                                          on_sub_request=pages.sub_request, jar=st.cookies)
         pages.start(self.fetcher, self.output, self.dynamic)
         if analysis is not None:
-            analysis.start(loop)
+            analysis.start(loop, eager=True)  # its processes start while the first DNS and robots.txt go
             committer = getattr(st, "committer", None)
             if committer is not None:  # a checkpoint (and syncCommits) fsyncs the analysis queue too
                 committer.sync_also = analysis.queue.sync_paths

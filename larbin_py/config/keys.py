@@ -39,7 +39,6 @@ import math
 import re
 from typing import Any
 
-from ..net.dynamic import parse_rule as _parse_dynamic_rule
 from ..redact import SHOWN, redact_text, redact_url
 from .errors import Bad
 from .values import CONTROL_RE, ZkAuth, check_zk_hosts, check_zk_path, format_server, parse_server, port
@@ -660,7 +659,9 @@ class DynamicPages(Words):
 
     def item_line(self, words: list[str]) -> tuple[str, str]:
         try:
-            return _parse_dynamic_rule(words)
+            from ..net.dynamic import parse_rule  # the browser's modules only when dynamicPages is set
+
+            return parse_rule(words)
         except ValueError as exc:
             raise Bad(str(exc)) from None
 

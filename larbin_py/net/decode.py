@@ -15,7 +15,6 @@ Everything here is sans-I/O and cheap enough for the per-page path.
 
 from __future__ import annotations
 
-import email.utils
 import zlib
 
 __all__ = ["BodyDecoder", "DecodeError", "media_type", "parse_retry_after"]
@@ -121,6 +120,8 @@ def parse_retry_after(value: bytes, now_epoch: float) -> float | None:
     if text.isdigit():
         return float(int(text))
     try:
+        import email.utils  # an HTTP date in Retry-After: rare, and email costs every start
+
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):
         return None
