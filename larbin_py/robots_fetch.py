@@ -49,12 +49,14 @@ class RobotsFetch:
     ``log``: the robots log kept for --reload (None: not kept);
     ``on_answer(req, res, hop)``: every answer, for the engine's counters
     (hop 0 is the request the frontier started, later hops follow-ups);
-    ``rejected``: the counter of refused URLs (``privateAddress``).
+    ``rejected``: the counter of refused URLs (``privateAddress``);
+    ``on_rules(req, rules)``: a site's rules were read (None: no restriction),
+    after the frontier has them (``sitemaps``: larbin_py.sitemap_fetch).
     """
 
     def __init__(self, frontier, fetcher, lookup: Callable[[str], Awaitable], *, now: Callable[[], float],
                  log=None, on_answer=None, rejected: Counter | None = None,
-                 sleep=asyncio.sleep, wall: Callable[[], float] = time.time) -> None:
+                 sleep=asyncio.sleep, wall: Callable[[], float] = time.time, on_rules=None) -> None:
         self.frontier = frontier
         self.fetcher = fetcher
         self.lookup = lookup
@@ -64,6 +66,7 @@ class RobotsFetch:
         self.rejected = rejected if rejected is not None else Counter()
         self.sleep = sleep
         self.wall = wall
+        self.on_rules = on_rules
 
     async def run(self, req: Request) -> None:
         """Fetch ``req``'s robots.txt, following redirects, and tell the frontier."""
@@ -127,3 +130,5 @@ class RobotsFetch:
             self.log.append(req.url, self.wall(), body)
         rules = robots_mod.RobotsTxt.parse(body) if body is not None else robots_mod.RobotsTxt.allow_all()
         self.frontier.robots_known(req, rules, robots_mod.CACHE_TTL, self.now())
+        if self.on_rules is not None:
+            self.on_rules(req, rules if body is not None else None)

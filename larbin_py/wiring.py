@@ -131,7 +131,8 @@ class Edge:
                 clock=loop.time,  # the scheduler's clock: send times compare with starts
             )
         self.robots = RobotsFetch(frontier, self.fetcher, lookup, now=now, log=getattr(st, "robots_log", None),
-                                  on_answer=pages.robots_answered, rejected=rejected)
+                                  on_answer=pages.robots_answered, rejected=rejected,
+                                  on_rules=pages.robots_read if c.sitemaps else None)
         if self.output is None:
             self.output = make_output(c, position=st.output_position())
         disk = getattr(self.output, "mode", None) in DISK_MODES

@@ -127,8 +127,8 @@ class Scheduler(Protocol):
         """The page was fetched."""
         ...
 
-    def forget(self, req: "Request", reason: str, now: float) -> None:
-        """The page request ended for good without a page."""
+    def forget(self, req: "Request", reason: str, now: float, *, error: bool = True) -> None:
+        """The page request ended for good without a page (``error`` False: a good answer not kept)."""
         ...
 
     def retry(self, req: "Request", reason: str, now: float, delay: float = 0.0, *, free: bool = False) -> bool:

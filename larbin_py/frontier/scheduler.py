@@ -606,11 +606,16 @@ class Frontier:
             self.on_done(req.record, "fetched")
         self._release(req, now)
 
-    def forget(self, req: Request, reason: str, now: float) -> None:
-        """The page request ended for good without a fetched page."""
+    def forget(self, req: Request, reason: str, now: float, *, error: bool = True) -> None:
+        """The page request ended for good without a fetched page.
+
+        ``error`` False: the answer was good but the page is not kept (``noindex``,
+        ``canonicalised``): not counted among the site's errors.
+        """
         site = req.site
-        site.errors += 1
-        self.failing.update(site.key, site.errors)
+        if error:
+            site.errors += 1
+            self.failing.update(site.key, site.errors)
         self._forget(req.record, reason)
         self._release(req, now)
 

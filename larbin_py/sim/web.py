@@ -39,6 +39,7 @@ from html import escape
 
 from .links import LinkWriter, relative, render_attr
 from .model import ROBOTS_SIZE_LIMIT, Host, Link, Resource, RobotsProfile, base_url
+from .scope import add_scope
 from .trap import trap_page, trap_root
 
 __all__ = ["SimConfig", "SimWeb", "DEFAULT_ROBOTS_MIX", "ROBOTS_SIZE_LIMIT", "Host", "Link",
@@ -101,6 +102,7 @@ class SimConfig:
     load: dict[str, tuple[float, ...]] = field(default_factory=dict)
     seeds: int | None = None  # number of h{i} roots in sim.seeds (None = all)
     dynamic: bool = False  # js.sim.test: links written by JavaScript (sim.dynamic), its root a seed
+    scope: bool = False  # sim.scope: sitemaps, noindex and nofollow pages, canonical pairs on each h{i}
 
 
 DEFAULT_ROBOTS_MIX = {
@@ -319,6 +321,8 @@ class _Generator:
             if idx == 0 and kind in ("error", "timeout", "agent"):
                 kind = "absent"  # h0's root links the special hosts: keep it crawlable
             h.robots = self._robots(h, rng, kind)
+            if c.scope and idx < n:
+                add_scope(h, self.port, c.seed, hosts)
         web._max_layer = max((r.layer for h in all_hosts for r in h.resources.values()), default=0)
         return web
 
