@@ -128,6 +128,7 @@ class PageHandler:
             if res.status is not None and fetcher is self.fetcher:  # the rendering one keeps its own
                 jar.receive(req.url, [v for n, v in res.headers if n == b"set-cookie"], time.time())
         self.counts.bytes += res.bytes_read
+        self.frontier.spent(req, res.bytes_read)
         self._from_request = True
         try:
             self.on_answer(req, res)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import sys
 
 from .frontier.assembly import assemble
+from .frontier.budget import SiteBudget
 from .net.browser import Browser, BrowserUnavailable
 from .net.dns import Resolver
 from .net.dynamic import build_dynamic
@@ -36,6 +37,7 @@ from .output import OutputError, make_output
 from .output.writer import ThreadedOutput, WriterThread
 from .robots_fetch import RobotsFetch
 from .servers import StartError
+from .site_settings import SiteSettings
 
 __all__ = ["Edge", "build_frontier"]
 
@@ -63,10 +65,22 @@ def build_frontier(config, crawl_state, *, rng, agent: str, rules, on_forget, st
         private_networks=c.private_networks, stores=stores, seen=crawl_state.seen, rules=rules,
         retries=c.retries, prune_after=c.prune_after, keep_sites=c.keep_sites,
     )
+    options["budget"] = site_budget(c)
     options.update(crawl_state.frontier_options())
     frontier = assemble(c.state_dir + "/frontier", **options)
     crawl_state.attach(frontier)
     return frontier
+
+
+def site_budget(config) -> SiteBudget:
+    """The sites' budgets: maxPagesBySite, maxBytesBySite, and the ``site`` lines that set their own."""
+    settings = SiteSettings(config.site)
+    limits = None
+    if settings.any("max_pages") or settings.any("max_bytes"):
+        def limits(host: str) -> tuple[int | None, int | None]:
+            rule = settings.for_host(host)
+            return (None, None) if rule is None else (rule.max_pages, rule.max_bytes)
+    return SiteBudget(config.max_pages_by_site, config.max_bytes_by_site, limits)
 
 
 class Edge:

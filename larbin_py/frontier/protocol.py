@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Protocol, runtime_checkabl
 
 if TYPE_CHECKING:
     from .admission import Admission
+    from .budget import SiteBudget
     from .dns_queue import DnsQueue
     from .follow_ups import FollowUps
     from .ip_leases import LeasePolicy
@@ -52,6 +53,7 @@ class Scheduler(Protocol):
     follow_ups: "FollowUps"
     lanes: "Lanes"
     pruning: "Pruning"
+    budget: "SiteBudget"
 
     # -- figures (read; ``max_requests`` is set by flowControl) --------------
     max_requests: int
@@ -121,6 +123,10 @@ class Scheduler(Protocol):
     def server_answered(self, req: "Request", rtt: float | None, status: int | None, now: float,
                         retry_after: float | None = None) -> None:
         """Feed the server's answer to its IP's pace (before the outcome)."""
+        ...
+
+    def spent(self, req: "Request", nbytes: int) -> None:
+        """``nbytes`` of a page's body were read (the site's byte budget)."""
         ...
 
     def fetched_ok(self, req: "Request", now: float) -> None:

@@ -43,6 +43,9 @@ What is here:
 * **Retries**: a URL whose DNS, connection or server failed goes back to the
   tail of its site's FIFO with one retry fewer, and is forgotten with its
   reason when none are left.
+* **Budgets** (:class:`~larbin_py.frontier.budget.SiteBudget`): a page
+  request of a site past its page or byte budget does not start; its URL
+  is forgotten as ``siteBudget``.
 * **Conservation**: ``taken == fetched + sum(forgotten) + queued + in_flight``
   at every moment (see :meth:`Frontier.conservation`).
 * **Hand-over** (the distributed mode): :meth:`Frontier.drop` gives up the
@@ -82,6 +85,8 @@ from .. import robots as robots_mod
 from ..throttle import ServerPace
 from ..url import authority_of
 from .admission import Admission
+from .budget import REASON as BUDGET_REASON
+from .budget import SiteBudget
 from .dns_queue import DnsQueue
 from .follow_ups import FollowUps
 from .ip_leases import IpLeaseGate, OpenGate
@@ -169,6 +174,7 @@ class Frontier:
         on_forget: Callable[[UrlRecord, str], None] | None = None,
         on_done: Callable[[UrlRecord, str], None] | None = None,
         replay: dict[str, str] | None = None,
+        budget: SiteBudget | None = None,
     ) -> None:
         if admission.lanes is not lanes:
             raise ValueError("the admission must queue into the frontier's own lanes")
@@ -183,6 +189,9 @@ class Frontier:
         self.dns = dns if dns is not None else DnsQueue()
         self.pruning = pruning if pruning is not None else Pruning()
         self.ip_leases: IpLeaseGate = ip_leases if ip_leases is not None else OpenGate()
+        #: The sites' page and byte budgets (none by default).
+        self.budget = budget if budget is not None else SiteBudget()
+        self._budget_on = self.budget.active
         #: URLs found done by a --reload's journal and still in the lanes (see the class docstring).
         self.replay: dict[str, str] = replay if replay is not None else {}
         self.refill = WaitRefill(s.max_urls_by_site, replaying=lanes.parked_at_start)
@@ -523,6 +532,12 @@ class Frontier:
                 self._forget(rec, "forbiddenRobots")
                 self._freed(site)
                 continue
+            if self._budget_on and rec.via[:1] != "m":  # a page (a sitemap file spends no budget)
+                if not self.budget.allows(site.key, site.host):
+                    self._forget(rec, BUDGET_REASON)
+                    self._freed(site)
+                    continue
+                self.budget.started(site.key, site.host)
             site.in_flight += 1
             self.in_flight += 1
             return self._start(site, ip, rec, rec.url, PAGE, now)
@@ -560,6 +575,8 @@ class Frontier:
             site.in_flight -= 1
             self.in_flight -= 1
             self._freed(site)
+            if self._budget_on and req.record.via[:1] != "m":
+                self.budget.ended(site.key)
         if ip is not None:
             self._make_ready(site, now)
             self._schedule_ip(ip, now)
@@ -592,6 +609,12 @@ class Frontier:
                 ip.next_allowed = wait
         elif status is not None:
             pace.success()
+
+    def spent(self, req: Request, nbytes: int) -> None:
+        """``nbytes`` of a page's body were read (the site's byte budget)."""
+        rec = req.record
+        if self._budget_on and rec is not None and rec.via[:1] != "m":
+            self.budget.spent(req.site.key, req.site.host, nbytes)
 
     # ------------------------------------------------------------------
     # Outcomes
@@ -643,6 +666,8 @@ class Frontier:
             return False
         self.retried[reason] += 1
         req.record = None  # accounted for here: release only the request
+        if self._budget_on and rec.via[:1] != "m":
+            self.budget.released(site.key)
         site.in_flight -= 1
         self.in_flight -= 1
         if site.dropped:
