@@ -45,6 +45,7 @@ from .frontier.store import UrlRecord
 from .journal import FETCHED
 from .output import Document, OutputError
 from .page_digests import PageDigests
+from .site_settings import SiteSettings
 from .sitemap_fetch import Sitemaps, found_by, is_sitemap
 from .url import host_of
 
@@ -84,6 +85,8 @@ class PageHandler:
         self.canonicals = page_robots.CanonicalLoops()
         #: The sitemap files' answers (larbin_py.sitemap_fetch); made by attach().
         self.sitemaps: Sitemaps | None = None
+        #: larbin.conf's site lines: a host's request headers, UserAgent, cookies, rendering.
+        self.site_rules = SiteSettings(config.site)
 
     def attach(self, frontier: Scheduler, counts, flow) -> None:
         """The frontier (built with :meth:`on_forget` as its hook), the counters, the flow controller."""
@@ -114,11 +117,27 @@ class PageHandler:
             if slot is not None:
                 inflight.end(slot)
 
+    def headers_for(self, host: str) -> tuple:
+        """A ``site`` line's request headers for ``host`` (UserAgent first), or ()."""
+        rule = self.site_rules.for_host(host)
+        return rule.header_bytes if rule is not None else ()
+
     async def _run(self, req: Request) -> None:
+        rule = self.site_rules.for_host(req.site.host)
         jar = self.crawl_state.cookies
+        if jar is not None and not (rule.cookies if rule is not None and rule.cookies is not None
+                                    else self.config.use_cookies):
+            jar = None  # cookies off for this host (a site line), or only some site lines want them
         fetcher, extra = self.fetcher, {}
-        if self.dynamic is not None and not is_sitemap(req.record) and \
-                (trigger := self.dynamic.trigger(req.url)) is not None:
+        if rule is not None and rule.header_bytes:
+            extra = {"extra_headers": rule.header_bytes}
+        trigger = None
+        if self.dynamic is not None and not is_sitemap(req.record):
+            if rule is not None and rule.dynamic is not None:
+                trigger = {"off": None, "on": "none", "scroll": "scroll"}[rule.dynamic]
+            else:
+                trigger = self.dynamic.trigger(req.url)
+        if trigger is not None:
             fetcher, extra = self.dynamic, {"request": req, "trigger": trigger}  # rendered in Chromium
         if jar is None:
             res = await fetcher.fetch(req.url, req.ip, req.port, **extra)
@@ -242,7 +261,9 @@ class PageHandler:
             self.log(req, res, "badType")
             return
         head = policy.is_html and (c.respect_noindex or c.follow_canonical)
-        page = page_robots.read(res.headers, res.body if head else None, req.url, res.charset, self.agents,
+        rule = self.site_rules.for_host(req.site.host)
+        agents = page_robots.agent_names(rule.user_agent) if rule is not None and rule.user_agent else self.agents
+        page = page_robots.read(res.headers, res.body if head else None, req.url, res.charset, agents,
                                 max_url_size=c.max_url_size)
         follow = policy.is_html and not page.nofollow
         skip = None

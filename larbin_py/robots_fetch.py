@@ -51,12 +51,15 @@ class RobotsFetch:
     (hop 0 is the request the frontier started, later hops follow-ups);
     ``rejected``: the counter of refused URLs (``privateAddress``);
     ``on_rules(req, rules)``: a site's rules were read (None: no restriction),
-    after the frontier has them (``sitemaps``: larbin_py.sitemap_fetch).
+    after the frontier has them (``sitemaps``: larbin_py.sitemap_fetch);
+    ``headers_for(host)``: a ``site`` line's request headers for the site
+    (its UserAgent: robots.txt is asked for as that agent), or None.
     """
 
     def __init__(self, frontier, fetcher, lookup: Callable[[str], Awaitable], *, now: Callable[[], float],
                  log=None, on_answer=None, rejected: Counter | None = None,
-                 sleep=asyncio.sleep, wall: Callable[[], float] = time.time, on_rules=None) -> None:
+                 sleep=asyncio.sleep, wall: Callable[[], float] = time.time, on_rules=None,
+                 headers_for=None) -> None:
         self.frontier = frontier
         self.fetcher = fetcher
         self.lookup = lookup
@@ -67,6 +70,7 @@ class RobotsFetch:
         self.sleep = sleep
         self.wall = wall
         self.on_rules = on_rules
+        self.headers_for = headers_for
 
     async def run(self, req: Request) -> None:
         """Fetch ``req``'s robots.txt, following redirects, and tell the frontier."""
@@ -84,7 +88,9 @@ class RobotsFetch:
                     fr.robots_unavailable(req, self.now())
                     return
                 fr.follow_ups.started(req, self.now())
-            res = await self.fetcher.fetch(url, ip, port)
+            extra = self.headers_for(req.site.host) if self.headers_for is not None else ()
+            res = await (self.fetcher.fetch(url, ip, port, extra_headers=extra) if extra
+                         else self.fetcher.fetch(url, ip, port))
             if self.on_answer is not None:
                 self.on_answer(req, res, hop)
             status = res.status if (res.error is None or res.error == "tooBig") else None

@@ -66,6 +66,7 @@ def build_frontier(config, crawl_state, *, rng, agent: str, rules, on_forget, st
         retries=c.retries, prune_after=c.prune_after, keep_sites=c.keep_sites,
     )
     options["budget"] = site_budget(c)
+    options["site_rules"] = SiteSettings(c.site)
     options.update(crawl_state.frontier_options())
     frontier = assemble(c.state_dir + "/frontier", **options)
     crawl_state.attach(frontier)
@@ -107,7 +108,7 @@ class Edge:
     async def start_browser(self) -> None:
         """dynamicPages: Chromium starts before the crawl (missing or broken, a sandbox that cannot
         start: StartError, exit 2); with dynamicSandbox off, a warning line first."""
-        if not self.config.dynamic_pages:
+        if not self.config.dynamic_pages and not any(r.dynamic in ("on", "scroll") for r in self.config.site):
             return
         self.browser = Browser.for_config(self.config)
         if self.browser.warning is not None:
@@ -146,7 +147,8 @@ class Edge:
             )
         self.robots = RobotsFetch(frontier, self.fetcher, lookup, now=now, log=getattr(st, "robots_log", None),
                                   on_answer=pages.robots_answered, rejected=rejected,
-                                  on_rules=pages.robots_read if c.sitemaps else None)
+                                  on_rules=pages.robots_read if c.sitemaps else None,
+                                  headers_for=pages.headers_for if c.site else None)
         if self.output is None:
             self.output = make_output(c, position=st.output_position())
         disk = getattr(self.output, "mode", None) in DISK_MODES
