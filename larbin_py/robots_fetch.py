@@ -49,12 +49,17 @@ class RobotsFetch:
     ``log``: the robots log kept for --reload (None: not kept);
     ``on_answer(req, res, hop)``: every answer, for the engine's counters
     (hop 0 is the request the frontier started, later hops follow-ups);
-    ``rejected``: the counter of refused URLs (``privateAddress``).
+    ``rejected``: the counter of refused URLs (``privateAddress``);
+    ``on_rules(req, rules)``: a site's rules were read (None: no restriction),
+    after the frontier has them (``sitemaps``: larbin_py.sitemap_fetch);
+    ``headers_for(host)``: a ``site`` line's request headers for the site
+    (its UserAgent: robots.txt is asked for as that agent), or None.
     """
 
     def __init__(self, frontier, fetcher, lookup: Callable[[str], Awaitable], *, now: Callable[[], float],
                  log=None, on_answer=None, rejected: Counter | None = None,
-                 sleep=asyncio.sleep, wall: Callable[[], float] = time.time) -> None:
+                 sleep=asyncio.sleep, wall: Callable[[], float] = time.time, on_rules=None,
+                 headers_for=None) -> None:
         self.frontier = frontier
         self.fetcher = fetcher
         self.lookup = lookup
@@ -64,6 +69,8 @@ class RobotsFetch:
         self.rejected = rejected if rejected is not None else Counter()
         self.sleep = sleep
         self.wall = wall
+        self.on_rules = on_rules
+        self.headers_for = headers_for
 
     async def run(self, req: Request) -> None:
         """Fetch ``req``'s robots.txt, following redirects, and tell the frontier."""
@@ -81,7 +88,9 @@ class RobotsFetch:
                     fr.robots_unavailable(req, self.now())
                     return
                 fr.follow_ups.started(req, self.now())
-            res = await self.fetcher.fetch(url, ip, port)
+            extra = self.headers_for(req.site.host) if self.headers_for is not None else ()
+            res = await (self.fetcher.fetch(url, ip, port, extra_headers=extra) if extra
+                         else self.fetcher.fetch(url, ip, port))
             if self.on_answer is not None:
                 self.on_answer(req, res, hop)
             status = res.status if (res.error is None or res.error == "tooBig") else None
@@ -127,3 +136,5 @@ class RobotsFetch:
             self.log.append(req.url, self.wall(), body)
         rules = robots_mod.RobotsTxt.parse(body) if body is not None else robots_mod.RobotsTxt.allow_all()
         self.frontier.robots_known(req, rules, robots_mod.CACHE_TTL, self.now())
+        if self.on_rules is not None:
+            self.on_rules(req, rules if body is not None else None)

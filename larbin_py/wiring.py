@@ -28,12 +28,14 @@ from __future__ import annotations
 import sys
 
 from .frontier.assembly import assemble
+from .frontier.budget import SiteBudget
 from .net.dns import Resolver
 from .net.http import Fetcher
 from .output import OutputError, make_output
 from .output.writer import ThreadedOutput, WriterThread
 from .robots_fetch import RobotsFetch
 from .servers import StartError
+from .site_settings import SiteSettings
 
 __all__ = ["Edge", "build_frontier"]
 
@@ -61,10 +63,23 @@ def build_frontier(config, crawl_state, *, rng, agent: str, rules, on_forget, st
         private_networks=c.private_networks, stores=stores, seen=crawl_state.seen, rules=rules,
         retries=c.retries, prune_after=c.prune_after, keep_sites=c.keep_sites,
     )
+    options["budget"] = site_budget(c)
+    options["site_rules"] = SiteSettings(c.site)
     options.update(crawl_state.frontier_options())
     frontier = assemble(c.state_dir + "/frontier", **options)
     crawl_state.attach(frontier)
     return frontier
+
+
+def site_budget(config) -> SiteBudget:
+    """The sites' budgets: maxPagesBySite, maxBytesBySite, and the ``site`` lines that set their own."""
+    settings = SiteSettings(config.site)
+    limits = None
+    if settings.any("max_pages") or settings.any("max_bytes"):
+        def limits(host: str) -> tuple[int | None, int | None]:
+            rule = settings.for_host(host)
+            return (None, None) if rule is None else (rule.max_pages, rule.max_bytes)
+    return SiteBudget(config.max_pages_by_site, config.max_bytes_by_site, limits)
 
 
 class Edge:
@@ -91,7 +106,7 @@ class Edge:
     async def start_browser(self) -> None:
         """dynamicPages: Chromium starts before the crawl (missing or broken, a sandbox that cannot
         start: StartError, exit 2); with dynamicSandbox off, a warning line first."""
-        if not self.config.dynamic_pages:
+        if not self.config.dynamic_pages and not any(r.dynamic in ("on", "scroll") for r in self.config.site):
             return
         from .net.browser import Browser, BrowserUnavailable  # imported only for dynamicPages
 
@@ -131,7 +146,9 @@ class Edge:
                 clock=loop.time,  # the scheduler's clock: send times compare with starts
             )
         self.robots = RobotsFetch(frontier, self.fetcher, lookup, now=now, log=getattr(st, "robots_log", None),
-                                  on_answer=pages.robots_answered, rejected=rejected)
+                                  on_answer=pages.robots_answered, rejected=rejected,
+                                  on_rules=pages.robots_read if c.sitemaps else None,
+                                  headers_for=pages.headers_for if c.site else None)
         if self.output is None:
             self.output = make_output(c, position=st.output_position())
         disk = getattr(self.output, "mode", None) in DISK_MODES

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from larbin_py.site_settings import SiteRule
 from larbin_py.config import (
     DEFAULT_FORBIDDEN_EXTENSIONS,
     DEFAULT_USER_AGENT,
@@ -200,6 +201,17 @@ NON_DEFAULTS = {
     "analysis_queue_max": 50,
     "alert_command": ("logger", "-t", "larbin", "{url}"),
     "analysis_dir": "results",
+    "sitemaps": True,
+    "url_include": ("^https?://([a-z0-9-]+\\.)*example\\.org/", "/docs/"),
+    "url_exclude": ("[?&]sid=", "\\.pdf$"),
+    "max_pages_by_site": 1000,
+    "max_bytes_by_site": 10_000_000,
+    "site": (SiteRule("*.example.org", wait_duration=5.0, headers=(("Accept-Language", "fr"),)),
+             SiteRule("shop.example.com", max_pages=20, max_bytes=999, user_agent="My Bot/2.0 (+https://x.org/)",
+                      cookies=True, dynamic="scroll"),
+             SiteRule("*", cookies=False, dynamic="off")),
+    "respect_noindex": False,
+    "follow_canonical": True,
 }
 
 
@@ -550,6 +562,8 @@ BAD_NUMBERS = [
     ("redisReplicas", "17"), ("redisReplicas", "-1"),
     ("analysisWorkers", "257"), ("analysisWorkers", "-1"), ("analysisRetries", "101"), ("analysisTimeout", "0"),
     ("analysisBackoff", "3601"), ("analysisQueueMax", "0"),
+    ("maxPagesBySite", "-1"), ("maxPagesBySite", "1000000000001"), ("maxBytesBySite", "-1"),
+    ("maxBytesBySite", str((1 << 60) + 1)),
 ]
 
 

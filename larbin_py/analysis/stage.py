@@ -174,21 +174,23 @@ class AnalysisStage:
         return self.pending == 0
 
     def submit(self, url: str, depth: int, body: bytes, *, status=None, content_type=None, charset=None,
-               headers=None, saved: str | None = None) -> bool:
+               headers=None, saved: str | None = None, links: bool = True, analyzers: bool = True) -> bool:
         """A page to analyse: its tasks queued (durably), then sent to a process.
 
         Returns False when the page was not taken (``share``: every slot is
         busy and no user analyzer wants the page): the caller extracts its
-        links itself.
+        links itself.  ``links`` False: its links are not followed (nofollow);
+        ``analyzers`` False: no user analyzer runs on it (a page not kept).
         """
-        user = [s.name for s in self.user if s.wants(url, content_type)]
+        user = [s.name for s in self.user if s.wants(url, content_type)] if analyzers else []
+        with_links = self.with_links and links
         if not user:
-            if not self.with_links:
+            if not with_links:
                 return True  # nothing to run on it
             if self.share and not self._backlog and self.pool.free() == 0:
                 self.inline += 1
                 return False
-        names = (["links"] if self.with_links else []) + user
+        names = (["links"] if with_links else []) + user
         hdrs = format_headers(headers) if headers and user and self._wants_headers else b""
         if saved is None and self._mirror and user:
             from ..output.paths import url_to_relpath

@@ -40,13 +40,15 @@ import re
 from typing import Any
 
 from ..redact import SHOWN, redact_text, redact_url
+from ..scope import UrlPatterns, check_pattern
+from ..site_settings import MAX_RULES, SiteRule, format_site_rule, parse_site_line
 from .errors import Bad
 from .values import CONTROL_RE, ZkAuth, check_zk_hosts, check_zk_path, format_server, parse_server, port
 
 __all__ = [
     "OUTPUT_MODES", "Analyzers", "Choice", "Command", "DnsServers", "DynamicPages", "Fraction", "HttpHosts",
-    "Int", "Key", "Name", "OutputMode", "Proxy", "RedisUrl", "Replicas", "Seconds", "StartUrls", "Switch",
-    "Text", "UserName", "Words", "ZkAuthKey", "ZkHosts", "ZkPath",
+    "Int", "Key", "Name", "OutputMode", "Proxy", "RedisUrl", "Replicas", "Seconds", "SiteBlock", "StartUrls",
+    "Switch", "Text", "UrlPatternBlock", "UserName", "Words", "ZkAuthKey", "ZkHosts", "ZkPath",
 ]
 
 #: ``outputMode`` names, in the order of their numbers (0 none ... 4 warc).
@@ -62,6 +64,7 @@ class Key:
 
     repeatable = False  # may appear several times in a file (values accumulate)
     block = False  # values run up to ``end``
+    by_line = False  # a block of one item a line (``item_line(words)``), not of words
     #: The whole value is a secret (httpToken): shown as ``***`` in errors and --print-config.
     secret = False
 
@@ -654,6 +657,8 @@ class DynamicPages(Words):
     """``dynamicPages``: one rule a line, ``PATTERN [TRIGGER]`` (larbin_py.net.dynamic.parse_rule);
     the reader hands :meth:`item_line` each line's words."""
 
+    by_line = True
+
     def __init__(self, name: str):
         super().__init__(name, block=True)
 
@@ -740,3 +745,83 @@ class Command(Words):
 
     def values(self) -> str:
         return "a command and its arguments"
+
+
+class UrlPatternBlock(Words):
+    """``urlInclude`` / ``urlExclude``: a block of regular expressions, one a line (RE2 syntax,
+    larbin_py.scope); a pattern RE2 refuses is an error on its line."""
+
+    by_line = True
+
+    def __init__(self, name: str):
+        super().__init__(name, block=True)
+
+    def item_line(self, words: list[str]) -> str:
+        if len(words) != 1:
+            raise Bad(f"expected one regular expression a line (no white space: write \\s or %20), "
+                      f"got {len(words)} words: {' '.join(words)!r}")
+        return self.item(words[0])
+
+    def item(self, word: str) -> str:
+        try:
+            return check_pattern(word)
+        except ValueError as exc:
+            raise Bad(str(exc)) from None
+
+    def coerce(self, value: Any) -> tuple:
+        items = super().coerce(value)
+        try:
+            UrlPatterns(items)  # joined into one alternation: it must fit RE2's memory too
+        except ValueError as exc:
+            raise Bad(f"the patterns together: {exc}") from None
+        return items
+
+    def format(self, value: tuple) -> list[str]:
+        return [self.name, *(f"    {p}" for p in value), "end"] if value else []
+
+    def values(self) -> str:
+        return "a block up to end, one regular expression (RE2) a line"
+
+
+class SiteBlock(Words):
+    """``site``: one line per host pattern, ``PATTERN NAME=VALUE...`` (larbin_py.site_settings);
+    the value is a tuple of :class:`~larbin_py.site_settings.SiteRule`."""
+
+    by_line = True
+
+    def __init__(self, name: str):
+        super().__init__(name, block=True)
+
+    def item_line(self, words: list[str]) -> SiteRule:
+        try:
+            return parse_site_line(words)
+        except ValueError as exc:
+            raise Bad(str(exc)) from None
+
+    def item(self, word: str) -> SiteRule:  # --set site=...: the whole value is one line
+        return self.item_line(word.split())
+
+    def parse(self, words: list[str]) -> tuple:
+        """``--set site=LINE``: one line (the block then holds that line alone)."""
+        return (self.item_line(words),)
+
+    def coerce(self, value: Any) -> tuple:
+        if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+            raise Bad(f"expected a tuple of site lines, got {value!r}")
+        items = tuple(self.coerce_item(item) for item in value)
+        if len(items) > MAX_RULES:
+            raise Bad(f"at most {MAX_RULES} site lines, got {len(items)}")
+        return value if items == value and isinstance(value, tuple) else items
+
+    def coerce_item(self, item: Any) -> SiteRule:
+        if isinstance(item, SiteRule):
+            return parse_site_line([format_site_rule(item)])  # built in code: checked as if read
+        if isinstance(item, str):
+            return self.item_line(item.split())
+        raise Bad(f"expected a site line, got {item!r}")
+
+    def format(self, value: tuple) -> list[str]:
+        return [self.name, *(f"    {format_site_rule(r)}" for r in value), "end"] if value else []
+
+    def values(self) -> str:
+        return "a block up to end, one HOST-PATTERN NAME=VALUE... a line"

@@ -42,6 +42,7 @@ from .. import __version__
 from ..frontier.addresses import POLICIES as PRIVATE_NETWORKS
 from ..frontier.addresses import is_loopback
 from ..net.http import PARSERS as HTTP_PARSERS
+from ..site_settings import SiteRule
 from .errors import Bad, ConfigError
 from .keys import (
     Analyzers,
@@ -59,9 +60,11 @@ from .keys import (
     RedisUrl,
     Replicas,
     Seconds,
+    SiteBlock,
     StartUrls,
     Switch,
     Text,
+    UrlPatternBlock,
     UserName,
     Words,
     ZkAuthKey,
@@ -366,6 +369,36 @@ class Config:
         Choice("privateNetworks", PRIVATE_NETWORKS), "seeds",
         doc="private addresses (loopback, RFC 1918, link-local...): allow, seeds (only for the start "
             "URLs' hosts) or deny")
+
+    # Scope: sitemaps, URL patterns, budgets, per-site settings, page-level robots rules (docs/scope.md)
+    sitemaps: bool = setting(
+        Switch("sitemaps"), False,
+        doc="read each site's sitemaps (those its robots.txt names, else /sitemap.xml) and queue the URLs "
+            "they list, through the same rules as links")
+    url_include: tuple[str, ...] = setting(
+        UrlPatternBlock("urlInclude"), (),
+        doc="regular expressions (RE2, one a line): when given, a URL must match one of them (else notIncluded)")
+    url_exclude: tuple[str, ...] = setting(
+        UrlPatternBlock("urlExclude"), (),
+        doc="regular expressions (RE2, one a line): a URL matching one of them is not crawled (excluded)")
+    max_pages_by_site: int = setting(
+        Int("maxPagesBySite", 0, 1_000_000_000_000), 0,
+        doc="a site's page budget: past it, its URLs are forgotten as siteBudget (0: none)")
+    max_bytes_by_site: int = setting(
+        Int("maxBytesBySite", 0, 1 << 60), 0,
+        doc="a site's byte budget (bodies read): past it, its URLs are forgotten as siteBudget (0: none)")
+    site: tuple[SiteRule, ...] = setting(
+        SiteBlock("site"), (),
+        doc="per-site settings, one HOST-PATTERN NAME=VALUE... line each (waitDuration, header, UserAgent, "
+            "budgets...); the first matching line wins")
+    respect_noindex: bool = setting(
+        Switch("respectNoindex"), True,
+        doc="do not save a page whose meta robots or X-Robots-Tag says noindex (counted noindex; its links "
+            "are still followed unless nofollow)")
+    follow_canonical: bool = setting(
+        Switch("followCanonical"), False,
+        doc="a page whose rel=canonical names another URL is not saved (counted canonicalised): that URL "
+            "is queued instead")
 
     # Membership of the distributed mode
     membership: str = setting(

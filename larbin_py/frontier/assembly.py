@@ -21,6 +21,7 @@ from typing import Callable
 from ..rules import UrlRules
 from .addresses import AddressPolicy
 from .admission import Admission
+from .budget import SiteBudget
 from .dns_queue import DnsQueue
 from .interfaces import LinkSink, SeenStore, StoreFactory, UrlQueue
 from .ip_leases import IpLeaseGate
@@ -63,6 +64,8 @@ def assemble(
     on_done: Callable[[UrlRecord, str], None] | None = None,
     replay: dict[str, str] | None = None,
     frontier_class: Callable[..., Frontier] = Frontier,
+    budget: SiteBudget | None = None,
+    site_rules=None,
 ) -> Frontier:
     """A frontier and its parts.
 
@@ -76,7 +79,9 @@ def assemble(
     :class:`~larbin_py.frontier.admission.Admission`'s; ``ip_leases`` the
     gate (default: always open); ``on_forget``, ``on_done`` and ``replay``
     the frontier's own (see :class:`~larbin_py.frontier.scheduler.Frontier`).
-    ``frontier_class`` builds it (a worker's ``DistFrontier``).
+    ``frontier_class`` builds it (a worker's ``DistFrontier``); ``budget``
+    the sites' budgets (:class:`~larbin_py.frontier.budget.SiteBudget`; none by default);
+    ``site_rules`` larbin.conf's ``site`` lines (:class:`~larbin_py.site_settings.SiteSettings`).
     """
     dns = DnsQueue(AddressPolicy(private_networks), retry_base=dns_retry_base)
     if stores is None:
@@ -91,4 +96,4 @@ def assemble(
     return frontier_class(
         settings, lanes=lanes, admission=Admission(lanes, seen=seen, rules=rules, retries=retries, sink=sink),
         dns=dns, pruning=Pruning(prune_after, keep_sites), ip_leases=ip_leases, rng=rng,
-        on_forget=on_forget, on_done=on_done, replay=replay)
+        on_forget=on_forget, on_done=on_done, replay=replay, budget=budget, site_rules=site_rules)

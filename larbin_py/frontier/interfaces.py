@@ -77,9 +77,11 @@ class LinkSink(Protocol):
     is handed here, so ``add_many`` must not lose what it accepted.
     """
 
-    def add_many(self, links: Sequence[str], depths: Sequence[int], hops: int = 0) -> None:
+    def add_many(self, links: Sequence[str], depths: Sequence[int], hops: int = 0, via: str = "",
+                 seen_key: str = "") -> None:
         """Take ``links`` (normalized, admitted by the rules) with their depths
-        and the redirects (``hops``) that led to them."""
+        and the redirects (``hops``) that led to them; ``via`` (UrlRecord's) and
+        ``seen_key`` (appended to each link for its seen test) for a sitemap's URLs."""
         ...
 
 

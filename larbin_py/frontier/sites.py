@@ -89,7 +89,7 @@ class NamedSite:
         "key", "scheme", "host", "port", "fifo", "in_flight", "active", "overflow",
         "dns", "ips", "dns_expiry", "dns_failures", "ip_site",
         "robots_state", "robots", "robots_expiry", "robots_failures", "crawl_delay",
-        "retry_at", "next_allowed", "queued", "pages", "errors", "idle_at", "dropped",
+        "retry_at", "next_allowed", "queued", "pages", "errors", "idle_at", "dropped", "wait", "agent",
     )
 
     def __init__(self, key: str, scheme: str, host: str, port: int) -> None:
@@ -121,6 +121,10 @@ class NamedSite:
         #: Handed over to another worker (Frontier.drop): a retry of a request
         #: still running is handed over too; cleared when a URL of it is placed.
         self.dropped = False
+        #: A ``site`` line's waitDuration for this host (None: the crawl's).
+        self.wait: float | None = None
+        #: The robots.txt product token of a ``site`` line's UserAgent (None: the crawl's).
+        self.agent: str | None = None
 
     @property
     def idle(self) -> bool:

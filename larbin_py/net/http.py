@@ -702,6 +702,9 @@ class Fetcher:
 
         ``cookie`` is a ``Cookie`` header's value (from the cookie jar), sent
         last; the site's kept headers and the fast path are used as without.
+        ``extra_headers`` (``(name, value)`` bytes: a ``site`` line's) are sent
+        after the base ones, each replacing a base header of its name
+        (``User-Agent``, ``Accept``...); h11 checks them.
         """
         started = self._clock()
         res = FetchResult(url, ip, started_at=started)
@@ -743,8 +746,10 @@ class Fetcher:
             key = ("https", ip, port, sni)
         else:
             key = ("http", ip, port)
-        if extra_headers:
-            headers = [(b"Host", _host_bytes(host_header)), *self._base_headers, *extra_headers]
+        if extra_headers:  # a request's own headers replace the base ones of their names
+            names = {name.lower() for name, _ in extra_headers}
+            headers = [(b"Host", _host_bytes(host_header)),
+                       *(h for h in self._base_headers if h[0].lower() not in names), *extra_headers]
             block = None
         else:
             headers, block = self._headers_by_host.get(host_header) or self._host_headers(host_header)

@@ -39,6 +39,7 @@ from html import escape
 
 from .links import LinkWriter, relative, render_attr
 from .model import ROBOTS_SIZE_LIMIT, Host, Link, Resource, RobotsProfile, base_url
+from .scope import add_scope
 from .trap import trap_page, trap_root
 
 __all__ = ["SimConfig", "SimWeb", "DEFAULT_ROBOTS_MIX", "ROBOTS_SIZE_LIMIT", "Host", "Link",
@@ -105,6 +106,7 @@ class SimConfig:
     #: filler, but in a deep tree -- nested sections, a table of contents as nested
     #: lists, tables, code blocks -- as Sphinx or Javadoc write them.
     doc_pages: bool = False
+    scope: bool = False  # sim.scope: sitemaps, noindex and nofollow pages, canonical pairs on each h{i}
 
 
 DEFAULT_ROBOTS_MIX = {
@@ -323,6 +325,8 @@ class _Generator:
             if idx == 0 and kind in ("error", "timeout", "agent"):
                 kind = "absent"  # h0's root links the special hosts: keep it crawlable
             h.robots = self._robots(h, rng, kind)
+            if c.scope and idx < n:
+                add_scope(h, self.port, c.seed, hosts)
         web._max_layer = max((r.layer for h in all_hosts for r in h.resources.values()), default=0)
         return web
 
