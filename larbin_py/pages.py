@@ -92,7 +92,7 @@ class PageHandler:
 
     async def _run(self, req: Request) -> None:
         jar = self.crawl_state.cookies
-        fetcher, extra = self.fetcher, {}
+        fetcher, extra = self.fetcher, {"addresses": req.site.ips}  # Happy Eyeballs' other addresses
         if self.dynamic is not None and (trigger := self.dynamic.trigger(req.url)) is not None:
             fetcher, extra = self.dynamic, {"request": req, "trigger": trigger}  # rendered in Chromium
         if jar is None:

@@ -184,8 +184,10 @@ class Fetcher(Protocol):
 
     stats: Any  # a dict: connections_opened, reuses, h11_handovers, requests, bytes, errors
 
-    async def fetch(self, url: str, ip: str, port: int, *, cookie: bytes | None = None) -> "FetchResult":
-        """GET ``url`` from ``ip:port`` (``cookie``: a Cookie header's value)."""
+    async def fetch(self, url: str, ip: str, port: int, *, cookie: bytes | None = None,
+                    addresses=()) -> "FetchResult":
+        """GET ``url`` from ``ip:port`` (``cookie``: a Cookie header's value; ``addresses``: the
+        host's other addresses, for Happy Eyeballs)."""
         ...
 
     async def close(self) -> None:
