@@ -81,7 +81,7 @@ def build_fetcher(c, *, clock) -> Fetcher:
         bond_width=c.bond_width, keep_alive_idle=max(5.0, 2 * c.wait_duration),
         keep_raw=c.output_mode == "warc", parser=c.http_parser,
         tls=TlsPolicy(ca_file=c.tls_ca_file, ca_mode=c.tls_ca_mode, insecure_hosts=c.tls_verify),
-        auth=AuthRules(c.auth), happy_eyeballs_delay=c.happy_eyeballs_delay,
+        auth=AuthRules(c.auth), happy_eyeballs_delay=c.happy_eyeballs_delay, http_version=c.http_version,
         clock=clock,
     )
 

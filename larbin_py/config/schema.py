@@ -41,6 +41,8 @@ from typing import Any, Callable, TypeVar, overload
 from .. import __version__
 from ..frontier.addresses import POLICIES as PRIVATE_NETWORKS
 from ..frontier.addresses import is_loopback
+from ..net.http import H2_AVAILABLE
+from ..net.http import HTTP_VERSIONS
 from ..net.http import PARSERS as HTTP_PARSERS
 from ..net.tls import CA_MODES as TLS_CA_MODES
 from .errors import Bad, ConfigError
@@ -361,6 +363,10 @@ class Config:
     happy_eyeballs_delay: float = setting(
         Seconds("happyEyeballsDelay", 0.01, 5.0), 0.25,
         doc="seconds before the next address of a host is tried while the first does not answer (RFC 8305)")
+    http_version: str = setting(
+        Choice("httpVersion", HTTP_VERSIONS), "auto",
+        doc="https: 1.1 only, auto (HTTP/2 when the server offers it by ALPN and the h2 package is "
+            "installed) or 2 (only h2 offered)")
     auth: tuple[tuple[str, str, str, str], ...] = setting(
         AuthBlock("auth"), (),
         doc="HTTP authentication, one rule a line: PREFIX basic|digest USER PASSWORD, or PREFIX bearer "
@@ -626,6 +632,8 @@ def _cross_problems(config: Config) -> list[tuple[str, str]]:
                                           "redis://... or redis+sentinel://...), but " + (
                                               "redisUrl auto starts one redis-server without any"
                                               if config.redis_url else "redisUrl is not set")))
+    if config.http_version == "2" and not H2_AVAILABLE:
+        problems.append(("httpVersion", "2 needs the h2 package (pip install 'larbin_py[http2]')"))
     if config.tls_ca_mode == "only" and not config.tls_ca_file:
         problems.append(("tlsCaMode", "only needs a tlsCaFile (no CA would be trusted)"))
     problems.extend(_nesting_problems(config))

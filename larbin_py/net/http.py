@@ -108,6 +108,11 @@ from .decode import BodyDecoder, DecodeError, accept_encoding, media_type, parse
 from .fastread import BIG, DONE, H11, NEED, FastReader
 from .proxy import NoProxy, ProxyConfig, ProxyError
 
+try:  # optional: the "http2" extra
+    from .h2conn import H2Session, request_headers as _h2_headers
+except ImportError:  # no h2 package: HTTP/1.1 only
+    H2Session = None
+
 __all__ = ["Fetcher", "FetchResult", "ERRORS", "CONN_TRANSITIONS"]
 
 ERRORS = ("noConnection", "timeout", "reset", "tooBig", "badResponse", "headerTooBig", "proxyError", "tlsError",
@@ -115,6 +120,11 @@ ERRORS = ("noConnection", "timeout", "reset", "tooBig", "badResponse", "headerTo
 #: How responses are read: llhttp with h11 as the referee, or h11 alone (larbin.conf
 #: ``httpParser``; larbin_py.config takes its choices from here).
 PARSERS: tuple[str, ...] = ("httptools", "h11")
+#: ``httpVersion``: 1.1 only; h2 when the server offers it by ALPN (auto); h2 alone offered (2).
+HTTP_VERSIONS: tuple[str, ...] = ("1.1", "2", "auto")
+#: HTTP/2 can be spoken (the h2 package is installed).
+H2_AVAILABLE = H2Session is not None
+_ALPN = {"1.1": ("http/1.1",), "auto": ("h2", "http/1.1"), "2": ("h2",)}
 
 ACCEPT = b"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 ACCEPT_ENCODING = accept_encoding()
@@ -242,7 +252,7 @@ class _Conn(asyncio.Protocol):
         "deadline", "idle_since", "res", "resp_bytes", "chunks", "raw_chunks",
         "raw_size", "decoder", "sent_at", "head_buf", "n_info", "method_head",
         "got_response", "bw_paused", "closed", "body_size", "body_in", "phase", "peer", "override",
-        "auth_rule", "auth_sent", "proxied",
+        "auth_rule", "auth_sent", "proxied", "h2", "early",
     )
 
     def __init__(self, fetcher: "Fetcher", key: tuple, ip: str) -> None:
@@ -279,6 +289,8 @@ class _Conn(asyncio.Protocol):
         self.auth_rule = None  # the auth rule of the request in flight (larbin_py.net.auth)
         self.auth_sent = False  # the request carried that rule's credentials
         self.proxied = key[0] == "proxy"  # absolute-form requests to an http proxy: its 407 is its own
+        self.h2 = False  # the TLS handshake chose h2: the fetcher makes it an HTTP/2 session
+        self.early = b""  # bytes the server sent before our first request (an HTTP/2 server's SETTINGS)
 
     # -- asyncio.Protocol -------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -297,6 +309,8 @@ class _Conn(asyncio.Protocol):
         if self.state != _ACTIVE:
             if self.state == _IDLE:  # unsolicited bytes: not reusable
                 self.close(abort=True)
+            elif self.state == _CONNECTING and len(self.early) < 65536:
+                self.early += data  # an HTTP/2 server speaks first: its session reads them
             return
         self.resp_bytes += n
         if self.head_buf is not None and not self.got_response:
@@ -494,25 +508,12 @@ class _Conn(asyncio.Protocol):
             self.override = ("proxyError", "proxy answered 407 proxy authentication required"
                                            " (credentials missing or refused)")
         elif status == 401:
-            self.override = self._unauthorized(headers)
+            self.override = _unauthorized(self.auth_rule, self.auth_sent, headers)
         elif self.auth_sent:
             self.auth_rule.succeeded()
         if self.head_buf is not None:
             res.raw_response_head = self._raw_head(status, reason, version, raw_items)
             self.head_buf = None
-
-    def _unauthorized(self, headers: list) -> tuple[str, str] | None:
-        """A 401's outcome: ``authRequired`` without credentials, ``authRetry`` for a digest
-        challenge to answer, None (an ordinary 4xx) when our credentials were refused."""
-        rule = self.auth_rule
-        if rule is None:
-            return ("authRequired", "401 and no auth rule for this URL")
-        challenges = parse_challenges(v for n, v in headers if n == b"www-authenticate")
-        if rule.answered_401(self.auth_sent, challenges) == "retry":
-            return ("authRetry", "401 with a digest challenge: asked again with credentials")
-        if not self.auth_sent:
-            return ("authRequired", f"401 and no {rule.scheme} credentials to send")
-        return None
 
     def _raw_head(self, status: int, reason: bytes, version: bytes, raw_items) -> bytes:
         """The final response head exactly as received (status line to CRLFCRLF)."""
@@ -672,6 +673,7 @@ class Fetcher:
         tls: _tls.TlsPolicy | None = None,
         auth: AuthRules | None = None,
         happy_eyeballs_delay: float = 0.25,
+        http_version: str = "1.1",
         clock: Callable[[], float] = time.monotonic,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
@@ -690,6 +692,14 @@ class Fetcher:
         self.tls = tls
         self.auth = auth if auth else None
         self.happy_eyeballs_delay = happy_eyeballs_delay
+        if http_version not in HTTP_VERSIONS:
+            raise ValueError(f"http_version must be one of {', '.join(HTTP_VERSIONS)}, got {http_version!r}")
+        if http_version == "2" and not H2_AVAILABLE:
+            raise ValueError("httpVersion 2 needs the h2 package (pip install 'larbin_py[http2]')")
+        self.http_version = http_version if H2_AVAILABLE else "1.1"
+        self._h2_sessions: dict[tuple, "H2Session"] = {}
+        #: Hosts whose server broke HTTP/2: spoken to in HTTP/1.1 from then on.
+        self.h1_hosts: set[str] = set()
         self.bond_width = bond_width
         self.keep_alive_idle = keep_alive_idle
         self.keep_raw = keep_raw
@@ -727,8 +737,15 @@ class Fetcher:
         self._tls_versions: dict[str, int] = {}  # negotiated per connection
         self._alpn: dict[str, int] = {}
         self._fallbacks = 0  # connections Happy Eyeballs made to another address than the first
+        self._h2_requests = 0
 
     # -- public ------------------------------------------------------------
+    def _count(self, error: str) -> None:
+        self._errors[error] = self._errors.get(error, 0) + 1
+
+    def _h2_wanted(self, host: str) -> bool:
+        return self.http_version != "1.1" and host not in self.h1_hosts
+
     @property
     def open_connections(self) -> int:
         """Open connections, idle keep-alive ones included."""
@@ -742,12 +759,15 @@ class Fetcher:
         return self._per_ip.get(ip, 0)
 
     def idle_to(self, ip: str) -> int:
-        """Idle keep-alive connections to ``ip`` (an address or a network)."""
-        return sum(1 for conns in self._idle.values() for c in conns if _in_net(c.ip, ip))
+        """Idle keep-alive connections to ``ip`` (an address or a network; an HTTP/2 session without
+        streams counts)."""
+        return (sum(1 for conns in self._idle.values() for c in conns if _in_net(c.ip, ip))
+                + sum(1 for s in self._h2_sessions.values() if not s.streams and _in_net(s.ip, ip)))
 
     def close_idle(self, ip: str | None = None) -> int:
         """Close idle connections to ``ip`` (an address or a network; all idle ones if None); how many."""
         victims = [c for conns in self._idle.values() for c in conns if ip is None or _in_net(c.ip, ip)]
+        victims += [s for s in self._h2_sessions.values() if not s.streams and (ip is None or _in_net(s.ip, ip))]
         for c in victims:
             c.close()
         return len(victims)
@@ -767,12 +787,17 @@ class Fetcher:
             "errors": dict(self._errors),
             "tls_versions": dict(self._tls_versions),
             "alpn": dict(self._alpn),
+            "h2_sessions": len(self._h2_sessions),
+            "h2_requests": self._h2_requests,
+            "h2_fallback_hosts": len(self.h1_hosts),
             "address_fallbacks": self._fallbacks,
         }
 
     async def close(self) -> None:
         """Close every connection; fetches in flight end with ``reset``."""
         self._closing = True
+        for s in list(self._h2_sessions.values()):
+            s.close()
         for c in list(self._live) + [c for cs in self._idle.values() for c in cs]:
             if c.connect_task is not None and not c.connect_task.done():
                 c.connect_task.cancel()
@@ -851,6 +876,13 @@ class Fetcher:
                     block = _header_block(request.headers)
                 head = b"%s %s HTTP/1.1\r\n%s" % (request.method, request.target, block)
         self._requests += 1
+        if tls and self.http_version != "1.1":
+            session = self._h2_sessions.get(key)
+            if session is not None and session.can_take():
+                self._reuses += 1
+                res.conn_reused = True
+                return await self._h2_request(session, res, method, host_header, target, headers, rule, sent,
+                                              secrets)
         conn = self._take_idle(key)
         reused = conn is not None
         if conn is None:
@@ -860,6 +892,10 @@ class Fetcher:
             conn = await self._connect(res, key, ip, port, tls, sni, addresses, proxy, authority)
             if conn is None:
                 return
+            if conn.h2:  # the server chose HTTP/2 by ALPN: the session takes the transport over
+                session = self._adopt_h2(conn)
+                return await self._h2_request(session, res, method, host_header, target, headers, rule, sent,
+                                              secrets)
         else:
             self._reuses += 1
         res.conn_reused = reused
@@ -872,6 +908,50 @@ class Fetcher:
             conn.res = None
             conn.close(abort=True)
             raise
+
+    async def _h2_request(self, session, res: FetchResult, method: str, host_header: str, target: str, headers,
+                          rule, sent: bool, secrets=()) -> None:
+        """One request as a stream of ``session`` (larbin_py.net.h2conn).
+
+        With ``keep_raw`` the request is recorded as an HTTP/1.1-shaped
+        text (``GET /path HTTP/2``, then the headers), credentials as ``***``.
+        """
+        self._h2_requests += 1
+        res.ip = session.peer
+        if self.keep_raw:
+            raw = b"%s %s HTTP/2\r\n%s" % (method.encode(), target.encode("latin-1", "replace"),
+                                             _header_block(h11.Request(method=method, target=b"/",
+                                                                       headers=headers).headers))
+            for secret in secrets:
+                raw = raw.replace(secret, b"***")
+            res.raw_request = raw
+        await session.request(res, method, _h2_headers(method, host_header, target, headers), auth_rule=rule,
+                              auth_sent=sent, unauthorized=_unauthorized)
+        if session.broken and session.key[-1] not in self.h1_hosts:
+            self.h1_hosts.add(session.key[-1])  # the server broke HTTP/2: 1.1 for its host from now on
+
+    def _adopt_h2(self, conn: _Conn) -> "H2Session":
+        """A connection whose TLS chose h2 becomes an HTTP/2 session (it keeps the per-IP count)."""
+        conn.state = step(CONN_TRANSITIONS, conn.state, "close", "connection")
+        conn.closed = True
+        self._live.discard(conn)
+        session = H2Session(self, conn.key, conn.ip, conn.peer, conn.transport, early=conn.early)
+        old = self._h2_sessions.get(conn.key)
+        self._h2_sessions[conn.key] = session
+        if old is not None and not old.streams:
+            old.close()
+        self._arm()
+        return session
+
+    def _h2_closed(self, session) -> None:
+        """Bookkeeping when an HTTP/2 session closes."""
+        if self._h2_sessions.get(session.key) is session:
+            del self._h2_sessions[session.key]
+        n = self._per_ip.get(session.ip, 0) - 1
+        if n > 0:
+            self._per_ip[session.ip] = n
+        else:
+            self._per_ip.pop(session.ip, None)
 
     def _request_headers(self, host_header: str, method: str, target: str, *, extra_headers=(),
                          cookie: bytes | None = None, rule=None, proxy: ProxyConfig | None = None) -> tuple:
@@ -969,6 +1049,7 @@ class Fetcher:
                 self._tls_versions[version] = self._tls_versions.get(version, 0) + 1
             if alpn:
                 self._alpn[alpn] = self._alpn.get(alpn, 0) + 1
+            conn.h2 = alpn == "h2" and H2_AVAILABLE
         if conn.peer != ip:
             self._fallbacks += 1
         return conn
@@ -995,7 +1076,7 @@ class Fetcher:
                 if ctx is None:
                     if self.tls is None:
                         self.tls = _tls.TlsPolicy()
-                    ctx = self.tls.context(sni)
+                    ctx = self.tls.context(sni, _ALPN[self.http_version if self._h2_wanted(sni) else "1.1"])
                 await loop.create_connection(lambda: conn, sock=sock, ssl=ctx, server_hostname=sni)
             else:
                 await loop.create_connection(lambda: conn, sock=sock)
@@ -1062,6 +1143,8 @@ class Fetcher:
         now = self._clock()
         per_byte = self._per_byte
         cap = self.max_page_size
+        for s in list(self._h2_sessions.values()):
+            s.expire(now)
         for c in list(self._live):
             if c.state == _ACTIVE:
                 body = c.body_in
@@ -1075,24 +1158,37 @@ class Fetcher:
             stale = [c for cs in self._idle.values() for c in cs if c.idle_since < limit]
             for c in stale:
                 c.close()
-        if self._live or self._idle:
+        if self._live or self._idle or self._h2_sessions:
             self._arm()
 
     # -- bandwidth ---------------------------------------------------------
     def _pause_all(self) -> None:
-        for c in self._live:
+        for c in [*self._live, *self._h2_sessions.values()]:
             t = c.transport
             if t is not None and not c.bw_paused and not t.is_closing():
                 t.pause_reading()
                 c.bw_paused = True
 
     def _resume_all(self) -> None:
-        for c in self._live:
+        for c in [*self._live, *self._h2_sessions.values()]:
             if c.bw_paused:
                 c.bw_paused = False
                 t = c.transport
                 if t is not None and not t.is_closing():
                     t.resume_reading()
+
+
+def _unauthorized(rule, sent: bool, headers: list) -> tuple[str, str] | None:
+    """A 401's outcome: ``authRequired`` without credentials, ``authRetry`` for a digest challenge
+    to answer, None (an ordinary 4xx) when our credentials were refused (HTTP/1.1 and HTTP/2 alike)."""
+    if rule is None:
+        return ("authRequired", "401 and no auth rule for this URL")
+    challenges = parse_challenges(v for n, v in headers if n == b"www-authenticate")
+    if rule.answered_401(sent, challenges) == "retry":
+        return ("authRetry", "401 with a digest challenge: asked again with credentials")
+    if not sent:
+        return ("authRequired", f"401 and no {rule.scheme} credentials to send")
+    return None
 
 
 def conn_timed_out(conn: _Conn) -> bool:

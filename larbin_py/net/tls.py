@@ -13,9 +13,10 @@ objects, made once and shared by every connection:
   address or range, ``*`` for all); every other host is verified.  There is
   no bare ``off``: the hosts are the explicit opt-in, and the crawl warns
   at its start (:meth:`TlsPolicy.warning`).
-* ALPN: ``alpn`` lists the protocols offered (``("h2", "http/1.1")`` when
-  HTTP/2 may be used, see larbin_py.net.h2conn); the one the server chose
-  is read back after the handshake (:func:`negotiated`).
+* ALPN: :meth:`TlsPolicy.context` takes the protocols to offer
+  (``("h2", "http/1.1")`` when HTTP/2 may be used, see
+  larbin_py.net.h2conn); a context per choice is made once.  The one the
+  server chose is read back after the handshake (:func:`negotiated`).
 
 :func:`failure` classifies a handshake's exception into the reason the
 fetcher reports (``tlsError``) and a short detail: the certificate's
@@ -39,10 +40,9 @@ CA_MODES: tuple[str, ...] = ("add", "only")
 class TlsPolicy:
     """The client contexts of one crawl; see the module docstring."""
 
-    __slots__ = ("ca_file", "ca_mode", "insecure", "alpn", "_verified", "_unverified")
+    __slots__ = ("ca_file", "ca_mode", "insecure", "_contexts")
 
-    def __init__(self, *, ca_file: str = "", ca_mode: str = "add", insecure_hosts=(),
-                 alpn: tuple[str, ...] = ("http/1.1",)) -> None:
+    def __init__(self, *, ca_file: str = "", ca_mode: str = "add", insecure_hosts=()) -> None:
         if ca_mode not in CA_MODES:
             raise ValueError(f"tlsCaMode: expected one of {', '.join(CA_MODES)}, got {ca_mode!r}")
         if ca_mode == "only" and not ca_file:
@@ -50,11 +50,17 @@ class TlsPolicy:
         self.ca_file = ca_file
         self.ca_mode = ca_mode
         self.insecure = NoProxy(insecure_hosts)
-        self.alpn = tuple(alpn)
-        self._verified = self._make(True)
-        self._unverified = self._make(False) if self.insecure else None
+        # (verified, ALPN protocols) -> the context, made once
+        self._contexts: dict[tuple[bool, tuple[str, ...]], ssl.SSLContext] = {}
+        self._make(True, ("http/1.1",))  # a CA file that does not load fails here, at once
 
-    def _make(self, verify: bool) -> ssl.SSLContext:
+    def _make(self, verify: bool, alpn: tuple[str, ...]) -> ssl.SSLContext:
+        ctx = self._contexts.get((verify, alpn))
+        if ctx is None:
+            ctx = self._contexts[(verify, alpn)] = self._new(verify, alpn)
+        return ctx
+
+    def _new(self, verify: bool, alpn: tuple[str, ...]) -> ssl.SSLContext:
         if verify and self.ca_mode == "only":
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         else:
@@ -69,15 +75,14 @@ class TlsPolicy:
         if not verify:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
-        if self.alpn:
-            ctx.set_alpn_protocols(list(self.alpn))
+        if alpn:
+            ctx.set_alpn_protocols(list(alpn))
         return ctx
 
-    def context(self, host: str) -> ssl.SSLContext:
-        """The context for a connection to ``host`` (unverified only for a ``tlsVerify off`` host)."""
-        if self._unverified is not None and self.insecure.bypass(host):
-            return self._unverified
-        return self._verified
+    def context(self, host: str, alpn: tuple[str, ...] = ("http/1.1",)) -> ssl.SSLContext:
+        """The context for a connection to ``host`` offering ``alpn`` (unverified only for a
+        ``tlsVerify off`` host)."""
+        return self._make(not (self.insecure and self.insecure.bypass(host)), alpn)
 
     def warning(self) -> str | None:
         """The start-up warning when some certificates go unchecked, else None."""
