@@ -125,3 +125,24 @@ async def test_a_robots_txt_behind_an_expired_certificate_is_tls_error_not_forbi
         engine, summary = await crawl(config)
     assert summary.forgotten.get("tlsError") == 2, summary.forgotten
     assert "forbiddenRobots" not in summary.forgotten
+
+
+@pytest.mark.async_timeout(60)
+async def test_the_crawl_warns_at_start_when_a_host_goes_unverified_and_counts_tls(servers, tmp_path):
+    import asyncio
+    import sys
+
+    pki, ports, _ = servers
+    async with SimDNSServer({"secure.test": ["127.0.0.1"]}) as dns:
+        conf = tmp_path / "larbin.conf"
+        conf.write_text(f"startUrl https://secure.test:{ports['expired']}/\ndnsServers 127.0.0.1:{dns.address[1]}\n"
+                        f"privateNetworks allow\nstateDir {tmp_path / 'state'}\nsaveDir {tmp_path / 'save'}\n"
+                        "httpPort 0\noutputMode stats\nwaitDuration 0.05\nipVersion 4\n"
+                        "tlsVerify off secure.test\n")
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "larbin_py", "-c", str(conf),
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await proc.communicate()
+    err = err.decode()
+    assert proc.returncode == 0, err
+    assert "warning: tlsVerify off: TLS certificates are NOT verified for secure.test" in err
+    assert "pages fetched   1 " in err and "TLS             TLSv1." in err and "ALPN http/1.1" in err

@@ -153,7 +153,8 @@ StoreFactory = Callable[[str, int], UrlQueue]
 
 @runtime_checkable
 class Resolver(Protocol):
-    """Host names to IPv4 addresses, for the engine (:class:`larbin_py.net.dns.Resolver`).
+    """Host names to addresses (IPv4, IPv6 with ``ipVersion``), for the engine
+    (:class:`larbin_py.net.dns.Resolver`).
 
     ``resolve`` never raises (except CancelledError): a failure is an answer
     with ``error`` set (``noDNS``-class reasons, see net/dns.py) and its

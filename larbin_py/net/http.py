@@ -1,4 +1,5 @@
-"""HTTP/1.1 fetcher: an asyncio Protocol that writes requests and reads responses.
+"""HTTP fetcher: an asyncio Protocol that writes HTTP/1.1 requests and reads responses; HTTP/2
+sessions beside it (:mod:`larbin_py.net.h2conn`).
 
 Responses are read by llhttp (httptools) with h11 as the referee, or by h11
 alone (``parser="h11"``): see :mod:`larbin_py.net.fastread` for how the two
@@ -55,7 +56,8 @@ Timers
 Keep-alive
     After a complete response that both sides allow to be kept, the
     connection goes idle in a pool keyed ``("http", ip, port)``,
-    ``("https", ip, port, server_hostname)`` or ``("proxy", host, port)``.
+    ``("https", ip, port, server_hostname)``, ``("proxy", host, port)`` or
+    ``("tunnel", proxy_host, proxy_port, ip, port, server_hostname)``.
     Any host on the same key reuses it (the Host header is per request).  An
     idle connection older than ``keep_alive_idle``, closed by the server or
     sending unsolicited bytes is dropped.  A request on a reused connection
@@ -73,6 +75,22 @@ Flow control
     body reaches ``max_page_size``.  Content decoding is capped the same way
     (see :mod:`larbin_py.net.decode`), so neither an endless body nor a gzip
     bomb can take more than about ``max_page_size`` of memory.
+
+HTTP/2
+    With ``http_version`` ``auto`` or ``2`` (and the h2 package), https
+    connections offer ``h2`` by ALPN; one whose handshake chose it becomes
+    an :class:`~larbin_py.net.h2conn.H2Session` kept under the same key, and
+    the requests to that key share it as streams while it takes them.  The
+    sweep checks its streams' deadlines and closes it when idle.  A host
+    whose server broke HTTP/2 is offered HTTP/1.1 only from then on
+    (``h1_hosts``).
+
+Connections
+    Opened by :mod:`larbin_py.net.connect`: Happy Eyeballs over the
+    ``addresses`` of ``fetch()`` (the host's other addresses), or the
+    proxy; then TLS with the context of :class:`~larbin_py.net.tls.TlsPolicy`
+    (or the ``ssl_context`` given).  ``FetchResult.ip`` is the address
+    connected to.
 
 Proxy
     With ``proxy`` (a :class:`~larbin_py.net.proxy.ProxyConfig`) http
