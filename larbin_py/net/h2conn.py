@@ -117,7 +117,9 @@ class H2Session(asyncio.Protocol):
         self.bw_paused = False
         # bytes read while a header block stays open (h2's frame buffer holds its frames; pinned h2 4.x)
         self._pending = 0
-        config = h2.config.H2Configuration(client_side=True, header_encoding=None)
+        # outbound headers are ours (request_headers builds them valid): not checked again
+        config = h2.config.H2Configuration(client_side=True, header_encoding=None, validate_outbound_headers=False,
+                                           normalize_outbound_headers=False)
         h = self.h = h2.connection.H2Connection(config=config)
         h.local_settings = h2.settings.Settings(client=True, initial_values={
             h2.settings.SettingCodes.ENABLE_PUSH: 0,
