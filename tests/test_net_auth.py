@@ -75,7 +75,8 @@ async def test_basic_credentials_open_the_prefix_and_nothing_else(sites):
     await f.close()
     assert ok.error is None and ok.status == 200 and b"members only" in ok.body
     token = base64.b64encode(f"crawler:{SECRET}".encode()).decode()
-    log = {e["request"].split()[1]: e for e in nginx.log() if e["port"] == str(a_port)}
+    lines = nginx.wait_log(lambda log: {"/private/", "/robots.txt"} <= {e["request"].split()[1] for e in log})
+    log = {e["request"].split()[1]: e for e in lines if e["port"] == str(a_port)}
     assert log["/private/"]["authorization"] == f"Basic {token}"
     assert log["/robots.txt"]["authorization"] == ""  # outside the prefix: nothing sent
     assert public.error is None
@@ -107,7 +108,7 @@ async def test_a_redirect_to_another_host_carries_no_credentials(sites, tmp_path
             auth=((f"http://a.test:{a_port}/private/", "basic", "crawler", SECRET),))
         engine, summary = await crawl(config)
     assert summary.pages >= 2 and summary.forgotten.get("err30X") == 1, summary
-    log = nginx.log()
+    log = nginx.wait_log(lambda log: any(e["request"].startswith("GET /landing") for e in log))
     landed = [e for e in log if e["port"] == str(b_port) and e["request"].startswith("GET /landing")]
     assert landed and all(e["authorization"] == "" for e in log if e["port"] == str(b_port))
     away = [e for e in log if e["request"].startswith("GET /private/away")]

@@ -110,7 +110,7 @@ async def test_nginx_serves_precompressed_br_and_zstd_end_to_end():
         f = Fetcher(user_agent="t")
         results = [await f.fetch(f"http://a.test:{port}/page.{ext}", "127.0.0.1", port) for ext in ("br", "zst")]
         await f.close()
-        log = nginx.log()
+        log = nginx.wait_log(lambda log: len(log) >= 2)
     assert [(r.error, r.body == PAGE) for r in results] == [(None, True), (None, True)]
     assert all(e["accept_encoding"] == "gzip, deflate, br, zstd" for e in log)
 

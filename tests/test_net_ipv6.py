@@ -183,7 +183,9 @@ async def test_a_crawl_reaches_an_ipv6_only_site(v6_nginx, tmp_path):
             output_mode="stats", wait_duration=0.05, tls_ca_file=pki.ca)
         engine, summary = await crawl(config)
     assert summary.pages == 2, summary
-    assert {e["request"].split()[1] for e in nginx.log()} >= {"/", "/next.html", "/robots.txt"}
+    paths = {"/", "/next.html", "/robots.txt"}
+    assert {e["request"].split()[1] for e in nginx.wait_log(
+        lambda log: {e["request"].split()[1] for e in log} >= paths)} >= paths
 
 
 def test_an_ipv6_64_is_one_ip_for_politeness():

@@ -67,7 +67,8 @@ async def test_https_through_connect_with_basic_auth(origin, proxy):
     assert first.error is None and first.status == 200 and first.body == b"<html>behind the proxy</html>"
     assert second.error is None and second.conn_reused  # the tunnel is kept alive
     assert f"CONNECT 127.0.0.1:{tls_port}" in proxy.log_text()  # the address the crawl resolved
-    served = [e for e in nginx.log() if e["port"] == str(tls_port)]
+    served = [e for e in nginx.wait_log(lambda log: sum(e["port"] == str(tls_port) for e in log) >= 2)
+              if e["port"] == str(tls_port)]
     assert len(served) == 2 and served[0]["host"] == "secure.test"
     assert all(e["proxy_authorization"] == "" and e["authorization"] == "" for e in served)
 
@@ -79,7 +80,8 @@ async def test_http_through_the_proxy_sends_its_credentials_to_it_only(origin, p
     await f.close()
     assert res.error is None and res.status == 200 and res.body == b"<html>behind the proxy</html>"
     assert f"GET http://127.0.0.1:{plain_port}/" in proxy.log_text()
-    served = [e for e in nginx.log() if e["port"] == str(plain_port)]
+    served = [e for e in nginx.wait_log(lambda log: any(e["port"] == str(plain_port) for e in log))
+              if e["port"] == str(plain_port)]
     assert served and served[-1]["proxy_authorization"] == ""
 
 

@@ -4,7 +4,7 @@
 workers may run as another user) from the ``server`` blocks a test gives,
 starts ``nginx -g 'daemon off;'``, and waits until every port it listens on
 accepts (nginx has no readiness signal: a bounded poll).  The access log
-(:meth:`Nginx.log`) has one JSON object a line: the server's port, the
+(:meth:`Nginx.log`, :meth:`Nginx.wait_log`) has one JSON object a line: the server's port, the
 request, the status, the protocol, and the ``Authorization`` and
 ``Proxy-Authorization`` headers as received -- what a test checks to prove
 what was, or was not, sent.  Stopped (TERM, then waited for) by ``stop``
@@ -106,6 +106,17 @@ http {{
                 return [json.loads(line) for line in f if line.strip()]
         except FileNotFoundError:
             return []
+
+    def wait_log(self, ready, timeout: float = 5.0) -> list[dict]:
+        """The access log once ``ready(lines)`` is true (nginx writes a line after sending the
+        answer, so a client may read the log before it is there): polled, bounded by ``timeout``
+        (then the log as it is, for the test's assertion to show)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            log = self.log()
+            if ready(log) or time.monotonic() > deadline:
+                return log
+            time.sleep(0.01)  # poll: nginx signals no log write
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
