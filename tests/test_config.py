@@ -127,7 +127,7 @@ NON_DEFAULTS = {
     "ip_version": "6",
     "ipv6_prefix": 56,
     "happy_eyeballs_delay": 0.3,
-    "http_version": "1.1",
+    "http_version": "auto",
     "auth": (("https://a.example/docs/", "basic", "crawler", "au7h-s3cret"),
              ("https://api.example/", "bearer", "/run/secrets/token", ""),
              ("http://wiki.example/", "digest", "bob", "dig-s3cret")),

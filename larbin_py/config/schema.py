@@ -364,7 +364,7 @@ class Config:
         Seconds("happyEyeballsDelay", 0.01, 5.0), 0.25,
         doc="seconds before the next address of a host is tried while the first does not answer (RFC 8305)")
     http_version: str = setting(
-        Choice("httpVersion", HTTP_VERSIONS), "auto",
+        Choice("httpVersion", HTTP_VERSIONS), "1.1",
         doc="https: 1.1 only, auto (HTTP/2 when the server offers it by ALPN and the h2 package is "
             "installed) or 2 (only h2 offered)")
     auth: tuple[tuple[str, str, str, str], ...] = setting(
