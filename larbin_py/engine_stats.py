@@ -82,6 +82,9 @@ class Summary:
     h11_handovers: int = 0
     cookies: dict | None = None  # the jar's counts (useCookies), see larbin_py.net.cookies
     dynamic: dict | None = None  # dynamicPages: renders by reason, sub-requests, browser (net.dynamic)
+    #: TLS connections: versions and ALPN protocols negotiated, HTTP/2 requests and hosts fallen back
+    #: to 1.1, Happy Eyeballs' fallbacks (larbin_py.net.http's stats); None when no TLS was spoken.
+    tls: dict | None = None
 
     @property
     def pages_per_second(self) -> float:
@@ -122,6 +125,11 @@ class Summary:
                          + f"; {d['sub_requests']} sub-requests, {sum(d['sub_refused'].values())} refused"
                          + (f" ({refused})" if refused else "")
                          + f"; browser crashes {d['crashes']}, starts {d['browser_starts']}")
+        if self.tls is not None:
+            t = self.tls
+            lines.append("  TLS             " + ", ".join(f"{k} {v}" for k, v in sorted(t["tls_versions"].items()))
+                         + "; ALPN " + (", ".join(f"{k} {v}" for k, v in sorted(t["alpn"].items())) or "none")
+                         + f"; HTTP/2 requests {t['h2_requests']}, hosts back to 1.1 {t['h2_fallback_hosts']}")
         if self.failed:
             lines.append(f"  FAILED: {self.failed}")
         return "\n".join(lines)
@@ -164,6 +172,8 @@ class EngineStats:
             h11_handovers=_stat(http, "h11_handovers"),
             cookies=e.crawl_state.cookies.stats if e.crawl_state.cookies is not None else None,
             dynamic=e.edge.dynamic.stats if e.edge.dynamic is not None else None,
+            tls=({k: http[k] for k in ("tls_versions", "alpn", "h2_requests", "h2_fallback_hosts")}
+                 if isinstance(http, dict) and http.get("tls_versions") else None),
         )
 
     def _flow_snapshot(self) -> dict:

@@ -51,7 +51,6 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from lxml import etree
 
 from .parse import detect_charset
 from .url import DEFAULT_MAX_LENGTH, normalize
@@ -124,6 +123,8 @@ def _tag(el) -> str:
 def head_directives(body: bytes, url: str, charset: str | None, agents: frozenset[str], *,
                     max_url_size: int = DEFAULT_MAX_LENGTH, out: PageDirectives | None = None) -> PageDirectives:
     """The meta robots and canonical of an HTML ``body`` fetched from ``url`` (``charset``: the header's)."""
+    from lxml import etree  # at the first page read (a crawl's start is quicker without)
+
     out = out if out is not None else PageDirectives()
     names = agents | {"robots"}
     canonical = base = None

@@ -128,9 +128,9 @@ class PageHandler:
         if jar is not None and not (rule.cookies if rule is not None and rule.cookies is not None
                                     else self.config.use_cookies):
             jar = None  # cookies off for this host (a site line), or only some site lines want them
-        fetcher, extra = self.fetcher, {}
+        fetcher, extra = self.fetcher, {"addresses": req.site.ips}  # Happy Eyeballs' other addresses
         if rule is not None and rule.header_bytes:
-            extra = {"extra_headers": rule.header_bytes}
+            extra["extra_headers"] = rule.header_bytes
         trigger = None
         if self.dynamic is not None and not is_sitemap(req.record):
             if rule is not None and rule.dynamic is not None:

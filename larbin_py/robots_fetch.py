@@ -20,7 +20,15 @@ The frontier hands the engine a robots.txt request as a site's first request;
   (docs/architecture.md says more);
 * 4xx (429 aside), or a redirect that leads nowhere: no restriction;
 * 5xx, 429, or no answer: unavailable, the frontier disallows and retries
-  later (``Frontier.robots_unavailable``).
+  later (``Frontier.robots_unavailable``).  A transport failure that says
+  why the site cannot be read as it should -- ``tlsError`` (a refused
+  certificate), ``proxyError`` -- is passed on as the reason: should the
+  site be given up, its URLs are forgotten under it, never as
+  ``forbiddenRobots`` (the site forbade nothing);
+* 401: a status like any 4xx (no restriction), whether or not credentials
+  were sent (the fetcher's ``authRequired`` keeps its status); a digest
+  challenge (``authRetry``) is answered once, by one more request spaced
+  like a redirect's hop.
 
 It holds no state between requests: one object serves every site.
 """
@@ -37,6 +45,11 @@ from .frontier.scheduler import Request, site_key
 from .url import normalize
 
 __all__ = ["RobotsFetch"]
+
+#: Results whose status is the answer (a body cut at the cap; a 401).
+_ANSWERED = frozenset({None, "tooBig", "authRequired", "authRetry"})
+#: Transport failures that name a site's URLs when its robots.txt stays unread.
+_NAMED_FAILURES = frozenset({"tlsError", "proxyError"})
 
 
 class RobotsFetch:
@@ -77,6 +90,7 @@ class RobotsFetch:
         fr = self.frontier
         url, ip, port = req.url, req.ip, req.port
         hop = 0
+        challenged = False
         while True:
             if hop:  # a redirect: the next hop is a request like any other, politely spaced
                 delay = fr.follow_ups.delay(req, self.now())
@@ -89,11 +103,15 @@ class RobotsFetch:
                     return
                 fr.follow_ups.started(req, self.now())
             extra = self.headers_for(req.site.host) if self.headers_for is not None else ()
-            res = await (self.fetcher.fetch(url, ip, port, extra_headers=extra) if extra
-                         else self.fetcher.fetch(url, ip, port))
+            res = await self.fetcher.fetch(url, ip, port, addresses=req.site.ips,
+                                           **({"extra_headers": extra} if extra else {}))
             if self.on_answer is not None:
                 self.on_answer(req, res, hop)
-            status = res.status if (res.error is None or res.error == "tooBig") else None
+            if res.error == "authRetry" and not challenged:
+                challenged = True
+                hop += 1  # the same URL again, with the challenge answered: a request like a hop
+                continue
+            status = res.status if res.error in _ANSWERED else None
             decision = robots_mod.robots_decision(status, redirects=hop)
             if decision is robots_mod.RobotsDecision.PARSE:
                 body = robots_mod.cut_at_cap(res.body, res.error == "tooBig")
@@ -114,7 +132,7 @@ class RobotsFetch:
                 continue
             if decision is robots_mod.RobotsDecision.ALLOW_ALL:
                 break
-            fr.robots_unavailable(req, self.now())
+            fr.robots_unavailable(req, self.now(), res.error if res.error in _NAMED_FAILURES else None)
             return
         # 4xx, or too many redirects: no restriction (RFC 9309 2.3.1.3).
         self._known(req, None)

@@ -51,7 +51,6 @@ import re
 import zlib
 from dataclasses import dataclass, field
 
-from lxml import etree
 
 __all__ = ["Sitemap", "SitemapReader", "read_sitemap", "MAX_ENTRIES", "MAX_BYTES", "MAX_LOC", "LASTMOD_RE"]
 
@@ -177,6 +176,8 @@ class SitemapReader:
                 return
             self._mode = "xml" if stripped[:1] == b"<" else "text"
             if self._mode == "xml":
+                from lxml import etree  # lxml at the first XML sitemap (a crawl's start is quicker without)
+
                 self._parser = etree.XMLPullParser(
                     events=("end",), tag=("{*}url", "{*}sitemap"), resolve_entities=False, no_network=True,
                     recover=True, remove_comments=True, remove_pis=True, huge_tree=True)
@@ -194,6 +195,8 @@ class SitemapReader:
             self.result.over_limit += text.count(b"<loc") + text.count(b":loc")  # <loc> or <ns:loc>
             self._tail = text[-4:]
             return
+        from lxml import etree
+
         parser = self._parser
         try:
             parser.feed(data)
@@ -281,6 +284,8 @@ class SitemapReader:
         if self._mode == "text" and (self._line or self._skip_line):
             self._line_end()
         elif self._mode == "xml" and not self._done and not self._counting:
+            from lxml import etree
+
             try:
                 self._parser.close()
                 self._events()

@@ -30,7 +30,10 @@ import sys
 from .frontier.assembly import assemble
 from .frontier.budget import SiteBudget
 from .net.dns import Resolver
+from .net.auth import AuthRules
 from .net.http import Fetcher
+from .net.proxy import ProxyConfig
+from .net.tls import TlsPolicy
 from .output import OutputError, make_output
 from .output.writer import ThreadedOutput, WriterThread
 from .robots_fetch import RobotsFetch
@@ -61,7 +64,7 @@ def build_frontier(config, crawl_state, *, rng, agent: str, rules, on_forget, st
         wait_duration=c.wait_duration, jitter=c.wait_jitter, conn_per_ip=c.connexions_per_ip, agent=agent,
         obey_robots=not c.ignore_robots, rng=rng, on_forget=on_forget, server_rtt_factor=c.server_rtt_factor,
         private_networks=c.private_networks, stores=stores, seen=crawl_state.seen, rules=rules,
-        retries=c.retries, prune_after=c.prune_after, keep_sites=c.keep_sites,
+        retries=c.retries, prune_after=c.prune_after, keep_sites=c.keep_sites, ipv6_prefix=c.ipv6_prefix,
     )
     options["budget"] = site_budget(c)
     options["site_rules"] = SiteSettings(c.site)
@@ -80,6 +83,20 @@ def site_budget(config) -> SiteBudget:
             rule = settings.for_host(host)
             return (None, None) if rule is None else (rule.max_pages, rule.max_bytes)
     return SiteBudget(config.max_pages_by_site, config.max_bytes_by_site, limits)
+
+
+def build_fetcher(c, *, clock) -> Fetcher:
+    """The fetcher of configuration ``c``: its limits, proxy, TLS policy and auth rules."""
+    return Fetcher(
+        user_agent=c.user_agent, from_addr=c.from_addr, connect_timeout=c.connect_timeout,
+        timeout_page=c.timeout_page, timeout_incr=c.timeout_incr, max_page_size=c.max_page_size,
+        proxy=ProxyConfig(*c.proxy) if c.proxy is not None else None, no_proxy=c.no_proxy,
+        bond_width=c.bond_width, keep_alive_idle=max(5.0, 2 * c.wait_duration),
+        keep_raw=c.output_mode == "warc", parser=c.http_parser,
+        tls=TlsPolicy(ca_file=c.tls_ca_file, ca_mode=c.tls_ca_mode, insecure_hosts=c.tls_verify),
+        auth=AuthRules(c.auth), happy_eyeballs_delay=c.happy_eyeballs_delay, http_version=c.http_version,
+        clock=clock,
+    )
 
 
 class Edge:
@@ -136,15 +153,12 @@ class Edge:
         c, st = self.config, crawl_state
         if self.resolver is None:
             self.resolver = Resolver(list(c.dns_servers), max_in_flight=c.dns_connexions, timeout=c.dns_timeout,
-                                     valid_time=c.dns_valid_time, negative_ttl=1.0)
+                                     valid_time=c.dns_valid_time, negative_ttl=1.0, ip_version=c.ip_version)
         if self.fetcher is None:
-            self.fetcher = Fetcher(
-                user_agent=c.user_agent, from_addr=c.from_addr, connect_timeout=c.connect_timeout,
-                timeout_page=c.timeout_page, timeout_incr=c.timeout_incr, max_page_size=c.max_page_size,
-                proxy=c.proxy, bond_width=c.bond_width, keep_alive_idle=max(5.0, 2 * c.wait_duration),
-                keep_raw=c.output_mode == "warc", parser=c.http_parser,
-                clock=loop.time,  # the scheduler's clock: send times compare with starts
-            )
+            self.fetcher = build_fetcher(c, clock=loop.time)  # the scheduler's clock: send times compare
+            warning = self.fetcher.tls.warning() if self.fetcher.tls is not None else None
+            if warning is not None:
+                print(f"larbin_py: warning: {warning}", file=self.err)
         self.robots = RobotsFetch(frontier, self.fetcher, lookup, now=now, log=getattr(st, "robots_log", None),
                                   on_answer=pages.robots_answered, rejected=rejected,
                                   on_rules=pages.robots_read if c.sitemaps else None,

@@ -47,6 +47,7 @@ def assemble(
     server_rtt_factor: float = 0.0,
     dns_retry_base: float = 2.0,
     robots_retry_base: float = 1.0,
+    ipv6_prefix: int = 64,
     private_networks: str = "allow",
     prune_after: float | None = PRUNE_AFTER,
     keep_sites: int = KEEP_SITES,
@@ -92,7 +93,7 @@ def assemble(
     settings = Settings(ram_urls=ram_urls, max_urls_by_site=max_urls_by_site, max_requests=max_requests,
                         wait_duration=wait_duration, conn_per_ip=conn_per_ip, jitter=jitter, agent=agent,
                         obey_robots=obey_robots, server_rtt_factor=server_rtt_factor,
-                        robots_retry_base=robots_retry_base)
+                        robots_retry_base=robots_retry_base, ipv6_prefix=ipv6_prefix)
     return frontier_class(
         settings, lanes=lanes, admission=Admission(lanes, seen=seen, rules=rules, retries=retries, sink=sink),
         dns=dns, pruning=Pruning(prune_after, keep_sites), ip_leases=ip_leases, rng=rng,

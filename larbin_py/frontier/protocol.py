@@ -145,8 +145,9 @@ class Scheduler(Protocol):
         """robots.txt was read (or is absent): its ``rules`` apply for ``ttl`` seconds."""
         ...
 
-    def robots_unavailable(self, req: "Request", now: float) -> None:
-        """robots.txt answered 5xx or could not be reached."""
+    def robots_unavailable(self, req: "Request", now: float, reason: str | None = None) -> None:
+        """robots.txt answered 5xx or could not be reached (``reason``: a transport failure that
+        must name the site's URLs if it persists, e.g. ``tlsError``; None: ``forbiddenRobots``)."""
         ...
 
     def restore_robots(self, robots_url: str, rules, expiry: float) -> None:

@@ -91,6 +91,7 @@ from ..robots import product_token
 from ..site_settings import SiteSettings
 from ..throttle import ServerPace
 from ..url import authority_of
+from .addresses import IpTable
 from .admission import Admission
 from .budget import REASON as BUDGET_REASON
 from .budget import SiteBudget
@@ -139,6 +140,7 @@ class Settings:
     obey_robots: bool = True
     server_rtt_factor: float = 0.0  # ServerPace: the delay follows rtt x this (0: off)
     robots_retry_base: float = 1.0  # seconds before an unavailable robots.txt is asked again (growing)
+    ipv6_prefix: int = 64  # IPv6 addresses sharing this prefix are one IP for politeness (128: each)
 
 
 @dataclass(slots=True)
@@ -206,7 +208,8 @@ class Frontier:
         self.replay: dict[str, str] = replay if replay is not None else {}
         self.refill = WaitRefill(s.max_urls_by_site, replaying=lanes.parked_at_start)
         self.sites: dict[str, NamedSite] = {}
-        self.ips: dict[str, IPSite] = {}
+        # The servers, by politeness key (an IPv4 address; an IPv6 /ipv6_prefix), looked up by address.
+        self.ips: IpTable = IpTable(s.ipv6_prefix)
         self.follow_ups = FollowUps(self.ips, wait_duration=s.wait_duration, jitter=s.jitter, rng=self.rng,
                                     gate=self.ip_leases)
         self._heap: list[tuple[float, int, IPSite]] = []
@@ -371,10 +374,11 @@ class Frontier:
                 self.pruning.left_ip(old, now)
             self._refuse_fifo(site)
             return
-        ip = ips[0]
+        ip = ips[0]  # the address requests go to (site.ips[0]); its server is keyed by polite_key
         ip_site = self.ips.get(ip)
         if ip_site is None:
-            ip_site = self.ips[ip] = IPSite(ip, ServerPace(rtt_factor=self.settings.server_rtt_factor))
+            key = self.ips.key(ip)
+            ip_site = self.ips[key] = IPSite(key, ServerPace(rtt_factor=self.settings.server_rtt_factor))
         if ip_site is not old:
             ip_site.sites += 1
             site.ip_site = ip_site
@@ -544,7 +548,7 @@ class Frontier:
             self.in_sites -= 1
             if self.obey_robots and site.robots is not None and \
                     not site.robots.allowed(site.agent or self.agent, rec.url):
-                self._forget(rec, "forbiddenRobots")
+                self._forget(rec, site.robots_reason or "forbiddenRobots")
                 self._freed(site)
                 continue
             if self._budget_on and rec.via[:1] != "m":  # a page (a sitemap file spends no budget)
@@ -569,7 +573,8 @@ class Frontier:
         wait = self.wait_duration if site.wait is None else site.wait
         ip.next_allowed = max(now + pace.delay(wait) * jitter, pace.retry_until)
         site.next_allowed = max(now + pace.delay(max(wait, site.crawl_delay)) * jitter, pace.retry_until)
-        req = Request(kind, site, rec, url, ip.ip, site.port, now)
+        # The site's own address (an IPv6 server's key is its network, not an address to dial).
+        req = Request(kind, site, rec, url, site.ips[0] if site.ips else ip.ip, site.port, now)
         self._running[id(req)] = req
         return req
 
@@ -579,7 +584,7 @@ class Frontier:
         site.active -= 1
         self.requests -= 1
         ip = site.ip_site
-        if ip is not None and ip.ip == req.ip:
+        if ip is not None and ip.ip == self.ips.key(req.ip):
             ip.busy -= 1
         else:  # the site moved to another address meanwhile
             old = self.ips.get(req.ip)
@@ -708,10 +713,17 @@ class Frontier:
             site.next_allowed = max(site.next_allowed, req.started + site.crawl_delay)
         self._release(req, now)
 
-    def robots_unavailable(self, req: Request, now: float) -> None:
-        """robots.txt answered 5xx or could not be reached: disallow, retry later."""
+    def robots_unavailable(self, req: Request, now: float, reason: str | None = None) -> None:
+        """robots.txt answered 5xx or could not be reached: disallow, retry later.
+
+        ``reason``: the transport failure (``tlsError``, ``proxyError``) that
+        kept robots.txt unread; when the site is given up, its URLs are
+        forgotten under it rather than as ``forbiddenRobots`` (the site
+        forbade nothing: it could not be reached as it should).
+        """
         site = req.site
         site.robots_failures += 1
+        site.robots_reason = reason
         if site.robots_failures >= robots_mod.MAX_ERROR_ATTEMPTS:
             site.robots = robots_mod.RobotsTxt.disallow_all()
             site.robots_event("give_up")

@@ -88,7 +88,7 @@ class NamedSite:
     __slots__ = (
         "key", "scheme", "host", "port", "fifo", "in_flight", "active", "overflow",
         "dns", "ips", "dns_expiry", "dns_failures", "ip_site",
-        "robots_state", "robots", "robots_expiry", "robots_failures", "crawl_delay",
+        "robots_state", "robots", "robots_expiry", "robots_failures", "robots_reason", "crawl_delay",
         "retry_at", "next_allowed", "queued", "pages", "errors", "idle_at", "dropped", "wait", "agent",
     )
 
@@ -110,6 +110,9 @@ class NamedSite:
         self.robots = None  # larbin_py.robots.RobotsTxt once known
         self.robots_expiry = 0.0
         self.robots_failures = 0
+        #: The transport failure that kept robots.txt unread (tlsError...): the reason its URLs are
+        #: forgotten under once the site is given up, instead of forbiddenRobots; None once read.
+        self.robots_reason: str | None = None
         self.crawl_delay = 0.0
         self.retry_at = 0.0  # DNS or robots retry time, when failed
         self.next_allowed = 0.0  # earliest start of the next request here
@@ -143,6 +146,7 @@ class NamedSite:
         """Take robots.txt ``rules`` (None: none apply) by ``event`` (``known``, ``restore``)
         until ``expiry``, with their crawl-delay for ``agent`` (at most :data:`MAX_CRAWL_DELAY`)."""
         self.robots = rules
+        self.robots_reason = None
         self.robots_event(event)
         self.robots_expiry = expiry
         delay = rules.crawl_delay(agent) if rules is not None else None

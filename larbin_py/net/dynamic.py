@@ -684,7 +684,8 @@ class DynamicFetcher:
     async def fetch(self, url: str, ip: str, port: int, *, cookie: bytes | None = None,
                     request=None, trigger: str | None = None) -> FetchResult:
         """Fetch ``url`` over HTTP and, when it is an HTML page, render it; never raises."""
-        res = await self.http.fetch(url, ip, port, cookie=cookie)
+        addresses = getattr(getattr(request, "site", None), "ips", ())  # Happy Eyeballs: the site's others
+        res = await self.http.fetch(url, ip, port, cookie=cookie, addresses=addresses)
         if self.jar is not None and res.status is not None:  # before the render: its scripts' requests need them
             self.jar.receive(url, [v for n, v in res.headers if n == b"set-cookie"], time.time())
         if (res.error is not None or res.status != 200 or res.content_type is None
