@@ -285,7 +285,7 @@ class RecordsWriter:
                     visit.links = links_at
                     links_at += len(entry)
                     entries.append(entry)
-            rec = UrlRecord(rec.url, rec.depth, 0, rec.hops, "", rec.via, rec.ref, encode_token(visit))
+            rec = UrlRecord(rec.url, rec.depth, 0, rec.hops, "", rec.via, rec.found, rec.ref, encode_token(visit))
             lines.append(encode_record(rec))
         self._write(1, b"".join(entries))  # the links first: a record never names a missing entry
         self._write(0, b"".join(lines))

@@ -60,7 +60,6 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from email.utils import formatdate, mktime_tz, parsedate_tz
 
 from .frontier.store import UrlRecord
 from .journal import FETCHED
@@ -85,6 +84,8 @@ def last_modified_of(headers) -> int | None:
     """The Last-Modified header of a response (lower-case names), in seconds; None when absent or bad."""
     for name, value in headers:
         if name == b"last-modified":
+            from email.utils import mktime_tz, parsedate_tz  # imported when met: a crawl starts without email
+
             parsed = parsedate_tz(value.decode("latin-1", "replace"))
             if parsed is None:
                 return None
@@ -201,6 +202,8 @@ class Recrawl:
         if visit.etag:
             headers.append((b"If-None-Match", visit.etag.encode("ascii")))
         if visit.last_modified is not None:
+            from email.utils import formatdate
+
             headers.append((b"If-Modified-Since", formatdate(visit.last_modified, usegmt=True).encode("ascii")))
         return tuple(headers)
 
@@ -315,7 +318,7 @@ class Recrawl:
                     self._skip(rec, visit)
                     skipped = True
                     continue
-                adm.push_record(UrlRecord(rec.url, rec.depth, retries, rec.hops, "", rec.via, rec.ref, rec.prev))
+                adm.push_record(UrlRecord(rec.url, rec.depth, retries, rec.hops, "", rec.via, rec.found, rec.ref, rec.prev))
                 queued += 1
         if skipped:  # their links, once every record is known as seen
             offset = 0

@@ -47,7 +47,7 @@ __all__ = [
 FORMAT = "larbin_py-state"
 #: Bumped whenever a state file changes meaning; other versions are refused.
 #: 2: URL records may carry how they were found and the recrawl's token (the
-#: store's seven-field form), which a reader of version 1 would misread.
+#: store's eight-field form), which a reader of version 1 would misread.
 VERSION = 2
 #: The versions this larbin_py continues (version 1 is version 2 without those fields).
 READABLE = (1, 2)

@@ -100,8 +100,8 @@ def test_each_record_says_how_its_url_was_found_and_from_where():
     a.offer_url("http://t.test/", seed=False)
     a.offer("http://a.test/", 3, ["http://a.test/1", "http://a.test/i.png"], embeds={"http://a.test/i.png"})
     a.offer("http://a.test/1", 2, ("http://a.test/moved",), redirect=True, hops=1)
-    assert [(r.url, r.via, r.ref) for r in ls.prio.ram_records()] == [
+    assert [(r.url, r.found, r.ref) for r in ls.prio.ram_records()] == [
         ("http://a.test/", "S", ""), ("http://t.test/", "I", "")]
-    assert [(r.url, r.via, r.ref, r.hops) for r in ls.main.ram_records()] == [
+    assert [(r.url, r.found, r.ref, r.hops) for r in ls.main.ram_records()] == [
         ("http://a.test/1", "L", "http://a.test/", 0), ("http://a.test/i.png", "E", "http://a.test/", 0),
         ("http://a.test/moved", "R", "http://a.test/1", 1)]

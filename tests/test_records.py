@@ -45,7 +45,7 @@ def _write(tmp_path, ops):
 
 
 def test_links_come_back_with_their_embeds_and_a_damaged_entry_is_told(tmp_path):
-    recs = [UrlRecord(f"http://a.test/{i}", 3, 0, 0, "", LINK, "http://a.test/") for i in range(3)]
+    recs = [UrlRecord(f"http://a.test/{i}", 3, 0, 0, found=LINK, ref="http://a.test/") for i in range(3)]
     links = ["http://a.test/x", "http://a.test/img.png", "http://b.test/\u00e9"]
     pos = _write(tmp_path, [(recs[0], Visit(1, 1, digest="D0"), (links, frozenset(["http://a.test/img.png"]))),
                             (recs[1], Visit(1, 1, digest="D1", links=NO_LINKS), None),
@@ -72,10 +72,10 @@ def test_links_come_back_with_their_embeds_and_a_damaged_entry_is_told(tmp_path)
 
 
 def test_beyond_the_commits_length_nothing_is_read_and_the_cut_leaves_the_commit(tmp_path):
-    rec = UrlRecord("http://a.test/", 1, 0, 0, "", SEED, "")
+    rec = UrlRecord("http://a.test/", 1, 0, 0, found=SEED)
     first = _write(tmp_path, [(rec, Visit(1, 1, digest="A"), ["http://a.test/1"])])
     w = RecordsWriter(str(tmp_path), 1)  # a later commit, appended, then a crash before it was committed
-    w.apply([(UrlRecord("http://a.test/2", 1, 0, 0, "", LINK, "http://a.test/"), Visit(2, 2, digest="B"),
+    w.apply([(UrlRecord("http://a.test/2", 1, 0, 0, found=LINK, ref="http://a.test/"), Visit(2, 2, digest="B"),
               ["http://a.test/3"])])
     w.close()
     with open(records_path(str(tmp_path), 1), "ab") as f:

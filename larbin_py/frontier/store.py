@@ -19,29 +19,33 @@ Record format, one per line, ASCII::
     <crc32 of the rest, 8 hex digits> <depth> <retries> <url>\\n
     <crc32 of the rest, 8 hex digits> <depth> <retries> <hops> <url>\\n
     <crc32 of the rest, 8 hex digits> <depth> <retries> <hops> <url> <tag>\\n
-    <crc32 of the rest, 8 hex digits> <depth> <retries> <hops> <url> <tag|-> <via|-> <prev|->\\n
+    <crc32 of the rest, 8 hex digits> <depth> <retries> <hops> <url> <tag or -> <via>\\n
+    <crc32 of the rest, 8 hex digits> <depth> <retries> <hops> <url> <tag|-> <via|-> <found|-> <prev|->\\n
 
 The second form is a redirect target (``hops`` redirects from the URL first
 queued, see the engine's ``maxRedirects``); any other record is written in
 the first form, so segments written before hops were counted read as ever.
 The third carries a ``tag``: the distributed mode's stream entry id, which
 the ack of the URL names (written only in a worker's scratch stores).  The
-fourth, seven fields, is written when a record says how it was found or
-carries what its last fetch left (``-`` for an empty field):
+fourth carries ``via``, how a URL that is no link came (``-`` standing for
+no tag): a sitemap file to read, or a page a sitemap listed (see
+:class:`UrlRecord`).  The fifth, eight fields, is written when a record
+says how it was found or carries what its last fetch left (``-`` for an
+empty field):
 
-* ``via``: one letter for how the URL was found, then the URL it was found
-  from: ``S`` a start URL, ``I`` a URL given at run time, ``L`` a page's
-  link, ``E`` a page's embed (an image, a frame), ``R`` a redirect's
-  target, ``M`` a sitemap's entry (kept for the sitemaps to come); e.g.
+* ``found``: one letter for how the URL was found, then the URL it was
+  found from: ``S`` a start URL, ``I`` a URL given at run time, ``L`` a
+  page's link, ``E`` a page's embed (an image, a frame), ``R`` a
+  redirect's target, ``M`` a page a sitemap listed; e.g.
   ``Lhttp://example.com/a``.  The crawl log says it (larbin_py.crawllog).
 * ``prev``: the recrawl's token (larbin_py.recrawl: validators, digest,
   stored links, time of the last fetch), opaque to the store.
 
 Every field holds no white space (normalized URLs have none; the recrawl
 token is checked by its maker), so the line is unambiguous.  Segments
-written before ``via`` existed read as ever (three to five fields); a state
-that may hold this form is version 2 (larbin_py.state), which an older
-larbin_py refuses whole instead of misreading.
+written before ``found`` existed read as ever (three to six fields); a
+state that may hold the fifth form is version 2 (larbin_py.state), which
+an older larbin_py refuses whole instead of misreading.
 
 Normalized URLs contain no whitespace, so the line is unambiguous.  A line
 whose checksum does not match (the torn tail of a segment after a crash) ends
@@ -71,10 +75,16 @@ class UrlRecord:
 
     ``tag`` is empty except in the distributed mode, where it is the URL's
     stream entry (``"<partition>/<entry id>"``, no space): its ack finds it.
-    ``via`` (one of :data:`VIA_KINDS`' letters, or empty: not known) and
+
+    ``via`` (no space) is empty for a link, a start URL or a redirect's
+    target; ``m<level>@<host>`` for a sitemap *file* to read (not a page:
+    ``level`` its nesting, 0 when robots.txt or ``/sitemap.xml`` named it,
+    ``host`` the site it was looked for), and ``s`` or ``s:<lastmod>`` for a
+    page a sitemap listed (larbin_py.sitemap_fetch).
+    ``found`` (one of :data:`VIA_KINDS`' letters, or empty: not known) and
     ``ref`` (the URL it was found from; empty for a start URL) say how the
-    URL was found; ``prev`` is the recrawl's token (empty: none).  A page's
-    links share one ``ref`` string in memory.
+    URL was found, for the crawl log; ``prev`` is the recrawl's token
+    (empty: none).  A page's links share one ``ref`` string in memory.
     """
 
     url: str
@@ -83,6 +93,7 @@ class UrlRecord:
     hops: int = 0
     tag: str = ""
     via: str = ""
+    found: str = ""
     ref: str = ""
     prev: str = ""
 
@@ -93,9 +104,12 @@ SEED, INPUT, LINK, EMBED, REDIRECT, SITEMAP = "S", "I", "L", "E", "R", "M"
 
 
 def encode_record(rec: UrlRecord) -> bytes:
-    if rec.via or rec.prev:
-        body = (f"{rec.depth} {rec.retries} {rec.hops} {rec.url} {rec.tag or '-'} "
-                f"{(rec.via + rec.ref) if rec.via else '-'} {rec.prev or '-'}").encode("utf-8", "surrogateescape")
+    if rec.found or rec.prev:
+        body = (f"{rec.depth} {rec.retries} {rec.hops} {rec.url} {rec.tag or '-'} {rec.via or '-'} "
+                f"{(rec.found + rec.ref) if rec.found else '-'} {rec.prev or '-'}").encode("utf-8", "surrogateescape")
+    elif rec.via:
+        body = f"{rec.depth} {rec.retries} {rec.hops} {rec.url} {rec.tag or '-'} {rec.via}".encode(
+            "utf-8", "surrogateescape")
     elif rec.tag:
         body = f"{rec.depth} {rec.retries} {rec.hops} {rec.url} {rec.tag}".encode("utf-8", "surrogateescape")
     elif rec.hops:
@@ -111,19 +125,24 @@ def decode_record(line: bytes) -> UrlRecord | None:
     if body is None or not body:
         return None
     try:
-        fields = body.split(b" ")  # a URL holds no space: 3 fields, 4 with hops, 5 with a tag, 7 with via/prev
-        if len(fields) == 7:
-            depth, retries, hops, url, tag, via, prev = fields
+        fields = body.split(b" ")  # a URL holds no space: 3 fields, 4 with hops, 5 with a tag, 6 with via,
+        if len(fields) == 8:   # 8 with how it was found and the recrawl's token
+            depth, retries, hops, url, tag, via, found, prev = fields
             rec = UrlRecord(url.decode("utf-8", "surrogateescape"), int(depth), int(retries), int(hops),
-                            "" if tag == b"-" else tag.decode("ascii"))
-            if via != b"-":
-                via = via.decode("utf-8", "surrogateescape")
-                if via[0] not in VIA_KINDS:
+                            "" if tag == b"-" else tag.decode("ascii"),
+                            "" if via == b"-" else via.decode("utf-8", "surrogateescape"))
+            if found != b"-":
+                found = found.decode("utf-8", "surrogateescape")
+                if found[0] not in VIA_KINDS:
                     return None
-                rec.via, rec.ref = via[0], via[1:]
+                rec.found, rec.ref = found[0], found[1:]
             if prev != b"-":
                 rec.prev = prev.decode("utf-8", "surrogateescape")
             return rec
+        if len(fields) == 6:
+            depth, retries, hops, url, tag, via = fields
+            return UrlRecord(url.decode("utf-8", "surrogateescape"), int(depth), int(retries), int(hops),
+                             "" if tag == b"-" else tag.decode("ascii"), via.decode("utf-8", "surrogateescape"))
         if len(fields) == 5:
             depth, retries, hops, url, tag = fields
             return UrlRecord(url.decode("utf-8", "surrogateescape"), int(depth), int(retries), int(hops),

@@ -104,6 +104,10 @@ class Document:
     #: others write nothing.  ``remove``: a page gone, taken out of the mirror.
     keep: bool = False
     remove: bool = False
+    #: How the URL was found when not by a link: ``sitemap`` (larbin_py.sitemap_fetch), with the
+    #: ``<lastmod>`` the sitemap gave (W3C datetime, or ""): the WARC writes them on the response.
+    found_by: str = ""
+    lastmod: str = ""
 
 
 class OutputError(Exception):
