@@ -249,6 +249,27 @@ async def test_revisit_after_keeps_young_pages_and_still_reaches_what_they_link_
 
 
 @pytest.mark.async_timeout(120)
+async def test_a_304_for_a_page_whose_file_is_missing_is_asked_again_plainly(tmp_path):
+    web = tree(seed=27, hosts=2, pages=12)
+    async with served(web, web.port) as srv:
+        site = Site(tmp_path, web, srv)
+        await site.crawl()
+        index1 = site.index()
+        lost = sorted(index1)[2:4]
+        for url in lost:  # the mirror lost them (a person, a disk): a 304 would keep nothing
+            os.unlink(os.path.join(site.config.save_dir, index1[url]["path"]))
+        _, second, after = await site.crawl(recrawl=True)
+        asked = [r for r in pages_of(after) if r[0] in lost]
+        # each asked twice: with its validators (304), then without them (200)
+        assert sorted((r[0], r[2], bool(r[3])) for r in asked) == sorted(
+            [(u, 304, True) for u in lost] + [(u, 200, False) for u in lost])
+        assert site.index().keys() == index1.keys()
+        check_mirror_is_the_tree(site, site.index())
+        r = second.recrawl
+        assert r["unchanged"] == len(index1) and r["notModified"] == len(index1) - 2 and r["changed"] == 0, r
+
+
+@pytest.mark.async_timeout(120)
 async def test_recrawl_refuses_what_it_cannot_revisit_with_one_line(tmp_path):
     web = tree(seed=25, hosts=2, pages=10)
     async with served(web, web.port) as srv:
