@@ -249,6 +249,28 @@ async def test_revisit_after_keeps_young_pages_and_still_reaches_what_they_link_
 
 
 @pytest.mark.async_timeout(120)
+async def test_recrawl_gone_keep_leaves_the_file_and_asks_again_next_time(tmp_path):
+    web = tree(seed=28, hosts=2, pages=12)
+    async with served(web, web.port) as srv:
+        site = Site(tmp_path, web, srv, recrawl_gone="keep")
+        await site.crawl()
+        index1 = site.index()
+        gone = [u for u in sorted(index1) if u not in web.seeds and site.tree_path(u).endswith(".html")][:2]
+        for url in gone:
+            os.unlink(site.tree_path(url))
+        mtimes = site.mtimes()
+        _, second, after = await site.crawl(recrawl=True)
+        assert sorted(r[0] for r in pages_of(after) if r[2] == 404 and r[0] in index1) == gone
+        assert second.recrawl["gone"] == 2 and second.recrawl["unchanged"] == len(index1) - 2
+        # kept: the files as they were, still listed
+        assert site.index().keys() == index1.keys() and site.mtimes() == mtimes
+        # and their records too: the next recrawl asks them again
+        _, third, again = await site.crawl(recrawl=True)
+        assert sorted(r[0] for r in pages_of(again) if r[2] == 404 and r[0] in index1) == gone
+        assert third.recrawl["gone"] == 2 and site.index().keys() == index1.keys()
+
+
+@pytest.mark.async_timeout(120)
 async def test_a_304_for_a_page_whose_file_is_missing_is_asked_again_plainly(tmp_path):
     web = tree(seed=27, hosts=2, pages=12)
     async with served(web, web.port) as srv:
