@@ -399,6 +399,8 @@ class Engine:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._stopping = True  # no checkpoint timer after the last checkpoint
+        if self.recrawl is not None:
+            self.recrawl.settle()  # pages whose links never came back: recorded with the last commit
         await self.checkpoints.close(last=self.failures.message is None)
         self.crawl_state.close_commits()
         if self.analysis is not None:

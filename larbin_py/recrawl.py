@@ -44,9 +44,11 @@ log's last field.
 on the loop is recorded at once; one handed to the analysis processes is
 recorded when its links come back through :meth:`offer` (the stage's way
 to the admission), its record kept meanwhile in a bounded table
-(:data:`PENDING_MAX`; past it, or after a crash before the links came
-back, the record is written without its links: the next recrawl asks that
-page without validators).  Records are *ops* handed to the crawl state
+(:data:`PENDING_MAX`; past it, or at the crawl's end (:meth:`settle`: a
+failed analysis, tasks left to a ``--reload``), the record is written
+without its links, and the next recrawl asks that page without
+validators; after a crash, such a page has no record and the next recrawl
+fetches it as a new one when a link leads there).  Records are *ops* handed to the crawl state
 (``record``), written by the group commit that covers the outcome
 (larbin_py.records.RecordsWriter).
 
@@ -176,6 +178,14 @@ class Recrawl:
             return self._count("new")
         return self._count("unchanged" if prev.digest == visit.digest else "changed")
 
+    def settle(self) -> int:
+        """(The crawl's end, before its last checkpoint.) The pages whose links never came
+        back (a failed analysis, tasks left for --reload) recorded without them; how many."""
+        pending, self._pending = self._pending, OrderedDict()
+        for rec, visit in pending.values():
+            self.state.record((rec, visit, None))
+        return len(pending)
+
     @staticmethod
     def pending():
         """The ``links`` of :meth:`fetched` for a page whose links the analysis processes will give."""
@@ -187,7 +197,11 @@ class Recrawl:
         if waiting is not None:
             rec, visit = waiting
             embeds = kw.get("embeds") or ()
-            self.state.record((rec, visit, (list(links), embeds) if embeds else list(links)))
+            if not links:  # none to offer (meta nofollow, or none found): a 304 offers none
+                visit.links = NO_LINKS
+                self.state.record((rec, visit, None))
+            else:
+                self.state.record((rec, visit, (list(links), embeds) if embeds else list(links)))
         return self.frontier.admission.offer(page_url, depth, links, **kw)
 
     # -- a recrawl's requests -------------------------------------------------

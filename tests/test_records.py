@@ -88,3 +88,52 @@ def test_beyond_the_commits_length_nothing_is_read_and_the_cut_leaves_the_commit
     assert [os.path.getsize(records_path(str(tmp_path), 1)), os.path.getsize(links_path(str(tmp_path), 1))] == first
     with open(records_path(str(tmp_path), 1), "rb") as f:
         assert decode_record(f.read()).url == "http://a.test/"
+
+
+class _State:
+    """The crawl state's ``record`` alone: the ops a commit would write."""
+
+    def __init__(self) -> None:
+        self.ops = []
+
+    def record(self, op) -> None:
+        self.ops.append(op)
+
+
+class _Admission:
+    def __init__(self) -> None:
+        self.offered = []
+
+    def offer(self, page_url, depth, links, **kw) -> int:
+        self.offered.append((page_url, tuple(links)))
+        return len(links)
+
+
+def test_a_page_whose_links_the_analysis_processes_keep_is_recorded_all_the_same():
+    """Records of pages handed to the analysis processes (larbin_py.recrawl): links that
+    come back are stored, none (meta nofollow) says so, and those that never come back
+    (a failed analysis, tasks left to --reload) are recorded without links at the end."""
+    from types import SimpleNamespace
+
+    from larbin_py.config import parse_config_text
+    from larbin_py.recrawl import Recrawl
+
+    rc = Recrawl(parse_config_text("", require_start_urls=False), wall=lambda: 1_700_000_000)
+    state, adm = _State(), _Admission()
+    rc.attach(SimpleNamespace(admission=adm), state, None, None)
+    res = SimpleNamespace(headers=[(b"etag", b'"v1"')], content_type="text/html")
+    recs = {name: UrlRecord(f"http://a.test/{name}", 2, 0, found=LINK, ref="http://a.test/")
+            for name in ("links", "nofollow", "failed")}
+    for rec in recs.values():
+        assert rc.fetched(rec, res, "sha1:ABC", rc.pending()) == ""  # not a recrawl: no verdict
+    assert state.ops == []  # waiting for their links
+    rc.offer("http://a.test/links", 2, ["http://a.test/x"], embeds=frozenset())
+    rc.offer("http://a.test/nofollow", 2, ())
+    assert adm.offered == [("http://a.test/links", ("http://a.test/x",)), ("http://a.test/nofollow", ())]
+    assert rc.settle() == 1 and rc.settle() == 0
+    by_url = {op[0].url: op for op in state.ops}
+    assert sorted(by_url) == sorted(r.url for r in recs.values())
+    assert by_url["http://a.test/links"][2] == ["http://a.test/x"]
+    assert by_url["http://a.test/nofollow"][1].links == NO_LINKS and by_url["http://a.test/nofollow"][2] is None
+    failed = by_url["http://a.test/failed"][1]
+    assert failed.links is None and failed.etag == '"v1"' and failed.digest == "ABC"  # asked plainly next time

@@ -336,7 +336,9 @@ class AnalysisStage:
             counts.page_errors["parseError"] += 1
         if result.get("nofollow"):
             counts.rejected["nofollow"] += result["nofollow"]
-        if not result.get("meta_nofollow"):
+        if result.get("meta_nofollow"):
+            self.frontier.offer(task.url, task.depth, ())  # none: the records (larbin_py.recrawl) say so
+        else:
             links = result.get("links") or ()
             self.links += len(links)
             embeds = result.get("embeds")
