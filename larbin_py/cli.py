@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"the configuration file (default: ./{DEFAULT_CONFIG})")
     parser.add_argument("--reload", action="store_true",
                         help="continue the crawl saved in stateDir instead of starting anew")
+    parser.add_argument("--recrawl", action="store_true",
+                        help="crawl again the finished crawl in stateDir: every page it fetched, asked with "
+                             "its validators (docs/recrawl.md)")
     parser.add_argument("--demo", action="store_true",
                         help="crawl the built-in synthetic web on loopback (no startUrl needed)")
     parser.add_argument("--seed", metavar="URL", action="append", default=[],
@@ -105,7 +108,7 @@ def _key_value(text: str) -> tuple[str, str]:
 
 def _load(args: argparse.Namespace) -> Config:
     """The configuration the arguments ask for; raises ConfigError."""
-    lenient = args.demo or args.reload or bool(args.seed) or args.print_config or args.worker
+    lenient = args.demo or args.reload or args.recrawl or bool(args.seed) or args.print_config or args.worker
     path = args.config
     if path is None:
         path = DEFAULT_CONFIG
@@ -140,7 +143,7 @@ def _state_role(args: argparse.Namespace, config: Config) -> str | None:
     return None if config.redis_url else "crawl"
 
 
-def crawl_main(config: Config, *, reload: bool = False, demo: bool = False) -> int:
+def crawl_main(config: Config, *, reload: bool = False, demo: bool = False, recrawl: bool = False) -> int:
     """Run a crawl (or the demo) to its end on uvloop; the process exit code."""
     import asyncio
 
@@ -154,6 +157,10 @@ def crawl_main(config: Config, *, reload: bool = False, demo: bool = False) -> i
         if reload and not config.can_reload:
             print("larbin_py: --reload needs canReload (it is off in the configuration)", file=sys.stderr)
             return EXIT_USAGE
+        if recrawl and not config.can_reload:
+            print("larbin_py: --recrawl needs canReload (the records of each page are kept with the journal)",
+                  file=sys.stderr)
+            return EXIT_USAGE
         if config.redis_url:  # one worker of a distributed crawl (larbin_py.distributed.crawl_worker)
             from .distributed.crawl_worker import run_worker
 
@@ -162,7 +169,7 @@ def crawl_main(config: Config, *, reload: bool = False, demo: bool = False) -> i
         from .runner import run_engine
 
         try:
-            engine = Engine(config, reload=reload)
+            engine = Engine(config, reload=reload, recrawl=recrawl)
         except (StateDirInUse, StateError) as exc:
             print(f"larbin_py: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -222,6 +229,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.worker and args.workers is not None:
         _say("--worker and --workers exclude each other (try --help)")
         return EXIT_USAGE
+    if args.recrawl and args.reload:
+        _say("--recrawl starts a new crawl and --reload continues one: they exclude each other (try --help)")
+        return EXIT_USAGE
+    if args.recrawl and (args.demo or args.worker or args.workers is not None or config.redis_url):
+        _say("--recrawl is for a single-process crawl: not with --demo, --worker, --workers or redisUrl "
+             "(docs/recrawl.md)")
+        return EXIT_USAGE
 
     if args.print_config:  # for a person to read: secrets as ***
         sys.stdout.write(format_config(config, redact=True))
@@ -257,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 code = launch_main(config, args.workers, reload=args.reload, cli_main=main)
         else:
-            code = crawl_main(config, reload=args.reload, demo=args.demo)
+            code = crawl_main(config, reload=args.reload, demo=args.demo, recrawl=args.recrawl)
     except KeyboardInterrupt:
         _say("interrupted")
         return EXIT_INTERRUPTED

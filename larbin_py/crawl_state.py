@@ -21,7 +21,9 @@ call                     when, and what it promises
 ``output_position()``    where the output continues (its files' lengths)
 ``open(...)``            once the loop runs: start recording outcomes
 ``done(url, outcome,     every terminal outcome (fetched, or forgotten with
-from_request)``          its reason); durable at the next group commit
+from_request, line)``    its reason) and its crawl log line; durable at the
+                         next group commit
+``log(line)``            a crawl log line of no URL's outcome (robots.txt)
 ``holds(running, cap)``  the durability gate: True while no request may
                          start (a crash must cost at most the requests in
                          flight)
@@ -48,9 +50,11 @@ from .frontier import codec
 from .frontier.protocol import Scheduler
 from .frontier.sieve import open_seen
 from .frontier.store import UrlRecord
-from .journal import Committer, FETCHED, cut_to_commit, read_journals
+from .crawllog import CrawlLogFile
+from .journal import COMMIT_INTERVAL, Committer, FETCHED, cut_to_commit, read_journals
 from .net.cookies import CookieJar, load_jar, save_jar
 from .owner_only import make_private_dir
+from .records import OldRecords, RecordsWriter, prepare_recrawl, remove_generation, remove_marker
 from .state import CHECKPOINT, ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, has_state, read_checkpoint
 
 __all__ = ["CrawlState", "LocalState", "StateDirInUse"]
@@ -91,7 +95,9 @@ class CrawlState(Protocol):
 
     def open(self, loop, writer, output, *, frontier: Scheduler, on_durable, on_error) -> None: ...
 
-    def done(self, url: str, outcome: str, from_request: bool) -> None: ...
+    def done(self, url: str, outcome: str, from_request: bool, line: bytes | None = None) -> None: ...
+
+    def log(self, line: bytes) -> None: ...
 
     def holds(self, running: int, cap: int) -> bool: ...
 
@@ -117,16 +123,44 @@ class LocalState:
     ``seen``: a seen store to use instead of the array store (a fresh crawl).
     """
 
-    def __init__(self, config, *, reload: bool = False, seen=None) -> None:
+    def __init__(self, config, *, reload: bool = False, seen=None, recrawl: bool = False) -> None:
         self.config = config
         self.reload = reload
         state_dir = self.state_dir = config.state_dir
         seen_log = os.path.join(state_dir, SEEN_LOG)
+        #: The records for the next crawl (larbin_py.records): this crawl's generation, the one
+        #: it revisits (--recrawl) and how much of that one's records count.
+        self.generation = 1
+        self.previous: int | None = None
+        self.previous_end: list[int] | None = None
+        self._start_output: dict | None = None  # where a recrawl's output continues
+        self.seeding = False  # a recrawl's records are still to be queued (larbin_py.recrawl)
+        self.records: RecordsWriter | None = None
+        self.old_records: OldRecords | None = None
+        self._finished = False
+        if recrawl:
+            if reload:
+                raise StateError("--recrawl starts a new crawl: it does not go with --reload")
+            start = prepare_recrawl(state_dir, config.output_mode)
+            self.previous, self.previous_end = start.previous, start.end
+            self.generation = start.previous + 1
+            self.seeding = True
+            if config.output_mode == "warc" and isinstance(start.output, dict):
+                # The WARC series and its index.tsv go on (a mirror's index starts afresh).
+                self._start_output = {"mode": "warc", "index_length": start.output.get("index_length", 0),
+                                      "warc_file": None, "warc_serial": start.output.get("warc_serial", 0)}
         self._doc: dict | None = None
         self._frontier_state: codec.FrontierState | None = None
         self._carry: list[UrlRecord] = []
         self._replay = None
         self.damaged: dict[str, int] = {}
+        #: What cutting the crawl log back to the last commit found damaged (one sentence each).
+        self.crawl_log_damage: list[str] = []
+        #: The crawl log (larbin_py.crawllog), opened with the writer thread; None when off.
+        self.crawl_log: CrawlLogFile | None = None
+        self._loose: list[bytes] = []  # crawl log lines without a committer (canReload off)
+        self._loose_handle = None
+        self._loop = None
         self.links_on_loop = False  # done() follows the links' offer or their durable analysis task
         self.analysis_queue = "analysis"
         self.inflight = None
@@ -137,14 +171,22 @@ class LocalState:
             except codec.CheckpointError as exc:
                 raise StateError(f"{os.path.join(state_dir, CHECKPOINT)}: {exc}") from None
             # Outcomes committed after that checkpoint; the state is cut back to the last commit.
+            info = self._doc.get("records")
+            if isinstance(info, dict):
+                self.generation = int(info["generation"])
+                if info.get("previous") is not None and not info.get("finished"):
+                    self.previous, self.previous_end = int(info["previous"]), list(info["previous_end"])
             self._replay = read_journals(state_dir, int(self._doc["serial"]), checkpoint=self._doc,
-                                         save_dir=config.save_dir)
+                                         save_dir=config.save_dir, crawl_log=config.crawl_log_path,
+                                         generation=self.generation)
             # URLs found done by an earlier --reload and still waiting in the stores
             pending = {str(url): str(outcome) for url, outcome in self._doc.get("replay", ())}
             if pending:
                 pending.update(self._replay.done)
                 self._replay.done = pending
-            cut_to_commit(state_dir, self._doc, self._replay, seen_log)
+            self.crawl_log_damage = cut_to_commit(state_dir, self._doc, self._replay, seen_log,
+                                                  robots_log=os.path.join(state_dir, ROBOTS_LOG),
+                                                  crawl_log=config.crawl_log_path, records=self.generation)
             self.seen = open_seen(config.seen_store, state_dir, reload=True)
             self.damaged = {"carry": bad_carry, "seen": self.seen.dropped_bytes, "journal": self._replay.damaged}
         else:
@@ -172,6 +214,8 @@ class LocalState:
         self._serial = int(self._doc["serial"]) if self._doc else 0
         if self._replay is not None:  # above every journal's number
             self._serial = max(self._serial, self._replay.max_serial)
+        if self.previous is not None and config.can_reload:
+            self.old_records = OldRecords(state_dir, self.previous, self.previous_end)
         self._committer: Committer | None = None
         self._writer = None
         self.checkpoints = 0
@@ -198,29 +242,69 @@ class LocalState:
         self.store_damage = frontier.lanes.damage()
 
     def output_position(self) -> dict | None:
-        """Where the output continues (its files' lengths at the checkpoint)."""
-        return self._doc.get("output") if self._doc else None
+        """Where the output continues (its files' lengths at the checkpoint; a recrawl's WARC
+        after the last crawl's)."""
+        return self._doc.get("output") if self._doc else self._start_output
+
+    @property
+    def keeps_records(self) -> bool:
+        """The records for the next crawl are kept (canReload: they are written with the commits)."""
+        return self.config.can_reload
+
+    @property
+    def wants_writer(self) -> bool:
+        """A writer thread is needed (the crawl log), whatever the output."""
+        return self.config.crawl_log_path is not None
 
     def open(self, loop, writer, output, *, frontier, on_durable, on_error) -> None:
-        """Start the group commits (canReload on): the journal after the files it covers."""
+        """Open the crawl log, and start the group commits (canReload on): the
+        journal after the files it covers; without them the crawl log's lines
+        go to the writer in batches."""
+        self._loop = loop
+        self._writer = writer
+        self._on_error = on_error
+        path = self.config.crawl_log_path
+        if path is not None and writer is not None:
+            self.crawl_log = CrawlLogFile(path, max_bytes=self.config.crawl_log_max_bytes)
         if not self.config.can_reload:
             return
-        self._writer = writer
+        self.records = RecordsWriter(self.state_dir, self.generation, self.old_records)
         self._committer = Committer(
             loop, writer, self.state_dir, frontier=frontier, seen=self.seen,
             seen_log=os.path.join(self.state_dir, SEEN_LOG), robots_log=self._robots_log,
             robots_path=os.path.join(self.state_dir, ROBOTS_LOG), output=output,
             serial=self._serial, on_durable=on_durable, on_error=on_error,
-            sync_commits=self.config.sync_commits)
+            sync_commits=self.config.sync_commits, crawl_log=self.crawl_log, records=self.records)
 
     @property
     def committer(self) -> Committer | None:
         return self._committer
 
     # -- while crawling ---------------------------------------------------
-    def done(self, url: str, outcome: str, from_request: bool) -> None:
+    def done(self, url: str, outcome: str, from_request: bool, line: bytes | None = None) -> None:
         if self._committer is not None:
-            self._committer.done(url, outcome, from_request)
+            self._committer.done(url, outcome, from_request, line)
+        elif line is not None:
+            self.log(line)
+
+    def record(self, op) -> None:
+        """A page's record for the next crawl (larbin_py.recrawl), written with the next commit."""
+        if self._committer is not None:
+            self._committer.record(op)
+
+    def log(self, line: bytes) -> None:
+        if self._committer is not None:
+            self._committer.log(line)
+        elif self.crawl_log is not None:  # no journal: the lines go to the writer every few ms
+            self._loose.append(line)
+            if self._loose_handle is None:
+                self._loose_handle = self._loop.call_later(COMMIT_INTERVAL, self._write_loose)
+
+    def _write_loose(self) -> None:
+        self._loose_handle = None
+        lines, self._loose = self._loose, []
+        if lines:
+            self._writer.submit(self.crawl_log.write, lines, on_error=self._on_error)
 
     def holds(self, running: int, cap: int) -> bool:
         com = self._committer
@@ -274,6 +358,8 @@ class LocalState:
                   file=err)
         for message in self.store_damage:
             print(f"larbin_py: damaged state: {message}", file=err)
+        for message in self.crawl_log_damage:
+            print(f"larbin_py: damaged state: {message}", file=err)
         if self._replay is not None and self._replay.unsynced:
             print(f"larbin_py: {self._replay.unsynced} commits of the journal dropped: what they cover is not "
                   "all on disk (the machine stopped before a checkpoint); their pages are fetched again",
@@ -296,18 +382,30 @@ class LocalState:
         state, carry = codec.snapshot(frontier, now, time.time(), sync=False)
         self._serial += 1
         data = {"frontier": codec.encode(state), "engine": section, "time": time.time()}
+        # The records' generation (their position is the commit's, filled in on the writer)
+        # and whether the crawl ended: only a finished crawl is recrawled.
+        self._finished = frontier.idle() and not self.seeding
+        data["records"] = {"generation": self.generation, "previous": self.previous,
+                           "previous_end": self.previous_end, "finished": self._finished}
         if frontier.replay:  # found done in a journal, not yet out of the stores: still done
             data["replay"] = [[url, outcome] for url, outcome in frontier.replay.items()]
         await self._committer.checkpoint(data, carry, self._serial)
         frontier.lanes.release(state.stores)
         self.checkpoints += 1
+        if self.previous is not None and not self.seeding:
+            remove_marker(self.state_dir)  # a recrawl's start is in a checkpoint: --reload continues it
         return True
 
     # -- the end ----------------------------------------------------------
     def close_commits(self) -> None:
-        """No more commits (the last checkpoint was written): before the outputs close."""
+        """No more commits (the last checkpoint was written): before the outputs close.
+        Without commits, the crawl log's last lines go to the writer now."""
         if self._committer is not None:
             self._committer.close()
+        if self._loose_handle is not None:
+            self._loose_handle.cancel()
+        if self._loose and self._writer is not None:
+            self._write_loose()
 
     def close(self, frontier: Scheduler, *, broken: bool) -> list[OSError]:
         """Close the journal, the logs, the stores and the seen log; the failures returned.
@@ -321,6 +419,14 @@ class LocalState:
         if self._committer is not None:
             self._committer.close_journal()
         closes = [self._robots_log.close] if self._robots_log is not None else []
+        if self.crawl_log is not None:
+            closes.append(self.crawl_log.close)
+        if self.records is not None:
+            closes.append(self.records.close)
+        if self.old_records is not None:
+            closes.append(self.old_records.close)
+            if self._finished and not broken:  # every record of the generation revisited went on
+                closes.append(lambda: remove_generation(self.state_dir, self.previous))
         closes.append(frontier.close)
         for close in closes:
             try:
@@ -346,6 +452,12 @@ class LocalState:
         """
         if self._robots_log is not None:
             self._robots_log.close()
+        if self.crawl_log is not None:
+            self.crawl_log.close()
+        if self.records is not None:
+            self.records.close()
+        if self.old_records is not None:
+            self.old_records.close()
         self.seen.close()
         frontier.close()
         if not self.reload:

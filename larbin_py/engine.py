@@ -38,6 +38,7 @@ from .frontier.scheduler import PAGE, site_key
 from .loopclock import clock_step
 from .output import OutputError
 from .pages import PageHandler
+from .recrawl import Recrawl
 from .rules import UrlRules
 from .servers import Servers, StartError
 from .state import StateError
@@ -65,7 +66,8 @@ class Engine:
     """
 
     def __init__(self, config, *, resolver=None, fetcher=None, output=None, rng: random.Random | None = None,
-                 out=None, err=None, reload: bool = False, stores=None, seen=None, crawl_state=None) -> None:
+                 out=None, err=None, reload: bool = False, stores=None, seen=None, crawl_state=None,
+                 recrawl: bool = False) -> None:
         self.config = config
         malloc_tuning.limit_retention()  # large freed blocks go back to the kernel (larbin_py.malloc_tuning)
         self.out = out if out is not None else sys.stdout
@@ -75,7 +77,7 @@ class Engine:
         self.agent = robots_mod.product_token(config.user_agent)
         self.reload = reload
         st = self.crawl_state = crawl_state if crawl_state is not None else \
-            LocalState(config, reload=reload, seen=seen)
+            LocalState(config, reload=reload, seen=seen, recrawl=recrawl)
         self.seen = st.seen
         #: The crawl's failure (its message, the state broken), and the stop it asks for.
         self.failures = Failures(config.state_dir, self.err, self.request_stop)
@@ -91,12 +93,20 @@ class Engine:
         self.counts = Counters(rejected=self.frontier.admission.rejected)
         self.rejected = self.counts.rejected
         self.pages.attach(self.frontier, self.counts, self.flow)
+        #: The records for the next crawl and a recrawl's revisit (larbin_py.recrawl); None when
+        #: the crawl state keeps no records (canReload off, a worker, a test's MemoryState).
+        self.recrawl: Recrawl | None = None
+        if getattr(st, "keeps_records", False):
+            self.recrawl = Recrawl(config, old=st.old_records, seeding=st.seeding)
+            self.recrawl.attach(self.frontier, st, self.counts, self.pages)
+            self.pages.recrawl = self.recrawl
         #: The analysis stage (issue 22): None when analysisWorkers is 0 (analysis inline, on the loop).
         self.analysis: AnalysisStage | None = None
         if config.analysis_workers > 0 or config.analyzers:  # analyzers need a process: at least one
             self.analysis = AnalysisStage(config, reload=reload, err=self.err, durable=config.can_reload,
                                           links=not st.links_on_loop, queue_dir=st.analysis_queue)
-            self.analysis.attach(self.frontier.admission, self.counts, self._spawn)
+            # The links come back through the records (larbin_py.recrawl) when they are kept.
+            self.analysis.attach(self.recrawl or self.frontier.admission, self.counts, self._spawn)
             self.pages.analysis = self.analysis
         #: The I/O edge (larbin_py.wiring): resolver, fetcher, output injected, or built once the loop runs.
         self.edge = Edge(config, resolver=resolver, fetcher=fetcher, output=output, err=self.err)
@@ -166,7 +176,7 @@ class Engine:
             # Every start URL (and every URL given before the crawl starts)
             # adds its host to those lockSite allows, not only the first.
             self.rules.lock(url)
-        result = self.frontier.admission.offer_url(url, priority=priority)
+        result = self.frontier.admission.offer_url(url, priority=priority, seed=seed)
         if seed and self.config.sitemaps and self.config.ignore_robots:
             self.pages.sitemaps.seed(url)  # no robots.txt to name them: the site's /sitemap.xml
         if result[0] == "accepted":
@@ -345,9 +355,16 @@ class Engine:
             return self.summary()
         if self.on_servers_started is not None:
             self.on_servers_started(self)
+        if self.recrawl is not None:
+            self.recrawl.start(self.edge.writer, self.edge.output)
         try:
             if self.reload:
                 self.checkpoints.restore()
+            if self.recrawl is not None and self.recrawl.seeding:  # --recrawl: the last crawl's URLs first
+                queued = await self.recrawl.seed()
+                print(f"larbin_py: recrawl of the crawl in {self.config.state_dir!r}: {queued} URLs queued "
+                      f"again, {self.counts.recrawl['skipped']} younger than revisitAfter kept as they are",
+                      file=self.err)
             for seed in self.config.start_urls:
                 result, reason = self.add_url(seed, seed=True)
                 if result == "rejected":
@@ -382,6 +399,8 @@ class Engine:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._stopping = True  # no checkpoint timer after the last checkpoint
+        if self.recrawl is not None:
+            self.recrawl.settle()  # pages whose links never came back: recorded with the last commit
         await self.checkpoints.close(last=self.failures.message is None)
         self.crawl_state.close_commits()
         if self.analysis is not None:

@@ -16,6 +16,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from .frontier.stats import frontier_stats
+from .recrawl import VERDICTS
 
 __all__ = ["Counters", "EngineStats", "Summary"]
 
@@ -39,11 +40,13 @@ class Counters:
     rtts: deque = field(default_factory=lambda: deque(maxlen=512))
     #: The last outcomes, for the stats page.
     last: deque = field(default_factory=lambda: deque(maxlen=20))
+    #: A recrawl's verdicts (larbin_py.recrawl.VERDICTS): unchanged, changed, new, gone...
+    recrawl: Counter = field(default_factory=Counter)
 
     def to_state(self) -> dict:
         return {"bytes": self.bytes, "requests": self.requests, "robots_requests": self.robots_requests,
                 "rejected": dict(self.rejected), "page_errors": dict(self.page_errors),
-                "sitemaps": dict(self.sitemaps)}
+                "recrawl": dict(self.recrawl), "sitemaps": dict(self.sitemaps)}
 
     def restore(self, doc: dict) -> None:
         self.bytes = int(doc.get("bytes", 0))
@@ -51,6 +54,7 @@ class Counters:
         self.robots_requests = int(doc.get("robots_requests", 0))
         self.rejected.update({k: int(v) for k, v in doc.get("rejected", {}).items()})
         self.page_errors.update({k: int(v) for k, v in doc.get("page_errors", {}).items()})
+        self.recrawl.update({k: int(v) for k, v in doc.get("recrawl", {}).items()})
         self.sitemaps.update({k: int(v) for k, v in doc.get("sitemaps", {}).items()})
 
 
@@ -85,6 +89,8 @@ class Summary:
     #: TLS connections: versions and ALPN protocols negotiated, HTTP/2 requests and hosts fallen back
     #: to 1.1, Happy Eyeballs' fallbacks (larbin_py.net.http's stats); None when no TLS was spoken.
     tls: dict | None = None
+    #: A recrawl's verdicts (larbin_py.recrawl): None in a crawl that revisits nothing.
+    recrawl: dict | None = None
 
     @property
     def pages_per_second(self) -> float:
@@ -130,6 +136,11 @@ class Summary:
             lines.append("  TLS             " + ", ".join(f"{k} {v}" for k, v in sorted(t["tls_versions"].items()))
                          + "; ALPN " + (", ".join(f"{k} {v}" for k, v in sorted(t["alpn"].items())) or "none")
                          + f"; HTTP/2 requests {t['h2_requests']}, hosts back to 1.1 {t['h2_fallback_hosts']}")
+        if self.recrawl is not None:
+            r = self.recrawl
+            lines.append(f"  recrawl         unchanged {r.get('unchanged', 0)} ({r.get('notModified', 0)} not "
+                         f"modified), changed {r.get('changed', 0)}, new {r.get('new', 0)}, gone "
+                         f"{r.get('gone', 0)}, kept {r.get('kept', 0)}, skipped {r.get('skipped', 0)}")
         if self.failed:
             lines.append(f"  FAILED: {self.failed}")
         return "\n".join(lines)
@@ -172,9 +183,17 @@ class EngineStats:
             h11_handovers=_stat(http, "h11_handovers"),
             cookies=e.crawl_state.cookies.stats if e.crawl_state.cookies is not None else None,
             dynamic=e.edge.dynamic.stats if e.edge.dynamic is not None else None,
+            recrawl=self._recrawl(),
             tls=({k: http[k] for k in ("tls_versions", "alpn", "h2_requests", "h2_fallback_hosts")}
                  if isinstance(http, dict) and http.get("tls_versions") else None),
         )
+
+    def _recrawl(self) -> dict | None:
+        """A recrawl's verdicts, every one named (None when the crawl revisits nothing)."""
+        rc = self.engine.recrawl
+        if rc is None or not rc.active:
+            return None
+        return {v: self.engine.counts.recrawl.get(v, 0) for v in VERDICTS}
 
     def _flow_snapshot(self) -> dict:
         e = self.engine
@@ -248,6 +267,7 @@ class EngineStats:
             "last": list(e.counts.last),
             "limit_time": e.config.limit_time or None,
             "dynamic": e.edge.dynamic.stats if e.edge.dynamic is not None else None,
+            "recrawl": self._recrawl(),
         }
 
 

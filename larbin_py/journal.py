@@ -12,8 +12,11 @@ end.  A commit writes, in this order, with ``write()`` (into the kernel):
    output's position is read then;
 2. the URL stores' appends (the links those pages queued) and the seen log
    (written by the loop before the commit is handed to the writer);
-3. one journal line: the outcomes, the stores' write positions, the seen
-   log's length and the output's position, with a CRC32.
+3. the crawl log's lines of those outcomes (larbin_py.crawllog) and the
+   records of the pages fetched, for the next crawl (larbin_py.records), then
+4. one journal line: the outcomes, the stores' write positions, the seen
+   log's length, the output's position, the crawl log's, the robots.txt
+   log's and the records' positions, with a CRC32.
 
 Two kinds of crash, two guarantees:
 
@@ -43,14 +46,19 @@ numbered from the checkpoint's serial on are read up to the first damaged
 line, and checked as said above; the URL stores (main and priority), the
 seen log and the output are cut back to the last valid commit's positions
 (what came after was not committed: the pages that produced it are done
-again), and the URLs the journal found done are dropped, counted as done,
+again; the crawl log and the robots.txt log too, so an outcome or an
+answer not committed is logged once, when it is done again), and the URLs
+the journal found done are dropped, counted as done,
 when they come out of the stores (the frontier's ``replay``) or the
 checkpoint's carried records.  A checkpoint ``N`` starts ``journal-N``; the
 older journals go once it is durable.
 
 Line format: ``crc32hex JSON`` with the JSON ``{"done": [[url, outcome],
 ...], "stores": {"main": [seg, off], "priority": [seg, off]}, "seen": bytes,
-"output": {...}}``; outcome ``""`` means fetched.  The output's position
+"output": {...}, "crawl_log": [rotations, offset], "robots": bytes,
+"records": [bytes, bytes]}`` (the last three when kept); outcome ``""``
+means fetched.  A commit may carry
+no outcome, only crawl log lines (robots.txt answers).  The output's position
 holds the index length; the index line of each page gives its file and
 length, which is what the check on ``--reload`` compares with the disk.
 """
@@ -62,6 +70,8 @@ import os
 import stat
 from dataclasses import dataclass, field
 
+from .crawllog import rotations_of, cut_crawl_log
+from .records import cut_records, links_path, records_path
 from .frontier.store import UrlRecord, cut_segments, segment_path
 from .logline import frame, unframe
 from .output.base import INDEX_NAME, parse_index_line
@@ -134,7 +144,8 @@ class Replay:
 
 
 def read_journals(state_dir: str, serial: int, *, checkpoint: dict | None = None,
-                  save_dir: str | None = None, seen_log: str | None = None) -> Replay:
+                  save_dir: str | None = None, seen_log: str | None = None,
+                  crawl_log: str | None = None, generation: int | None = None) -> Replay:
     """Read ``journal-N`` for every N >= ``serial`` in order, to the first damage.
 
     With ``checkpoint`` (the checkpoint's document), the commits are then
@@ -160,7 +171,7 @@ def read_journals(state_dir: str, serial: int, *, checkpoint: dict | None = None
                 records.append(record)
     if checkpoint is not None and records:
         keep = valid_commits(state_dir, checkpoint, records, save_dir,
-                             seen_log or os.path.join(state_dir, "seen.log"))
+                             seen_log or os.path.join(state_dir, "seen.log"), crawl_log, generation)
         replay.unsynced = len(records) - keep
         del records[keep:]
     for record in records:
@@ -186,7 +197,8 @@ def _warc_size(save_dir: str, name) -> int:
 
 
 def _commit_on_disk(state_dir: str, record: dict, save_dir: str | None, seen_size: int,
-                    index_size: int) -> bool:
+                    index_size: int, crawl_log: tuple[int, int] | None = None,
+                    records: tuple[int, int] | None = None) -> bool:
     """Are the positions ``record`` names all within the files (stores, seen log, output)?"""
     try:
         for name in ("main", "priority"):
@@ -196,6 +208,13 @@ def _commit_on_disk(state_dir: str, record: dict, save_dir: str | None, seen_siz
                 return False
         if int(record["seen"]) > seen_size:
             return False
+        if crawl_log is not None and "crawl_log" in record:
+            rotations, offset = (int(x) for x in record["crawl_log"])
+            if rotations == crawl_log[0] and offset > crawl_log[1]:
+                return False
+        if records is not None and "records" in record:
+            if any(int(want) > have for want, have in zip(record["records"], records)):
+                return False
         output = record["output"]
         if output.get("mode") in ("mirror", "save", "warc"):
             if save_dir is None or int(output["index_length"]) > index_size:
@@ -249,7 +268,7 @@ def _first_bad_line(save_dir: str, mode: str, start: int, end: int) -> int | Non
 
 
 def valid_commits(state_dir: str, checkpoint: dict, records: list[dict], save_dir: str | None,
-                  seen_log: str) -> int:
+                  seen_log: str, crawl_log: str | None = None, generation: int | None = None) -> int:
     """How many of ``records`` (commits after ``checkpoint``, in order) are on disk.
 
     After a process crash every byte written is in the kernel's cache and
@@ -263,6 +282,12 @@ def valid_commits(state_dir: str, checkpoint: dict, records: list[dict], save_di
     last commit wholly on disk (to the checkpoint at worst).
     """
     seen_size = max(_size(seen_log), 0)
+    log_end = None
+    if crawl_log is not None:  # the crawl log's rotations and the current file's length
+        log_end = (rotations_of(crawl_log), max(_size(crawl_log), 0))
+    kept = None
+    if generation is not None:  # the records' and their links' lengths
+        kept = (max(_size(records_path(state_dir, generation)), 0), max(_size(links_path(state_dir, generation)), 0))
     base_output = checkpoint.get("output") or {}
     mode = base_output.get("mode")
     disk = mode in ("mirror", "save", "warc") and save_dir is not None
@@ -271,7 +296,7 @@ def valid_commits(state_dir: str, checkpoint: dict, records: list[dict], save_di
         index_size = _size(os.path.join(save_dir, INDEX_NAME))
     keep = 0
     for record in records:
-        if not _commit_on_disk(state_dir, record, save_dir, seen_size, index_size):
+        if not _commit_on_disk(state_dir, record, save_dir, seen_size, index_size, log_end, kept):
             break
         keep += 1
     if not disk or keep == 0:
@@ -290,15 +315,21 @@ def valid_commits(state_dir: str, checkpoint: dict, records: list[dict], save_di
     return keep
 
 
-def cut_to_commit(state_dir: str, doc: dict, replay: Replay, seen_log: str) -> None:
+def cut_to_commit(state_dir: str, doc: dict, replay: Replay, seen_log: str, *,
+                  robots_log: str | None = None, crawl_log: str | None = None,
+                  records: int | None = None) -> list[str]:
     """Cut the state in ``state_dir`` back to the last commit (see the module docstring).
 
     Updates ``doc["output"]`` to the position of that commit.  A checkpoint
     written before the journal existed (no ``"commit"``) is left as it is.
+    ``robots_log``, ``crawl_log``: those logs' paths, cut too when the
+    commit names their positions; ``records``: the generation whose
+    records (larbin_py.records) are cut too.  Returns what the crawl log's cut found
+    damaged (larbin_py.crawllog.cut_crawl_log).
     """
     commit = replay.last if replay.last is not None else doc.get("commit")
     if commit is None:
-        return
+        return []
     stores = commit["stores"]
     frontier = os.path.join(state_dir, "frontier")
     cut_segments(os.path.join(frontier, "main"), stores["main"])
@@ -306,8 +337,17 @@ def cut_to_commit(state_dir: str, doc: dict, replay: Replay, seen_log: str) -> N
     seen = int(commit["seen"])
     if os.path.exists(seen_log) and os.path.getsize(seen_log) > seen:
         os.truncate(seen_log, seen)
+    if robots_log is not None and "robots" in commit and os.path.exists(robots_log) \
+            and os.path.getsize(robots_log) > int(commit["robots"]):
+        os.truncate(robots_log, int(commit["robots"]))
+    if records is not None and "records" in commit:
+        cut_records(state_dir, records, commit["records"])
+    damage = []
+    if crawl_log is not None and "crawl_log" in commit:
+        damage = cut_crawl_log(crawl_log, commit["crawl_log"])
     if replay.last is not None:
         doc["output"] = replay.last["output"]
+    return damage
 
 
 def _fdatasync_path(path: str) -> None:
@@ -340,7 +380,7 @@ class Committer:
     def __init__(self, loop, writer, state_dir: str, *, frontier, seen, seen_log: str,
                  robots_log=None, robots_path: str | None = None, output=None, serial: int = 0,
                  on_durable=None, on_error=None, interval: float = COMMIT_INTERVAL,
-                 sync_commits: bool = False) -> None:
+                 sync_commits: bool = False, crawl_log=None, records=None) -> None:
         self._loop = loop
         self.writer = writer
         self.state_dir = state_dir
@@ -358,7 +398,13 @@ class Committer:
         self.on_error = on_error
         self.interval = interval
         self.sync_commits = sync_commits
+        #: The crawl log (a larbin_py.crawllog.CrawlLogFile, written on the writer), or None.
+        self.crawl_log = crawl_log
+        #: The records for the next crawl (a larbin_py.records.RecordsWriter, on the writer), or None.
+        self.records = records
         self._pending: list[list[str]] = []
+        self._lines: list[bytes] = []
+        self._ops: list = []
         self._pending_requests = 0
         #: Outcomes of requests handed to the writer (loop) / written in a commit (writer).
         self._handed = 0
@@ -397,21 +443,40 @@ class Committer:
         pending = self.uncommitted
         return pending > 0 and running + pending >= limit
 
-    def done(self, url: str, outcome: str, request: bool) -> None:
-        """``url`` ended with ``outcome``; ``request``: a request of ours produced it."""
+    def done(self, url: str, outcome: str, request: bool, line: bytes | None = None) -> None:
+        """``url`` ended with ``outcome``; ``request``: a request of ours produced it;
+        ``line``: its crawl log line (written by the commit that covers it)."""
         self._pending.append([url, outcome])
         if request:
             self._pending_requests += 1
+        if line is not None and self.crawl_log is not None:
+            self._lines.append(line)
+        self._soon()
+
+    def log(self, line: bytes) -> None:
+        """A crawl log line that is no URL's outcome (a robots.txt answer): in the next commit."""
+        if self.crawl_log is not None:
+            self._lines.append(line)
+            self._soon()
+
+    def record(self, op) -> None:
+        """A page's record for the next crawl (larbin_py.records.RecordsWriter.apply's op):
+        written by the next commit, before its journal line."""
+        if self.records is not None:
+            self._ops.append(op)
+            self._soon()
+
+    def _soon(self) -> None:
         if self._handle is None:
             delay = self._last_start + self.interval - self._loop.time()
             self._handle = (self._loop.call_later(delay, self._commit) if delay > 0
                             else self._loop.call_soon(self._commit))
 
-    def _take(self) -> tuple[list, int]:
-        done, n = self._pending, self._pending_requests
-        self._pending, self._pending_requests = [], 0
+    def _take(self) -> tuple[list, int, tuple[list[bytes], list]]:
+        done, n, lines, ops = self._pending, self._pending_requests, self._lines, self._ops
+        self._pending, self._pending_requests, self._lines, self._ops = [], 0, [], []
         self._handed += n
-        return done, n
+        return done, n, (lines, ops)
 
     def _prepare(self, sync: bool, checkpoint: bool = False) -> tuple[dict, int, list[str]]:
         """Write the loop's buffers out; (store positions, seen length, paths to sync).
@@ -446,6 +511,8 @@ class Committer:
             paths.extend(segment_path(store.directory, n) for n in range(first, last))
             self._synced_seg[name] = seg
         positions.pop("wait", None)
+        if self.robots_log is not None:
+            positions["robots"] = self.robots_log.position()
         if sync and self.sync_also is not None:
             paths.extend(self.sync_also())
         seen = os.path.getsize(self.seen_log) if os.path.exists(self.seen_log) else 0
@@ -453,10 +520,10 @@ class Committer:
 
     def _commit(self) -> None:
         self._handle = None
-        if not self._pending:
+        if not self._pending and not self._lines and not self._ops:
             return
         self._last_start = self._loop.time()
-        done, n = self._take()
+        done, n, lines = self._take()
         try:
             positions, seen, paths = self._prepare(self.sync_commits)
         except OSError as exc:  # a state file could not be written (a full disk...)
@@ -465,8 +532,8 @@ class Committer:
                 self.on_error(exc)
             return
         pages = self._take_pages()
-        self.writer.submit(self._commit_job, done, positions, seen, paths, n, None, pages,
-                           weight=1 + len(pages), on_error=self.on_error)
+        self.writer.submit(self._commit_job, done, positions, seen, paths, n, None, pages, lines,
+                           weight=1 + len(pages), on_error=self.on_error)  # lines: (crawl log lines, records)
 
     def _take_pages(self) -> list:
         """The pages written since the last commit (this commit's job stores them first)."""
@@ -480,12 +547,12 @@ class Committer:
     async def checkpoint(self, data: dict, carry: list[UrlRecord], serial: int) -> None:
         """Commit what is pending, then write checkpoint ``serial`` (``data``
         gets the output's position and the commit's positions); raises on failure."""
-        done, n = self._take()
+        done, n, lines = self._take()
         positions, seen, paths = self._prepare(True, checkpoint=True)
         pages = self._take_pages()
         if pages:  # they go first, in order
             self.writer.submit(self.output.write_many, pages, weight=len(pages), on_error=self.on_error)
-        fut = self.writer.call(self._checkpoint_job, done, positions, seen, paths, n, data, carry, serial)
+        fut = self.writer.call(self._checkpoint_job, done, positions, seen, paths, n, data, carry, serial, lines)
         fut.add_done_callback(lambda f: self._checkpointed(f, n))
         await fut
 
@@ -539,19 +606,39 @@ class Committer:
                 self.writer._post(self.on_durable)
 
     def _commit_job(self, done: list, stores: dict, seen: int, paths: list[str], n: int,
-                    sync: bool | None = None, pages: list | None = None) -> dict:
+                    sync: bool | None = None, pages: list | None = None,
+                    extra: tuple | None = None) -> dict:
         if pages:  # the pages this commit covers, stored first
             self.output.write_many(pages)
         sync = self.sync_commits if sync is None else sync
         position = self._position(sync, paths)
-        if done:
-            self._append({"done": done, "stores": stores, "seen": seen, "output": position}, sync)
+        lines, ops = extra if extra is not None else ((), ())
+        log = self.crawl_log
+        if log is not None:
+            if lines:  # the lines of the outcomes this commit covers, before its journal line
+                log.write(lines)
+            if sync:
+                log.sync()
+            stores["crawl_log"] = log.position()
+        records = self.records
+        if records is not None:
+            records.apply(ops)
+            if sync:
+                records.sync()
+            stores["records"] = records.position()
+        if done or lines or ops:
+            record = {"done": done, "stores": {"main": stores["main"], "priority": stores["priority"]},
+                      "seen": seen, "output": position}
+            for name in ("crawl_log", "robots", "records"):
+                if name in stores:
+                    record[name] = stores[name]
+            self._append(record, sync)
             self._seen_committed(seen)
         self._written_up(n)
         return position
 
-    def _checkpoint_job(self, done, stores, seen, paths, n, data, carry, serial) -> None:
-        position = self._commit_job(done, stores, seen, paths, n, sync=True)
+    def _checkpoint_job(self, done, stores, seen, paths, n, data, carry, serial, lines=None) -> None:
+        position = self._commit_job(done, stores, seen, paths, n, sync=True, extra=lines)
         if self._fd >= 0 and not done:
             os.fdatasync(self._fd)  # the journal's earlier commits (the checkpoint covers them)
         # Commits from here on belong to checkpoint ``serial``: its journal
@@ -562,7 +649,12 @@ class Committer:
         os.close(fd)
         self.serial = serial
         data["output"] = position
-        data["commit"] = {"stores": stores, "seen": seen}
+        data["commit"] = {"stores": {"main": stores["main"], "priority": stores["priority"]}, "seen": seen}
+        for name in ("crawl_log", "robots", "records"):
+            if name in stores:
+                data["commit"][name] = stores[name]
+        if "records" in stores and isinstance(data.get("records"), dict):
+            data["records"]["position"] = stores["records"]
         write_checkpoint(self.state_dir, data, carry, serial)
         self._seen_committed(seen)
         for n in _journal_serials(self.state_dir):

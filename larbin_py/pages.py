@@ -14,6 +14,11 @@ no user analyzer wants it) is parsed here, as with ``analysisWorkers 0``,
 and so is every page when the crawl state keeps the links on the loop
 (``links_on_loop``: the distributed mode, whose acks precede an answer).
 
+Every outcome goes to the crawl state's ``done`` with its crawl log line
+(larbin_py.crawllog: status, size, how the URL was found, digest...), and
+every robots.txt answer to its ``log``; the lines are made here, where the
+answer is known, and written by the commit that covers the outcome.
+
 Page-level robots rules (:mod:`larbin_py.page_robots`) come between the
 answer and the output: ``X-Robots-Tag: nofollow`` keeps a page's links
 unfollowed like the meta tag; with ``respectNoindex`` a page that says
@@ -39,9 +44,10 @@ import time
 from . import outcomes
 from . import page_robots
 from . import parse as parse_mod
+from .crawllog import format_line, payload_digest
 from .frontier.protocol import Scheduler
 from .frontier.scheduler import Request
-from .frontier.store import UrlRecord
+from .frontier.store import VIA_KINDS, UrlRecord
 from .journal import FETCHED
 from .output import Document, OutputError
 from .page_digests import PageDigests
@@ -77,8 +83,13 @@ class PageHandler:
         #: pageNoDuplicate: the first URL of each page content, bounded, kept across --reload.
         self.digests = PageDigests()
         self._from_request = False  # an outcome being recorded comes from a request of ours
+        self._answer: tuple = (None, None)  # (record, result) of the answer being applied
+        #: Crawl log lines are made (crawlLog is not none).
+        self.logging = config.crawl_log_path is not None
         #: The analysis stage (larbin_py.analysis.stage), or None: analysis inline (analysisWorkers 0).
         self.analysis = None
+        #: The records for the next crawl and a recrawl's revisit (larbin_py.recrawl), or None.
+        self.recrawl = None
         #: The names meta robots and X-Robots-Tag address this crawler by (larbin_py.page_robots).
         self.agents = page_robots.agent_names(config.user_agent)
         #: followCanonical: the pages canonicalised, so that a canonical loop keeps one of them.
@@ -99,6 +110,8 @@ class PageHandler:
         self.fetcher = fetcher
         self.output = output
         self.dynamic = dynamic
+        #: outputMode warc: every exchange is archived, not only the pages saved.
+        self.archive_all = getattr(output, "mode", None) == "warc"
 
     # -- the request ------------------------------------------------------
     async def run(self, req: Request) -> None:
@@ -131,6 +144,8 @@ class PageHandler:
         fetcher, extra = self.fetcher, {"addresses": req.site.ips}  # Happy Eyeballs' other addresses
         if rule is not None and rule.header_bytes:
             extra["extra_headers"] = rule.header_bytes
+        rc = self.recrawl
+        validators = ()
         trigger = None
         if self.dynamic is not None and not is_sitemap(req.record):
             if rule is not None and rule.dynamic is not None:
@@ -139,6 +154,9 @@ class PageHandler:
                 trigger = self.dynamic.trigger(req.url)
         if trigger is not None:
             fetcher, extra = self.dynamic, {"request": req, "trigger": trigger}  # rendered in Chromium
+        elif rc is not None and (validators := rc.request_headers(req.record)):
+            # a recrawl asks conditionally (larbin_py.recrawl), after a site line's headers
+            extra["extra_headers"] = tuple(extra.get("extra_headers", ())) + validators
         if jar is None:
             res = await fetcher.fetch(req.url, req.ip, req.port, **extra)
         else:  # useCookies: the jar's Cookie header out, the answer's Set-Cookie in
@@ -146,21 +164,30 @@ class PageHandler:
             res = await fetcher.fetch(req.url, req.ip, req.port, cookie=cookie, **extra)
             if res.status is not None and fetcher is self.fetcher:  # the rendering one keeps its own
                 jar.receive(req.url, [v for n, v in res.headers if n == b"set-cookie"], time.time())
+        ok = res.error is None and res.status is not None and 200 <= res.status < 300
+        digest = payload_digest(res.body) if ok and (self.logging or rc is not None) else None
+        stored = None
+        if rc is not None and rc.unchanged(req.record, res, bool(validators), digest):
+            stored = await rc.stored(req.record)  # its links, read on the writer thread
         self.counts.bytes += res.bytes_read
         self.frontier.spent(req, res.bytes_read)
         self._from_request = True
+        self._answer = (req.record, res)
         try:
-            self.on_answer(req, res)
+            self.on_answer(req, res, stored, digest)
         except OutputError as exc:
             self.frontier.forget(req, "outputError", self.now())
             self.fail(f"output failed: {exc}")
         finally:
             self._from_request = False
+            self._answer = (None, None)
 
     def sub_request(self, req: Request, res) -> None:
-        """A request a dynamic page's scripts made (paced by the frontier): counted like any."""
+        """A request a dynamic page's scripts made (paced by the frontier): counted like any,
+        archived like any."""
         self.counts.requests += 1
         self.counts.bytes += res.bytes_read
+        self.archive(res)
 
     def robots_answered(self, req: Request, res, hop: int) -> None:
         """Count a robots.txt answer; the first of a request feeds the flow controllers.
@@ -175,6 +202,14 @@ class PageHandler:
             self.counts.requests += 1
         else:
             self.observe(req, res, self.now())
+        self.archive(res)
+        if self.logging:
+            answered = res.status is not None
+            self.crawl_state.log(format_line(
+                when=time.time(), status=res.status, url=res.url, reason=res.error or "robots",
+                size=len(res.body) if answered else None, via="prerequisite", referrer=req.url if hop else "",
+                content_type=res.content_type, duration=res.elapsed if answered else None,
+                digest=payload_digest(res.body) if answered else None))
 
     def robots_read(self, req: Request, rules) -> None:
         """``sitemaps``: a site's robots.txt was read (RobotsFetch's ``on_rules``): its sitemaps queued."""
@@ -192,21 +227,30 @@ class PageHandler:
         fr.server_answered(req, rtt, res.status if res.error is None else None, now, res.retry_after)
 
     # -- the outcome table ------------------------------------------------
-    def on_answer(self, req: Request, res) -> None:
-        """Apply the outcome rules (larbin_py.outcomes) to a page request's result."""
+    def on_answer(self, req: Request, res, stored=None, digest: str | None = None) -> None:
+        """Apply the outcome rules (larbin_py.outcomes) to a page request's result.
+
+        ``stored``: the page has not changed since the last crawl (a recrawl's
+        304, or the same body): what that crawl stored of it
+        (larbin_py.recrawl.Stored).  ``digest``: the payload digest of a 2xx body."""
         fr = self.frontier
         now = self.now()
         self.observe(req, res, now)
+        if stored is not None:
+            self.recrawl.on_unchanged(req, res, stored, now)
+            return
         rec = req.record
         c = self.config
         action = outcomes.decide(res.error, res.status, conn_reused=res.conn_reused,
                                  bytes_read=res.bytes_read, retry_after=res.retry_after,
                                  retries=c.retries, retries_left=rec.retries, wait_duration=c.wait_duration)
         kind, reason = action.kind, action.reason
+        if kind != outcomes.SUCCESS or is_sitemap(rec):
+            self.archive(res)  # a redirect, an error, a busy answer, a sitemap: the WARC keeps every exchange
         if is_sitemap(rec) and self._sitemap(req, res, kind, reason, now):
             return
         if kind == outcomes.SUCCESS:
-            self.on_success(req, res, now)
+            self.on_success(req, res, now, digest)
         elif kind == outcomes.REDIRECT:
             fr.forget(req, reason, now)
             self.log(req, res, reason)
@@ -251,12 +295,13 @@ class PageHandler:
             return True
         return False
 
-    def on_success(self, req: Request, res, now: float) -> None:
+    def on_success(self, req: Request, res, now: float, digest: str | None = None) -> None:
         fr = self.frontier
         c = self.config
         policy = outcomes.content_policy(res.content_type, any_type=c.any_type, get_image=c.get_image,
                                          specific_search=c.specific_search, specific_set=c.specific_set)
         if not policy.wanted:
+            self.archive(res)
             fr.forget(req, "badType", now)
             self.log(req, res, "badType")
             return
@@ -276,6 +321,7 @@ class PageHandler:
             # A good answer not kept: its links still go to the frontier, before the outcome
             # is recorded (forget: on_forget, the journal), then it is forgotten under its
             # reason, not as an error of its site.
+            self.archive(res)
             if follow:
                 self.analyze(req, res, analyzers=False)
             fr.forget(req, skip, now, error=False)
@@ -284,13 +330,22 @@ class PageHandler:
         duplicate_of = self.digests.first_of(res.body, req.url) if c.page_no_duplicate else None
         if policy.save:
             self.output.write(self.document(req, res, duplicate_of))
+        else:
+            self.archive(res)
         fr.fetched_ok(req, now)
+        links = None
         if policy.is_html and duplicate_of is None:
             # Before the outcome is recorded: a page is never done in the journal
             # without its links offered or its analysis tasks queued (a failed
             # write to the queue stops the crawl with the page still to do).
-            self.analyze(req, res, links=follow)
-        self.crawl_state.done(req.url, FETCHED, True)
+            links = self.analyze(req, res, links=follow)
+        if digest is None:
+            digest = payload_digest(res.body)
+        verdict = self.recrawl.fetched(req.record, res, digest, links) if self.recrawl is not None else ""
+        line = None
+        if self.logging:
+            line = self.line(req.record, "duplicate" if duplicate_of else "ok", res, digest=digest, recrawl=verdict)
+        self.crawl_state.done(req.url, FETCHED, True, line)
         last = {"url": req.url, "status": res.status, "reason": "ok", "bytes": len(res.body), "time": time.time()}
         how, _lastmod = found_by(req.record)
         if how:
@@ -316,21 +371,26 @@ class PageHandler:
         fr.admission.offer(req.url, rec.depth, (canonical,), redirect=True, hops=rec.hops + 1)
         return True
 
-    def analyze(self, req: Request, res, *, links: bool = True, analyzers: bool = True) -> None:
+    def analyze(self, req: Request, res, *, links: bool = True, analyzers: bool = True):
         """The page's links to the frontier (the analysis seam: see the module).
 
         ``links`` False: its links are not followed (X-Robots-Tag nofollow);
         ``analyzers`` False: the user analyzers do not see it (a page not kept).
+        Returns what the records of larbin_py.recrawl keep of them: ``(links,
+        embeds)`` when they were read here, None when there are none to
+        follow (nofollow), or the recrawl's ``pending()`` when the analysis
+        processes have them (they come back through ``Recrawl.offer``).
         """
         if not links and not analyzers:
-            return
+            return None
         st = self.analysis
         if st is not None and st.submit(
                 req.url, req.record.depth, res.body, status=res.status, content_type=res.content_type,
                 charset=res.charset, headers=res.headers, links=links, analyzers=analyzers) and st.with_links:
-            return  # to the analysis processes; the links come back through offer
+            # to the analysis processes; the links come back through offer
+            return self.recrawl.pending() if self.recrawl is not None and links else None
         if not links:
-            return
+            return None
         # Inline: analysisWorkers 0, every analysis process's line is full and no
         # user analyzer wants the page (the loop shares the parse), or the links
         # stay on the loop (the stage's with_links off: the distributed mode).
@@ -341,13 +401,42 @@ class PageHandler:
             self.counts.page_errors["parseError"] += 1
         if page.nofollow_links:
             self.counts.rejected["nofollow"] += page.nofollow_links
-        if not page.meta_nofollow:
-            self.frontier.admission.offer(req.url, req.record.depth, page.links)
+        if page.meta_nofollow:
+            return None
+        self.frontier.admission.offer(req.url, req.record.depth, page.links, embeds=page.embeds)
+        return page.links, page.embeds
 
     def on_forget(self, rec: UrlRecord, reason: str) -> None:
-        """The frontier forgot a URL (its ``on_forget``): recorded as done."""
-        self.crawl_state.done(rec.url, reason, self._from_request)
+        """The frontier forgot a URL (its ``on_forget``): recorded as done, with
+        the answer that ended it in its crawl log line when there was one."""
+        answered, res = self._answer
+        res = res if answered is rec else None
+        verdict = self.recrawl.forgotten(rec, res) if self.recrawl is not None else ""
+        line = None
+        if self.logging:
+            line = self.line(rec, reason, res, recrawl=verdict)
+        self.crawl_state.done(rec.url, reason, self._from_request, line)
         self.counts.last.append({"url": rec.url, "status": None, "reason": reason, "bytes": 0, "time": time.time()})
+
+    @staticmethod
+    def line(rec: UrlRecord, reason: str, res=None, *, digest: str | None = None, recrawl: str = "") -> bytes:
+        """The crawl log line of ``rec``'s outcome (``res``: the answer that ended it, if any)."""
+        answered = res is not None and res.status is not None
+        return format_line(
+            when=time.time(), status=res.status if answered else None, url=rec.url, reason=reason,
+            size=len(res.body) if answered else None, via=VIA_KINDS.get(rec.found, ""), referrer=rec.ref,
+            content_type=res.content_type if answered else None,
+            duration=res.elapsed if res is not None else None, digest=digest, recrawl=recrawl)
+
+    def archive(self, res) -> None:
+        """outputMode warc: keep the exchange ``res`` (an answer not saved as a page) in the WARC."""
+        if self.archive_all and res.status is not None:
+            doc = Document(url=res.url, status=res.status, headers=res.headers, body=res.body,
+                           content_type=res.content_type, fetched_at=time.time(), ip=res.ip,
+                           raw_request=res.raw_request or None, raw_response_head=res.raw_response_head or None,
+                           raw_body=getattr(res, "raw_body", None), archive_only=True,
+                           truncated=res.error == "tooBig")
+            self.output.write(doc)
 
     @staticmethod
     def document(req: Request, res, duplicate_of: str | None) -> Document:

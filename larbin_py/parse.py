@@ -7,6 +7,9 @@ never reaching the network) and returns a :class:`Page`:
   deduplicated in document order, from ``a``/``area`` ``href``,
   ``frame``/``iframe`` ``src``, ``link`` ``href`` with ``rel`` next, prev or
   alternate, ``meta http-equiv=refresh``, and ``img src`` when asked;
+* the links a page *embeds* (``frame``/``iframe`` ``src``, ``img src``) named
+  again in ``embeds`` (a set, usually small), so the crawl log can say how a
+  URL was found;
 * ``<base href>`` honoured (the first one with an href, resolved against the
   page's URL; an unusable one is ignored);
 * ``rel=nofollow`` links counted, not followed; ``<meta name=robots>`` (or
@@ -56,6 +59,8 @@ class Page:
     """What :func:`extract` found in one page."""
 
     links: list[str] = field(default_factory=list)
+    #: Those of ``links`` the page embeds (frames, images) rather than links to.
+    embeds: frozenset = frozenset()
     nofollow_links: int = 0
     meta_nofollow: bool = False
     meta_noindex: bool = False
@@ -245,6 +250,7 @@ def _walk(root, page: Page, url: str, get_images: bool, max_url_size: int, extra
     base = url
     base_set = False
     raw_links: list[str] = []
+    raw_embeds: list[str] = []
     nofollow = 0
     title = None
     limit = max_url_size * 4  # longer attribute values cannot make a short URL
@@ -263,11 +269,13 @@ def _walk(root, page: Page, url: str, get_images: bool, max_url_size: int, extra
             src = el.get("src")
             if src is not None and len(src) <= limit:
                 raw_links.append(src)
+                raw_embeds.append(src)
         elif tag == "img":
             if get_images:
                 src = el.get("src")
                 if src is not None and len(src) <= limit:
                     raw_links.append(src)
+                    raw_embeds.append(src)
         elif tag == "link":
             href = el.get("href")
             rel = el.get("rel")
@@ -311,5 +319,7 @@ def _walk(root, page: Page, url: str, get_images: bool, max_url_size: int, extra
     if page.refresh is not None:
         page.refresh = normalize(page.refresh, base, max_length=max_url_size)
     page.links = normalize_links(raw_links, base, max_length=max_url_size)
+    if raw_embeds:
+        page.embeds = frozenset(normalize_links(raw_embeds, base, max_length=max_url_size))
     if title is not None and title.text:
         page.title = title.text.strip()[:500]

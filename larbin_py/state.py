@@ -46,7 +46,11 @@ __all__ = [
 
 FORMAT = "larbin_py-state"
 #: Bumped whenever a state file changes meaning; other versions are refused.
-VERSION = 1
+#: 2: URL records may carry how they were found and the recrawl's token (the
+#: store's eight-field form), which a reader of version 1 would misread.
+VERSION = 2
+#: The versions this larbin_py continues (version 1 is version 2 without those fields).
+READABLE = (1, 2)
 CHECKPOINT = "checkpoint.json"
 SEEN_LOG = "seen.log"
 ROBOTS_LOG = "robots.log"
@@ -152,9 +156,9 @@ def read_checkpoint(state_dir: str) -> tuple[dict, list[UrlRecord], int]:
         raise StateError(f"{path}: unreadable checkpoint: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise StateError(f"{path}: not a larbin_py checkpoint")
-    if doc.get("version") != VERSION:
-        raise StateError(f"{path}: state version {doc.get('version')!r}, this larbin_py reads version "
-                         f"{VERSION} only; finish that crawl with the version that started it, "
+    if doc.get("version") not in READABLE:
+        raise StateError(f"{path}: state version {doc.get('version')!r}, this larbin_py reads versions "
+                         f"{', '.join(map(str, READABLE))} only; finish that crawl with the version that started it, "
                          "or remove the folder")
     carry: list[UrlRecord] = []
     damaged = 0
@@ -191,6 +195,7 @@ class RobotsLog:
                 if keep < len(data):
                     f.truncate(keep)
         self._f = open(path, "ab", buffering=0, opener=opener)
+        self._size = self._f.seek(0, os.SEEK_END)
         self._buf: list[bytes] = []
 
     def append(self, robots_url: str, when: float, body: bytes | None) -> None:
@@ -205,11 +210,17 @@ class RobotsLog:
                 view = memoryview(b"".join(self._buf))
                 self._buf.clear()
                 while view:  # an unbuffered write may be short (a disk filling up)
-                    view = view[self._f.write(view):]
+                    n = self._f.write(view)
+                    self._size += n
+                    view = view[n:]
             if sync:
                 os.fsync(self._f.fileno())
         except OSError as exc:
             raise _named(exc, self.path)
+
+    def position(self) -> int:
+        """Bytes written to the file (after :meth:`flush`: a commit records it, --reload cuts to it)."""
+        return self._size
 
     def close(self) -> None:
         try:

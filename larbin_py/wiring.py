@@ -166,7 +166,7 @@ class Edge:
         if self.output is None:
             self.output = make_output(c, position=st.output_position())
         disk = getattr(self.output, "mode", None) in DISK_MODES
-        if disk or c.can_reload:
+        if disk or c.can_reload or getattr(st, "wants_writer", False):
             self.writer = WriterThread(loop, on_error=failures.on_writer_error, on_room=on_room)
             if disk and not isinstance(self.output, ThreadedOutput):
                 self.output = ThreadedOutput(self.output, self.writer, loop)

@@ -191,7 +191,7 @@ class Offers:
     def __init__(self):
         self.offered = []
 
-    def offer(self, page_url, depth, links):
+    def offer(self, page_url, depth, links, **kw):
         self.offered.append((page_url, depth, tuple(links)))
 
 
@@ -352,3 +352,14 @@ def test_the_page_view_headers_and_one_parse(tmp_path):
     assert first.links == ["http://a/x"]
     assert page.tree is first.root and page.tree.findtext(".//title") == "T"  # the links' parse, shared
     assert meta_of(page, {})["outlinks"] == 1 and page.extracted({}) is first
+
+
+def test_an_answer_carries_which_links_the_page_embeds():
+    from larbin_py.analysis.analyzer_process import parse_answer
+
+    result = {"links": ["http://a.test/1", "http://a.test/f.html", "http://a.test/i.png"], "nofollow": 2,
+              "meta_nofollow": False, "error": None, "embeds": ["http://a.test/i.png", "http://a.test/f.html"]}
+    (got,) = parse_answer(format_answer(7, [result]), ["links"])
+    assert got["links"] == result["links"] and set(got["embeds"]) == {"http://a.test/i.png", "http://a.test/f.html"}
+    (plain,) = parse_answer(format_answer(7, [dict(result, embeds=[])]), ["links"])
+    assert plain["links"] == result["links"] and plain["embeds"] == [] and plain["nofollow"] == 2

@@ -96,7 +96,7 @@ def test_print_config_of_the_shipped_file(tmp_path):
 SIGINT_SCRIPT = """
 import os, signal, sys
 import larbin_py.cli as cli
-def crawl_main(config, *, reload=False, demo=False):
+def crawl_main(config, *, reload=False, demo=False, **kw):
     os.kill(os.getpid(), signal.SIGINT)
     signal.pause()  # the KeyboardInterrupt arrives from the handler
     return 0
@@ -121,8 +121,9 @@ class FakeEngine:
         self.calls: list[tuple] = []
         self.result, self.exc = result, exc
 
-    def crawl_main(self, config, *, reload=False, demo=False):
+    def crawl_main(self, config, *, reload=False, demo=False, recrawl=False):
         self.calls.append((config, reload, demo))
+        self.recrawl = recrawl
         if self.exc is not None:
             raise self.exc
         return self.result
@@ -138,6 +139,19 @@ def fake_engine(monkeypatch, tmp_path):
         return fake
 
     return install
+
+
+def test_recrawl_reaches_crawl_main_and_excludes_reload_and_the_distributed_mode(fake_engine, tmp_path, capsys):
+    fake = fake_engine(result=0)
+    conf = tmp_path / "c.conf"
+    conf.write_text("stateDir st\n")  # a recrawl needs no start URL: the last crawl's are in stateDir
+    assert main(["-c", str(conf), "--recrawl"]) == 0 and fake.recrawl is True
+    for extra, why in ((["--reload"], "exclude each other"), (["--workers", "2"], "single-process"),
+                       (["--demo"], "single-process")):
+        assert main(["-c", str(conf), "--recrawl", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and why in err, err
+    assert len(fake.calls) == 1
 
 
 def test_entry_point_is_the_cli_main():

@@ -65,7 +65,9 @@ def test_demo_with_4_workers_covers_the_ground_truth(tmp_path, capsys):
 
 
 def warc_pages(directory: str) -> list[str]:
-    """The target URIs of the response records of every WARC file under ``directory``."""
+    """The target URIs of the pages saved in every WARC file under ``directory``: 2xx HTML
+    response (or revisit) records (robots.txt, redirects, errors and the pages of another
+    type not saved are archived too)."""
     out = []
     for dirpath, _dirs, files in os.walk(directory):
         for name in sorted(files):
@@ -74,8 +76,10 @@ def warc_pages(directory: str) -> list[str]:
             with open(os.path.join(dirpath, name), "rb") as f:
                 for rec in ArchiveIterator(f, check_digests="raise"):
                     rec.raw_stream.read()  # to the end: verifies the digests
-                    if rec.rec_type == "response":
-                        out.append(rec.rec_headers.get_header("WARC-Target-URI"))
+                    uri = rec.rec_headers.get_header("WARC-Target-URI")
+                    if rec.rec_type in ("response", "revisit") and rec.http_headers.get_statuscode()[0] == "2" \
+                            and (rec.http_headers.get_header("Content-Type") or "").startswith("text/html"):
+                        out.append(uri)
     return out
 
 

@@ -91,3 +91,17 @@ def test_offer_url_answers_and_counts_only_refused_links():
     assert [r.url for r in ls.prio.ram_records()] == ["http://a.test/"]
     assert [r.url for r in ls.main.ram_records()] == ["http://b.test/"]
     assert a.rejected == {} and a.taken == 2
+
+
+def test_each_record_says_how_its_url_was_found_and_from_where():
+    ls = lanes()
+    a = Admission(ls, seen=MemorySeen(), rules=UrlRules(depth_in_site=3))
+    a.offer_url("http://a.test/")
+    a.offer_url("http://t.test/", seed=False)
+    a.offer("http://a.test/", 3, ["http://a.test/1", "http://a.test/i.png"], embeds={"http://a.test/i.png"})
+    a.offer("http://a.test/1", 2, ("http://a.test/moved",), redirect=True, hops=1)
+    assert [(r.url, r.found, r.ref) for r in ls.prio.ram_records()] == [
+        ("http://a.test/", "S", ""), ("http://t.test/", "I", "")]
+    assert [(r.url, r.found, r.ref, r.hops) for r in ls.main.ram_records()] == [
+        ("http://a.test/1", "L", "http://a.test/", 0), ("http://a.test/i.png", "E", "http://a.test/", 0),
+        ("http://a.test/moved", "R", "http://a.test/1", 1)]

@@ -106,7 +106,7 @@ def test_warc_records_read_back(tmp_path):
     (name,) = names
     assert os.path.exists(tmp_path / (name + ".open")) and not os.path.exists(tmp_path / name)
     out.close()
-    assert sorted(os.listdir(tmp_path)) == sorted(["index.tsv", name])
+    assert sorted(os.listdir(tmp_path)) == sorted(["index.tsv", name, name.replace(".warc.gz", ".cdxj")])
     assert name.startswith("larbin-") and name.endswith("-00000.warc.gz")
     check_archive(tmp_path, docs)
     assert out.stats.pages == 20 and out.stats.files == 1

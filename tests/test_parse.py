@@ -35,6 +35,15 @@ def test_every_link_source_in_document_order():
     ]
 
 
+def test_frames_and_images_are_named_as_embeds():
+    html = '<a href="a.html">a</a><frame src="f.html"><iframe src="//b.test/if"></iframe><img src="i.png">'
+    assert extract(html.encode(), URL, "utf-8").embeds == {"http://a.test/dir/f.html", "http://b.test/if"}
+    page = extract(html.encode(), URL, "utf-8", get_images=True)
+    assert page.embeds == {"http://a.test/dir/f.html", "http://b.test/if", "http://a.test/dir/i.png"}
+    assert set(page.embeds) < set(page.links)
+    assert extract(b'<a href="a.html">a</a>', URL, "utf-8").embeds == frozenset()
+
+
 def test_images_only_when_asked():
     html = '<img src="i.png"><a href="x.html">x</a>'
     assert links(html) == ["http://a.test/dir/x.html"]

@@ -264,3 +264,25 @@ def test_the_log_line_frame_tells_a_good_line_from_a_damaged_one():
     assert unframe(line.replace(b"a.test", b"b.test")) is None  # damaged body
     assert unframe(b"zzzzzzzz " + line[9:]) is None  # no CRC
     assert unframe(b"\n") is None and unframe(b"") is None
+
+
+def test_a_record_keeps_how_it_was_found_and_the_recrawl_token_on_disk(tmp_path):
+    found = UrlRecord("http://a.test/x", 3, 2, 1, found="R", ref="http://a.test/old", prev="1700000000,,,12,\"e,1\"")
+    seed = UrlRecord("http://a.test/", 5, 2, found="S")
+    tagged = UrlRecord("http://b.test/", 1, 0, 0, "7/1-0", found="L", ref="http://a.test/")
+    listed = UrlRecord("http://a.test/l", 1, 0, via="s:2024-01-01", found="M", ref="http://a.test/sitemap.xml")
+    for r in (found, seed, tagged, listed, UrlRecord("http://c.test/", 1, 0, prev="1,2,,-,")):
+        assert decode_record(encode_record(r)) == r
+    assert encode_record(seed).split(b" ")[5:] == [b"-", b"-", b"S", b"-\n"]
+    # a sitemap's mark alone: the six-field form of the crawls before
+    assert encode_record(UrlRecord("http://a.test/s", 0, 1, via="m0@a.test")).count(b" ") == 6
+    # the forms written before: read as ever
+    old = encode_record(UrlRecord("http://a.test/y", 2, 1, 4, "3/9-1"))
+    assert decode_record(old) == UrlRecord("http://a.test/y", 2, 1, 4, "3/9-1")
+    from larbin_py.logline import frame
+    assert decode_record(frame(b"1 0 0 http://a.test/ - - Xhttp://b/ -")) is None  # no such kind
+    assert decode_record(frame(b"1 0 0 http://a.test/ - - L")) is None  # seven fields: damaged
+    s = UrlStore(str(tmp_path), ram_urls=1, read_chunk=256)
+    for r in (seed, found, tagged):
+        s.push(r)
+    assert [s.pop(), s.pop(), s.pop()] == [seed, found, tagged]  # the last two read back from disk

@@ -9,8 +9,9 @@ status, content type, charset and saved path, tab-separated.  Each page gets
 one answer line (:func:`format_answer`): the first task's id, then one
 segment per analyzer, ``\\x1e``-separated, each ``+result`` or
 ``!["error","trace"]``; the ``links`` analyzer's result is its counts and
-its links joined by ``\\x1f`` (canonical URLs percent-encode control
-characters: no link holds a separator).  No JSON on the common path.
+its links joined by ``\\x1f``, a link the page embeds (a frame, an image)
+behind a ``\\x1d`` (canonical URLs percent-encode control characters: no
+link holds a separator).  No JSON on the common path.
 
 The page is parsed once (:class:`~larbin_py.analysis.analyzers.PageView`
 keeps the extraction and its tree for every analyzer of the page).  Its
@@ -38,7 +39,7 @@ from .analyzers import AnalyzerSpec, PageView, exec_budget, parse_headers, run
 
 #: Answers are written at least this often while a batch runs, seconds.
 FLUSH_EVERY = 0.02
-FS, RS = "\x1f", "\x1e"
+FS, RS, EMBED = "\x1f", "\x1e", "\x1d"
 
 
 def parse_task(line: str) -> dict:
@@ -80,8 +81,13 @@ def format_answer(first_id: int, results: list) -> bytes:
             segs.append("!" + json.dumps([f"{type(r).__name__}: {r}", tb]))
         elif "links" in r:
             err = r.get("error")
+            links = r["links"]
+            embeds = r.get("embeds")
+            if embeds:
+                embeds = set(embeds)
+                links = [EMBED + link if link in embeds else link for link in links]
             segs.append("+%d%s%d%s%s%s%s" % (r.get("nofollow", 0), FS, 1 if r.get("meta_nofollow") else 0, FS,
-                                             _clean(err) if err else "", FS, FS.join(r["links"])))
+                                             _clean(err) if err else "", FS, FS.join(links)))
         else:
             segs.append("+%d" % r.get("records", 0))
     return ("%d\t%s\n" % (first_id, RS.join(segs))).encode()
@@ -101,8 +107,13 @@ def parse_answer(line: bytes, names: list[str]) -> list:
             out.append((str(err), str(trace)))
         elif name == "links":
             parts = seg[1:].split(FS)
+            links = parts[3:] if len(parts) > 3 and parts[3] else []
+            embeds = []
+            if EMBED in seg:
+                links = [link[1:] if link[:1] == EMBED else link for link in links]
+                embeds = [link[1:] for link in parts[3:] if link[:1] == EMBED]
             out.append({"nofollow": int(parts[0]), "meta_nofollow": parts[1] == "1", "error": parts[2] or None,
-                        "links": parts[3:] if len(parts) > 3 and parts[3] else []})
+                        "links": links, "embeds": embeds})
         else:
             out.append({"records": int(seg[1:])})
     return out

@@ -220,7 +220,8 @@ def _append_jsonl(analysis_dir: str, name: str, records: list[dict]) -> int:
 
 def _links(page: PageView, opts: dict) -> dict:
     p = page.extracted(opts)
-    return {"links": p.links, "nofollow": p.nofollow_links, "meta_nofollow": p.meta_nofollow, "error": p.error}
+    return {"links": p.links, "embeds": sorted(p.embeds), "nofollow": p.nofollow_links,
+            "meta_nofollow": p.meta_nofollow, "error": p.error}
 
 
 def meta_of(page: PageView, opts: dict) -> dict:

@@ -336,10 +336,16 @@ class AnalysisStage:
             counts.page_errors["parseError"] += 1
         if result.get("nofollow"):
             counts.rejected["nofollow"] += result["nofollow"]
-        if not result.get("meta_nofollow"):
+        if result.get("meta_nofollow"):
+            self.frontier.offer(task.url, task.depth, ())  # none: the records (larbin_py.recrawl) say so
+        else:
             links = result.get("links") or ()
             self.links += len(links)
-            self.frontier.offer(task.url, task.depth, links)
+            embeds = result.get("embeds")
+            if embeds:  # how they were found: the crawl log says "embed"
+                self.frontier.offer(task.url, task.depth, links, embeds=frozenset(embeds))
+            else:
+                self.frontier.offer(task.url, task.depth, links)
 
     def _give_up(self, task: Task, error: str) -> None:
         self.alerts.raise_alert("analysisFailed", url=task.url, analyzer=task.analyzer, tries=task.tries,

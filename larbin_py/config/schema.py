@@ -246,6 +246,23 @@ class Config:
         Int("filesPerDir", 1, 1_000_000), 2000,
         doc="files per directory in save mode")
 
+    # Records of the crawl: the crawl log, recrawls (issue 33)
+    crawl_log: str = setting(
+        Text("crawlLog", empty=True), "", default_text="stateDir/crawl.log",
+        doc="the crawl log, one tab-separated line per URL outcome and robots.txt answer (docs/outputs.md); "
+            "none: no log")
+    crawl_log_max_bytes: int = setting(
+        Int("crawlLogMaxBytes", 0, 1 << 50), 1 << 30,
+        doc="the crawl log is rotated (crawl.log.1, .2, ...) once it holds this many bytes; 0: never")
+    recrawl_gone: str = setting(
+        Choice("recrawlGone", ("keep", "delete")), "keep",
+        doc="--recrawl: a page that answers 404 or 410 keeps its file and index line in the mirror (keep) or "
+            "loses them (delete)")
+    revisit_after: float = setting(
+        Seconds("revisitAfter", 0, 315_360_000), 0.0,
+        doc="--recrawl: pages that answered fewer seconds ago are not asked again (their files and links "
+            "are kept); 0: every page is asked")
+
     # Connections and flow control
     pages_connexions: int = setting(
         Int("pagesConnexions", 1, 100_000), 100,
@@ -600,6 +617,13 @@ class Config:
     def replace(self, **changes: Any) -> "Config":
         """A copy with ``changes`` (attribute names), validated like the original."""
         return dataclasses.replace(self, **changes)
+
+    @property
+    def crawl_log_path(self) -> str | None:
+        """The crawl log's file: ``crawlLog``, by default ``stateDir/crawl.log``; None for ``none``."""
+        if self.crawl_log == "none":
+            return None
+        return self.crawl_log or os.path.join(self.state_dir, "crawl.log")
 
 
 def _bind(config_class: type) -> tuple[Key, ...]:

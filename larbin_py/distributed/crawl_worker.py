@@ -318,8 +318,11 @@ class DistState:
         self._on_error = on_error
 
     # -- while crawling ---------------------------------------------------
-    def done(self, url: str, outcome: str, from_request: bool) -> None:
-        pass  # the frontier's on_done carries the ack
+    def done(self, url: str, outcome: str, from_request: bool, line: bytes | None = None) -> None:
+        pass  # the frontier's on_done carries the ack (a worker keeps no crawl log: docs/outputs.md)
+
+    def log(self, line: bytes) -> None:
+        pass
 
     def holds(self, running: int, cap: int) -> bool:
         """No request starts while Redis fails (its outcomes could not be acked)."""

@@ -45,7 +45,7 @@ from ..url import fingerprint, fingerprints
 from .interfaces import LinkSink, SeenStore
 from .lanes import Lanes
 from .seen import SeenSet, SeenUrls
-from .store import UrlRecord
+from .store import EMBED, INPUT, LINK, REDIRECT, SEED, SITEMAP, UrlRecord
 
 __all__ = ["Admission", "SITEMAP_KEY"]
 
@@ -72,13 +72,16 @@ class Admission:
         #: Records pushed into the main and priority lanes (the frontier's ``taken``, before hand-overs).
         self.taken = 0
 
-    def push(self, url: str, depth: int, retries: int, *, priority: bool = False, hops: int = 0) -> None:
+    def push(self, url: str, depth: int, retries: int, *, priority: bool = False, hops: int = 0,
+             found: str = "", ref: str = "") -> None:
         """Queue a URL that passed the rules and the seen test.
 
-        ``hops``: the redirects that led to it (kept with the record, on disk too).
+        ``hops``: the redirects that led to it; ``found``, ``ref``: how it was
+        found, and from which URL (:data:`~larbin_py.frontier.store.VIA_KINDS`);
+        all kept with the record, on disk too.
         """
         lanes = self.lanes
-        (lanes.prio if priority else lanes.main).push(UrlRecord(url, depth, retries, hops))
+        (lanes.prio if priority else lanes.main).push(UrlRecord(url, depth, retries, hops, found=found, ref=ref))
         self.taken += 1
 
     def push_record(self, rec: UrlRecord, *, priority: bool = False) -> None:
@@ -88,15 +91,18 @@ class Admission:
         self.taken += 1
 
     def offer(self, page_url: str, depth: int, links: Sequence[str], *, redirect: bool = False,
-              hops: int = 0) -> int:
+              hops: int = 0, embeds=()) -> int:
         """Queue those of a page's ``links`` that pass the rules and the seen test.
 
         ``depth`` is the page's; ``links`` are normalized absolute URLs.
         A link held in :attr:`seen_urls` (met lately, so in the seen store)
         is counted "seen" at once, before the rules.  ``redirect``: the one
         link is a redirect's target (it keeps the page's depth); ``hops``:
-        the redirects that led to it, 0 for a page's links.  Returns how
-        many were queued; every refusal is counted in :attr:`rejected`.
+        the redirects that led to it, 0 for a page's links.  ``embeds``: the
+        links (a set) the page embeds (images, frames) rather than links to.
+        Each record queued says how it was found (a link, an embed, a
+        redirect) and from ``page_url``.  Returns how many were queued;
+        every refusal is counted in :attr:`rejected`.
         """
         rejected = self.rejected
         fresh = self.seen_urls.unknown(links)
@@ -117,21 +123,23 @@ class Admission:
         self.seen_urls.remember(ok_links)
         push = self.lanes.main.push
         retries = self.retries
+        found = REDIRECT if redirect else LINK
         queued = 0
         for link, d, is_new in zip(ok_links, depths, new):
             if is_new:
-                push(UrlRecord(link, d, retries, hops))
+                push(UrlRecord(link, d, retries, hops, found=EMBED if embeds and link in embeds else found, ref=page_url))
                 queued += 1
         self.taken += queued
         if queued < len(ok_links):
             rejected["seen"] += len(ok_links) - queued
         return queued
 
-    def offer_url(self, url: str, *, priority: bool = True) -> tuple[str, str | None]:
+    def offer_url(self, url: str, *, priority: bool = True, seed: bool = True) -> tuple[str, str | None]:
         """Queue a start URL or one given at run time: ``(result, reason)``.
 
         ``url`` is normalized; it goes through the rules as a seed (depth
-        ``depthInSite``) and the seen test.  ``result`` is ``accepted``,
+        ``depthInSite``) and the seen test; its record says it was a start
+        URL (``seed``) or one given at run time.  ``result`` is ``accepted``,
         ``duplicate`` or ``rejected`` (with the rule's reason); a duplicate
         is not counted in :attr:`rejected` (the caller answers it).
         """
@@ -143,7 +151,7 @@ class Admission:
             return "accepted", None
         if not self.seen.add_many((fingerprint(url),))[0]:
             return "duplicate", None
-        self.push(url, verdict, self.retries, priority=priority)
+        self.push(url, verdict, self.retries, priority=priority, found=SEED if seed else INPUT)
         return "accepted", None
 
     def offer_sitemap_files(self, urls: Sequence[str], via: str, *, hops: int = 0) -> int:
@@ -203,7 +211,8 @@ class Admission:
         queued = 0
         for link, is_new in zip(ok_links, new):
             if is_new:
-                push(UrlRecord(link, depth, self.retries, 0, via=via_of.get(link, "s")))
+                push(UrlRecord(link, depth, self.retries, 0, via=via_of.get(link, "s"), found=SITEMAP,
+                                ref=sitemap_url))
                 queued += 1
         self.taken += queued
         if queued < len(ok_links):

@@ -20,6 +20,7 @@ Record format, one per line, ASCII::
     <crc32 of the rest, 8 hex digits> <depth> <retries> <hops> <url>\\n
     <crc32 of the rest, 8 hex digits> <depth> <retries> <hops> <url> <tag>\\n
     <crc32 of the rest, 8 hex digits> <depth> <retries> <hops> <url> <tag or -> <via>\\n
+    <crc32 of the rest, 8 hex digits> <depth> <retries> <hops> <url> <tag|-> <via|-> <found|-> <prev|->\\n
 
 The second form is a redirect target (``hops`` redirects from the URL first
 queued, see the engine's ``maxRedirects``); any other record is written in
@@ -28,7 +29,23 @@ The third carries a ``tag``: the distributed mode's stream entry id, which
 the ack of the URL names (written only in a worker's scratch stores).  The
 fourth carries ``via``, how a URL that is no link came (``-`` standing for
 no tag): a sitemap file to read, or a page a sitemap listed (see
-:class:`UrlRecord`).
+:class:`UrlRecord`).  The fifth, eight fields, is written when a record
+says how it was found or carries what its last fetch left (``-`` for an
+empty field):
+
+* ``found``: one letter for how the URL was found, then the URL it was
+  found from: ``S`` a start URL, ``I`` a URL given at run time, ``L`` a
+  page's link, ``E`` a page's embed (an image, a frame), ``R`` a
+  redirect's target, ``M`` a page a sitemap listed; e.g.
+  ``Lhttp://example.com/a``.  The crawl log says it (larbin_py.crawllog).
+* ``prev``: the recrawl's token (larbin_py.recrawl: validators, digest,
+  stored links, time of the last fetch), opaque to the store.
+
+Every field holds no white space (normalized URLs have none; the recrawl
+token is checked by its maker), so the line is unambiguous.  Segments
+written before ``found`` existed read as ever (three to six fields); a
+state that may hold the fifth form is version 2 (larbin_py.state), which
+an older larbin_py refuses whole instead of misreading.
 
 Normalized URLs contain no whitespace, so the line is unambiguous.  A line
 whose checksum does not match (the torn tail of a segment after a crash) ends
@@ -48,7 +65,7 @@ from typing import Iterator
 from ..logline import frame, unframe
 from ..owner_only import makedirs, opener
 
-__all__ = ["UrlRecord", "UrlStore", "encode_record", "decode_record"]
+__all__ = ["UrlRecord", "UrlStore", "VIA_KINDS", "encode_record", "decode_record"]
 
 
 @dataclass(slots=True)
@@ -64,6 +81,10 @@ class UrlRecord:
     ``level`` its nesting, 0 when robots.txt or ``/sitemap.xml`` named it,
     ``host`` the site it was looked for), and ``s`` or ``s:<lastmod>`` for a
     page a sitemap listed (larbin_py.sitemap_fetch).
+    ``found`` (one of :data:`VIA_KINDS`' letters, or empty: not known) and
+    ``ref`` (the URL it was found from; empty for a start URL) say how the
+    URL was found, for the crawl log; ``prev`` is the recrawl's token
+    (empty: none).  A page's links share one ``ref`` string in memory.
     """
 
     url: str
@@ -72,10 +93,21 @@ class UrlRecord:
     hops: int = 0
     tag: str = ""
     via: str = ""
+    found: str = ""
+    ref: str = ""
+    prev: str = ""
+
+
+#: How a URL was found: the letter a record keeps -> the word the crawl log writes.
+VIA_KINDS = {"S": "seed", "I": "input", "L": "link", "E": "embed", "R": "redirect", "M": "sitemap"}
+SEED, INPUT, LINK, EMBED, REDIRECT, SITEMAP = "S", "I", "L", "E", "R", "M"
 
 
 def encode_record(rec: UrlRecord) -> bytes:
-    if rec.via:
+    if rec.found or rec.prev:
+        body = (f"{rec.depth} {rec.retries} {rec.hops} {rec.url} {rec.tag or '-'} {rec.via or '-'} "
+                f"{(rec.found + rec.ref) if rec.found else '-'} {rec.prev or '-'}").encode("utf-8", "surrogateescape")
+    elif rec.via:
         body = f"{rec.depth} {rec.retries} {rec.hops} {rec.url} {rec.tag or '-'} {rec.via}".encode(
             "utf-8", "surrogateescape")
     elif rec.tag:
@@ -93,7 +125,20 @@ def decode_record(line: bytes) -> UrlRecord | None:
     if body is None or not body:
         return None
     try:
-        fields = body.split(b" ", 5)  # a URL holds no space: 3 fields, 4 with hops, 5 with a tag, 6 with via
+        fields = body.split(b" ")  # a URL holds no space: 3 fields, 4 with hops, 5 with a tag, 6 with via,
+        if len(fields) == 8:   # 8 with how it was found and the recrawl's token
+            depth, retries, hops, url, tag, via, found, prev = fields
+            rec = UrlRecord(url.decode("utf-8", "surrogateescape"), int(depth), int(retries), int(hops),
+                            "" if tag == b"-" else tag.decode("ascii"),
+                            "" if via == b"-" else via.decode("utf-8", "surrogateescape"))
+            if found != b"-":
+                found = found.decode("utf-8", "surrogateescape")
+                if found[0] not in VIA_KINDS:
+                    return None
+                rec.found, rec.ref = found[0], found[1:]
+            if prev != b"-":
+                rec.prev = prev.decode("utf-8", "surrogateescape")
+            return rec
         if len(fields) == 6:
             depth, retries, hops, url, tag, via = fields
             return UrlRecord(url.decode("utf-8", "surrogateescape"), int(depth), int(retries), int(hops),

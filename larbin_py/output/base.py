@@ -30,12 +30,15 @@ content type is an empty field.
 
 from __future__ import annotations
 
+import base64
 import errno as _errno
+import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 __all__ = [
+    "payload_digest",
     "Document",
     "Output",
     "OutputError",
@@ -49,6 +52,11 @@ __all__ = [
 ]
 
 INDEX_NAME = "index.tsv"
+
+
+def payload_digest(body: bytes) -> str:
+    """``sha1:`` and the base32 SHA-1 of ``body``: the form of a WARC's payload digest."""
+    return "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode("ascii")
 
 #: Distinct content types counted one by one; the rest go under ``"other"``
 #: (a hostile server must not grow the counters without bound).
@@ -81,6 +89,21 @@ class Document:
     #: ``body`` is the DOM rendered by the browser (dynamicPages), not the body fetched;
     #: the WARC then keeps the fetched answer as the response and adds a ``conversion`` record.
     rendered: bool = False
+    #: An exchange only the WARC keeps (a redirect, an error, robots.txt, a page not
+    #: saved): no page file, no index line; the other modes ignore it.
+    archive_only: bool = False
+    #: A recrawl's page that did not change: ``"server-not-modified"`` (a 304, no body)
+    #: or ``"identical-payload-digest"`` (the body the last crawl had).  The WARC writes
+    #: a ``revisit`` record referring to the capture of ``refers_to_date`` (wall time).
+    revisit: str | None = None
+    refers_to_date: float | None = None
+    #: The body was cut at maxPageSize (the WARC says ``WARC-Truncated: length``).
+    truncated: bool = False
+    #: A recrawl's page whose file stays as it is (no request, or an answer without a
+    #: page: skipped, kept, gone and kept): the mirror indexes the file it has; the
+    #: others write nothing.  ``remove``: a page gone, taken out of the mirror.
+    keep: bool = False
+    remove: bool = False
     #: How the URL was found when not by a link: ``sitemap`` (larbin_py.sitemap_fetch), with the
     #: ``<lastmod>`` the sitemap gave (W3C datetime, or ""): the WARC writes them on the response.
     found_by: str = ""
@@ -130,6 +153,10 @@ class OutputStats:
     bytes: int = 0
     files: int = 0
     duplicates: int = 0
+    #: Exchanges only archived (``Document.archive_only``: redirects, errors, robots.txt).
+    archived: int = 0
+    #: revisit records written (a recrawl's unchanged pages, payloads met before).
+    revisits: int = 0
     by_status: dict[int, int] = field(default_factory=dict)
     by_content_type: dict[str, int] = field(default_factory=dict)
 
@@ -158,6 +185,8 @@ class OutputStats:
             "bytes": self.bytes,
             "files": self.files,
             "duplicates": self.duplicates,
+            "archived": self.archived,
+            "revisits": self.revisits,
             "by_status": {str(k): v for k, v in sorted(self.by_status.items())},
             "by_content_type": dict(sorted(self.by_content_type.items())),
         }

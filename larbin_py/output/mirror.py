@@ -5,6 +5,13 @@ reversible and safe mapping), plus ``saveDir/index.tsv``.  A page fetched
 again overwrites its file atomically and gets a new index line; a page with
 ``duplicate_of`` set is saved like any other (the mirror stays browsable).
 
+A recrawl (larbin_py.recrawl) starts a new index over the files it finds:
+a page unchanged (``Document.revisit``) or kept (``Document.keep``) is not
+written again, its existing file gets its index line (its size as it is;
+none when the file is not there); a page gone (``Document.remove``) loses
+its file.  :meth:`MirrorOutput.exists` tells a recrawl whether a page's
+file is there before it trusts a 304.
+
 Page files are not fsynced one by one as they are written (a killed
 process loses nothing the kernel has): ``flush(sync=True)`` (a checkpoint,
 or each commit with ``syncCommits``) and ``close()`` fdatasync the files
@@ -37,10 +44,26 @@ class MirrorOutput:
             self._tree.close()
             raise
 
-    def write(self, doc: Document) -> str:
+    def write(self, doc: Document) -> str | None:
         if self._closed:
             raise OutputError("write after close")
+        if doc.archive_only:  # an exchange only a WARC keeps
+            return None
         parts = url_to_parts(doc.url)
+        if doc.remove:
+            self._tree.remove(parts[:-1], parts[-1])
+            return None
+        if doc.keep or doc.revisit is not None:
+            found = self._tree.find(parts[:-1], parts[-1])
+            if found is not None:
+                relpath, size = found
+                self._index.append(doc.url, relpath, doc.status if 200 <= doc.status < 300 else 200,
+                                   doc.content_type, size)
+                if doc.revisit is not None:
+                    self.stats.count(doc, size)
+                return relpath
+            if doc.keep or not doc.body:  # nothing to index, nothing to write
+                return None
         body = doc.body
         relpath = self._tree.write(parts[:-1], parts[-1], body)
         self._index.append(doc.url, relpath, doc.status, doc.content_type, len(body))
@@ -48,6 +71,10 @@ class MirrorOutput:
         stats.count(doc, len(body))
         stats.files += 1
         return relpath
+
+    def exists(self, parts: list[str]) -> bool:
+        """Is the file of the URL whose :func:`~larbin_py.output.paths.url_to_parts` are ``parts`` there?"""
+        return self._tree.find(parts[:-1], parts[-1]) is not None
 
     def flush(self, sync: bool = False) -> None:
         if sync:

@@ -68,6 +68,7 @@ import errno
 import hashlib
 import os
 import re
+import stat
 from collections import OrderedDict
 from urllib.parse import unquote
 
@@ -527,6 +528,77 @@ class SafeTree:
             fd, actual = self._cached_dir(dirs)
             name = self.write_in(fd, leaf, data, display)
         return "/".join(actual) + "/" + name
+
+    def _locate(self, dirs: list[str], leaf: str) -> tuple[int, list[str], str, int] | None:
+        """Where the file :meth:`write` put at ``dirs/leaf`` is, without creating anything:
+        ``(parent fd, actual dirs, actual leaf, size)`` (the caller closes the fd unless it is
+        the root's), or None when it is not there (no symlink is followed)."""
+        fd, actual = self._root_fd, []
+        try:
+            for name in dirs:
+                _check_name(name)
+                for candidate in (name, name + DIR_ALT):
+                    try:
+                        child = os.open(candidate, _DIR_FLAGS, dir_fd=fd)
+                    except (FileNotFoundError, NotADirectoryError):
+                        continue
+                    except OSError as exc:
+                        if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+                            continue
+                        raise
+                    break
+                else:
+                    if fd != self._root_fd:
+                        os.close(fd)
+                    return None
+                if fd != self._root_fd:
+                    os.close(fd)
+                fd = child
+                actual.append(candidate)
+            _check_name(leaf)
+            for candidate in (leaf, leaf + FILE_ALT):
+                try:
+                    st = os.stat(candidate, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    return fd, actual, candidate, st.st_size
+        except OSError as exc:
+            if fd != self._root_fd:
+                os.close(fd)
+            raise OutputError.from_os("read", "/".join(dirs + [leaf]), exc) from exc
+        if fd != self._root_fd:
+            os.close(fd)
+        return None
+
+    def find(self, dirs: list[str], leaf: str) -> tuple[str, int] | None:
+        """``(relative path, size)`` of the file :meth:`write` put at ``dirs/leaf``, or None."""
+        found = self._locate(dirs, leaf)
+        if found is None:
+            return None
+        fd, actual, name, size = found
+        if fd != self._root_fd:
+            os.close(fd)
+        return "/".join(actual + [name]), size
+
+    def remove(self, dirs: list[str], leaf: str) -> bool:
+        """Remove the file :meth:`write` put at ``dirs/leaf`` (its folders stay); False when absent."""
+        found = self._locate(dirs, leaf)
+        if found is None:
+            return False
+        fd, actual, name, _size = found
+        try:
+            os.unlink(name, dir_fd=fd)
+            if fd == self._root_fd:
+                self._dirty.add(fd)
+            else:
+                self._dirty_paths.add("/".join(actual))
+        except OSError as exc:
+            raise OutputError.from_os("remove", "/".join(actual + [name]), exc) from exc
+        finally:
+            if fd != self._root_fd:
+                os.close(fd)
+        return True
 
     def close(self) -> None:
         """Sync what was written (see :meth:`sync`) and close every fd."""

@@ -42,9 +42,11 @@ class SaveOutput:
             self._tree.close()
             raise
 
-    def write(self, doc: Document) -> str:
+    def write(self, doc: Document) -> str | None:
         if self._closed:
             raise OutputError("write after close")
+        if doc.archive_only or doc.keep or doc.remove:  # an exchange only a WARC keeps; a recrawl's
+            return None
         n = self._next
         dir_number, file_number = divmod(n, self.files_per_dir)
         if dir_number != self._dir_number:

@@ -20,7 +20,8 @@ class StatsOutput:
         self.stats = OutputStats()
 
     def write(self, doc: Document) -> None:
-        self.stats.count(doc, len(doc.body))
+        if not (doc.archive_only or doc.keep or doc.remove):  # an exchange only a WARC keeps is no page
+            self.stats.count(doc, len(doc.body))
         return None
 
     def flush(self, sync: bool = False) -> None:

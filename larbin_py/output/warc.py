@@ -1,11 +1,34 @@
 """``warc`` mode: WARC 1.1 files (gzip per record) written with warcio.
 
 Each file ``saveDir/larbin-YYYYmmddHHMMSS-NNNNN.warc.gz`` (UTC time of its
-creation, serial number) starts with a ``warcinfo`` record; each page adds a
-``response`` record then a ``request`` record whose ``WARC-Concurrent-To``
-names the response.  While a file is being written it is named
+creation, serial number) starts with a ``warcinfo`` record; each HTTP
+exchange adds a ``response`` record then a ``request`` record whose
+``WARC-Concurrent-To`` names the response.  Every exchange: the pages
+saved, and (``Document.archive_only``) the redirects, the 4xx and 5xx
+answers, the pages not kept (badType) and every robots.txt answer, which
+get no index line.  While a file is being written it is named
 ``....warc.gz.open``; it is renamed when complete (rolled over after
 ``max_size`` bytes, or closed), so any file without ``.open`` is whole.
+Beside each file, its CDXJ index (larbin_py.output.cdxj): one line per
+response and revisit record, sorted when the file is complete, written
+before the WARC file loses its ``.open``.
+
+**Revisit records** (WARC 1.1 section 6.7) replace the response of:
+
+* a page whose payload the crawl archived before (a 2xx with a non-empty
+  payload, same SHA-1): profile ``identical-payload-digest``, with
+  ``WARC-Refers-To`` (the first capture's record), its target URI and
+  date.  Its index line names the first capture's response record, so
+  the index still leads to the payload.  The table of payload digests
+  holds :data:`MAX_DIGESTS` captures (least recently met forgotten) and
+  starts empty after ``--reload``: a payload met only before either is
+  archived in full again;
+* a recrawl's unchanged page (``Document.revisit``): ``server-not-modified``
+  for a 304 (the 304's head, no payload), ``identical-payload-digest``
+  for a 200 whose body is the last crawl's; they refer to the last
+  capture by URI and date (``WARC-Refers-To-Target-URI``,
+  ``WARC-Refers-To-Date``) and get no index line (the last crawl's line,
+  still in index.tsv, leads to the payload).
 
 The response record holds the status line and headers as received and the
 entity body: ``raw_body`` (still content-encoded) when the engine kept it,
@@ -21,11 +44,10 @@ the browser (``Document.rendered``, dynamicPages) adds a third record, a
 ``conversion`` (WARC 1.1: "an alternative version of another record's
 content that was created as the result of an archival process") holding the
 rendered DOM as ``text/html; charset=utf-8``, its ``WARC-Refers-To`` naming
-the response record, whose body stays the one fetched.  A page with ``duplicate_of``
-set is archived in full like any other (no revisit record: the original's
-payload digest is not kept).
+the response record, whose body stays the one fetched.  A body cut at
+maxPageSize (``Document.truncated``) is marked ``WARC-Truncated: length``.
 
-Each page's two records are written with a single ``write`` at the end of
+Each exchange's records are written with a single ``write`` at the end of
 the file; if it fails the file is cut back, so a page is either wholly in
 the WARC and in the index, or in neither.  The index line of a page names
 the (final) WARC file and the offset of its response record.
@@ -38,6 +60,7 @@ import os
 import socket
 import time
 import zlib
+from collections import OrderedDict
 from datetime import datetime, timezone
 from http import HTTPStatus
 
@@ -46,10 +69,18 @@ from warcio.timeutils import datetime_to_iso_date
 from warcio.warcwriter import WARCWriter
 
 from .. import __version__
-from .base import Document, IndexWriter, OutputError, OutputStats, position_int
+from .base import Document, IndexWriter, OutputError, OutputStats, payload_digest, position_int
+from .cdxj import CdxjIndex, cdxj_line
 from .paths import SafeTree
 
-__all__ = ["WarcOutput", "warc_file_name"]
+__all__ = ["MAX_DIGESTS", "WarcOutput", "warc_file_name"]
+
+#: Payload digests whose first capture is remembered (for identical-payload-digest revisits).
+MAX_DIGESTS = 50_000
+PROFILES = {
+    "server-not-modified": "http://netpreserve.org/warc/1.1/revisit/server-not-modified",
+    "identical-payload-digest": "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest",
+}
 
 OPEN_SUFFIX = ".open"
 _WRITE_FLAGS = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -162,17 +193,24 @@ class WarcOutput:
         self._gzip_level = gzip_level
         self._closed = False
         self._tree = SafeTree(save_dir)
+        #: The open file's CDXJ index (larbin_py.output.cdxj).
+        self._cdxj: CdxjIndex | None = None
+        #: payload digest -> (URI, WARC-Date, WARC-Record-ID, file, offset) of its first capture.
+        self._captures: OrderedDict[str, tuple] = OrderedDict()
         try:
             self._index = IndexWriter(self._tree.root, position_int(position, "index_length"))
             if position is not None and position.get("warc_file"):
-                self._resume(str(position["warc_file"]), position_int(position, "warc_offset"))
+                self._resume(str(position["warc_file"]), position_int(position, "warc_offset"),
+                             position.get("cdxj_length"))
         except BaseException:
+            if self._fd >= 0:
+                os.close(self._fd)
             self._tree.close()
             raise
 
     # -- files -------------------------------------------------------------
 
-    def _resume(self, name: str, offset: int) -> None:
+    def _resume(self, name: str, offset: int, cdxj_length) -> None:
         if "/" in name or name.startswith("."):
             raise OutputError(f"bad output position: WARC file name {name!r}")
         path = name + OPEN_SUFFIX
@@ -205,6 +243,9 @@ class WarcOutput:
             os.close(fd)
             raise
         self._fd, self._name, self._size = fd, name, offset
+        # A position from before the CDXJ index (no length): made again from the file.
+        length = position_int({"n": cdxj_length}, "n") if cdxj_length is not None else 1 << 62
+        self._cdxj = CdxjIndex(self._tree, name, length=length, warc_end=offset)
 
     def _open_next(self) -> None:
         while True:
@@ -227,6 +268,7 @@ class WarcOutput:
         })
         try:
             self._emit([info])
+            self._cdxj = CdxjIndex(self._tree, name)
         except BaseException:  # no file without its warcinfo: drop it, retry on next write
             os.close(fd)
             self._fd, self._name = -1, None
@@ -239,8 +281,8 @@ class WarcOutput:
 
     def _finish(self) -> None:
         """Sync, close and rename the current file to its final name."""
-        fd, name = self._fd, self._name
-        self._fd, self._name = -1, None
+        fd, name, cdxj = self._fd, self._name, self._cdxj
+        self._fd, self._name, self._cdxj = -1, None, None
         self._serial += 1
         root = self._tree.root_fd
         try:
@@ -248,12 +290,16 @@ class WarcOutput:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            if cdxj is not None:  # the index first: a WARC file without .open has its whole index
+                cdxj.finish()
             os.rename(name + OPEN_SUFFIX, name, src_dir_fd=root, dst_dir_fd=root)
         except OSError as exc:
             raise OutputError.from_os("finish", os.path.join(self.save_dir, name), exc) from exc
 
     def _emit(self, records: list) -> int:
-        """Append ``records`` (one gzip member each) to the current file; return their offset."""
+        """Append ``records`` (one gzip member each) to the current file; return their offset.
+
+        :attr:`_lengths` then holds each member's length, in order."""
         sink, writer, level = self._sink, self._writer, self._gzip_level
         members = []
         for record in records:
@@ -262,6 +308,7 @@ class WarcOutput:
             writer.write_record(record)
             gz = zlib.compressobj(level, zlib.DEFLATED, 31)
             members.append(gz.compress(sink.getbuffer()) + gz.flush())
+        self._lengths = [len(m) for m in members]
         data = b"".join(members)
         offset = self._size
         try:
@@ -281,9 +328,11 @@ class WarcOutput:
 
     # -- Output ------------------------------------------------------------
 
-    def _records(self, doc: Document) -> tuple:
-        """The (response, request[, conversion]) records of ``doc``, linked by WARC-Concurrent-To
-        (and WARC-Refers-To for the rendered DOM of a dynamic page)."""
+    def _records(self, doc: Document, digest: str, first: tuple | None) -> tuple:
+        """The (response or revisit, request[, conversion]) records of ``doc``, linked by
+        WARC-Concurrent-To (and WARC-Refers-To for the rendered DOM of a dynamic page).
+
+        ``digest``: the payload's; ``first``: the capture a duplicate payload refers to."""
         writer = self._writer
         body_is_raw = doc.raw_body is not None
         body = doc.raw_body if body_is_raw else doc.body
@@ -294,12 +343,32 @@ class WarcOutput:
             headers["WARC-Larbin-Found-By"] = doc.found_by
             if doc.lastmod:
                 headers["WARC-Larbin-Lastmod"] = doc.lastmod
-        response = writer.create_warc_record(
-            doc.url, "response",
-            payload=io.BytesIO(body), length=len(body),
-            warc_headers_dict=headers,
-            http_headers=_http_headers(doc, len(body), body_is_raw),
-        )
+        if doc.revisit is not None or first is not None:
+            # No payload: the HTTP head alone, and what it refers to.
+            profile = doc.revisit or "identical-payload-digest"
+            headers["WARC-Profile"] = PROFILES[profile]
+            if first is not None:
+                uri, date, record_id = first[:3]
+                headers.update({"WARC-Refers-To": record_id, "WARC-Refers-To-Target-URI": uri,
+                                "WARC-Refers-To-Date": date})
+            else:
+                headers["WARC-Refers-To-Target-URI"] = doc.url
+                if doc.refers_to_date:
+                    headers["WARC-Refers-To-Date"] = _warc_date(doc.refers_to_date)
+            if profile == "identical-payload-digest":
+                headers["WARC-Payload-Digest"] = digest
+            response = writer.create_warc_record(
+                doc.url, "revisit", warc_headers_dict=headers,
+                http_headers=_http_headers(doc, len(body), body_is_raw))
+        else:
+            if doc.truncated:
+                headers["WARC-Truncated"] = "length"
+            response = writer.create_warc_record(
+                doc.url, "response",
+                payload=io.BytesIO(body), length=len(body),
+                warc_headers_dict=headers,
+                http_headers=_http_headers(doc, len(body), body_is_raw),
+            )
         raw_request = _request_bytes(doc)
         request = writer.create_warc_record(
             doc.url, "request",
@@ -322,26 +391,61 @@ class WarcOutput:
         )
         return response, request, conversion
 
-    def write(self, doc: Document) -> str:
+    def write(self, doc: Document) -> str | None:
         if self._closed:
             raise OutputError("write after close")
+        if doc.keep or doc.remove:  # a file of the mirror's: nothing was fetched to archive
+            return None
         if self._fd < 0:
             self._open_next()
+        body = doc.raw_body if doc.raw_body is not None else doc.body
+        digest = payload_digest(body)
+        first = None
+        if doc.revisit is None and not doc.archive_only and body and 200 <= doc.status < 300:
+            first = self._captures.get(digest)
+            if first is not None:
+                self._captures.move_to_end(digest)
         try:
-            offset = self._emit(list(self._records(doc)))
+            records = self._records(doc, digest, first)
+            offset = self._emit(list(records))
         except (UnicodeError, ValueError) as exc:  # nothing was written yet
             raise OutputError(f"cannot archive {doc.url[:200]!r}: {exc}") from exc
-        body = doc.raw_body if doc.raw_body is not None else doc.body
         name = self._name
-        self._index.append(doc.url, name, doc.status, doc.content_type, len(body), offset)
-        self.stats.count(doc, len(body))
+        head = records[0]
+        revisit = head.rec_type == "revisit"
+        self._cdxj.add([cdxj_line(
+            doc.url, head.rec_headers.get_header("WARC-Date").replace("-", "").replace(":", "").replace("T", "")[:14],
+            mime="warc/revisit" if revisit else (doc.content_type or ""), status=doc.status,
+            digest=head.rec_headers.get_header("WARC-Payload-Digest"), length=self._lengths[0], offset=offset,
+            filename=name)])
+        if doc.archive_only:
+            self.stats.archived += 1
+        else:
+            if revisit:
+                self.stats.revisits += 1
+            if first is not None:  # the index leads to the payload: the first capture's record
+                self._index.append(doc.url, first[3], doc.status, doc.content_type, len(body), first[4])
+            elif doc.revisit is None:
+                self._index.append(doc.url, name, doc.status, doc.content_type, len(body), offset)
+                if body and 200 <= doc.status < 300:
+                    self._remember(digest, (doc.url, head.rec_headers.get_header("WARC-Date"),
+                                            head.rec_headers.get_header("WARC-Record-ID"), name, offset))
+            self.stats.count(doc, len(body))
         if self._size >= self.max_size:
             self._finish()
         return name
 
+    def _remember(self, digest: str, capture: tuple) -> None:
+        captures = self._captures
+        captures[digest] = capture
+        if len(captures) > MAX_DIGESTS:
+            captures.popitem(last=False)
+
     def flush(self, sync: bool = False) -> None:
         self._index.flush(sync)
         if sync:
+            if self._cdxj is not None:
+                self._cdxj.sync()
             try:
                 if self._fd >= 0:
                     os.fsync(self._fd)
@@ -356,6 +460,7 @@ class WarcOutput:
             "warc_file": self._name,
             "warc_offset": self._size if self._name else 0,
             "warc_serial": self._serial,
+            "cdxj_length": self._cdxj.length if self._cdxj is not None else 0,
         }
 
     @property

@@ -29,6 +29,8 @@ class MemoryState:
         self.inflight = None
         #: ``(url, outcome, from_request)`` in the order told.
         self.outcomes: list[tuple[str, str, bool]] = []
+        #: The crawl log's lines (larbin_py.crawllog), in the order told.
+        self.lines: list[bytes] = []
         self.sections: list[dict] = []
         self.hold = False
         self.gate_asked = 0
@@ -46,8 +48,13 @@ class MemoryState:
     def open(self, loop, writer, output, *, frontier, on_durable, on_error) -> None:
         self.opened = True
 
-    def done(self, url: str, outcome: str, from_request: bool) -> None:
+    def done(self, url: str, outcome: str, from_request: bool, line: bytes | None = None) -> None:
         self.outcomes.append((url, outcome, from_request))
+        if line is not None:
+            self.lines.append(line)
+
+    def log(self, line: bytes) -> None:
+        self.lines.append(line)
 
     def holds(self, running: int, cap: int) -> bool:
         self.gate_asked += 1

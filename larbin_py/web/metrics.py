@@ -207,6 +207,15 @@ def render_metrics(snapshot: dict) -> str:
         )
         w.one("larbin_dynamic_browser_crashes_total", "counter", "Chromium crashes (each restarted).",
               dyn.get("crashes"))
+    recrawl = snapshot.get("recrawl") if isinstance(snapshot, dict) else None
+    if isinstance(recrawl, dict):  # --recrawl (docs/recrawl.md)
+        w.family(
+            "larbin_recrawl_pages_total",
+            "counter",
+            "A recrawl's pages by verdict: unchanged (notModified: those answered 304), changed, new, gone, "
+            "kept, skipped (revisitAfter).",
+            [({"verdict": str(v)}, n) for v, n in recrawl.items()],
+        )
     analysis = _get(snapshot, "analysis")  # the analysis stage (issue 22), when analysisWorkers > 0
     if analysis:
         alerts = analysis.get("alerts") if isinstance(analysis.get("alerts"), dict) else {}

@@ -1,0 +1,373 @@
+"""Recrawls: a finished crawl visited again with conditional requests (``--recrawl``).
+
+Every crawl that keeps its state (canReload) records, for each page it
+fetched, what the next crawl needs (larbin_py.records: its validators, the
+digest of its body, its links, when it was fetched).  ``--recrawl`` starts
+a new crawl, the next *generation*, from those records:
+
+1. **Seeding** (:meth:`Recrawl.seed`, before the first checkpoint): the
+   previous generation's records are read in batches on the writer thread
+   and each URL is queued again (the main lane, with its record's token in
+   ``UrlRecord.prev``) and added to the seen set, so a link to it finds it
+   seen; a URL the rules now refuse is dropped (counted under its reason).
+   A page younger than ``revisitAfter`` is not queued: its record goes on
+   to the new generation as it is, its file stays (``skipped``), and once
+   every record is in the seen set its stored links are offered, so the
+   crawl still reaches what it linked to.  The start URLs are then queued
+   as in any crawl (those fetched before are already there).
+2. **Conditional requests** (:meth:`request_headers`): a URL with a token
+   whose links are known is asked with ``If-None-Match`` (its ETag) and
+   ``If-Modified-Since`` (its Last-Modified).  Without known links (the
+   page's analysis never ended) it is asked plainly: a 304 would leave
+   nothing to offer.
+3. **Unchanged** (:meth:`unchanged`): a 304, or a 2xx whose body has the
+   digest of the last one (a server that ignores validators).  Its stored
+   links are read on the writer thread (:meth:`stored`) and offered again;
+   the page is counted fetched; its file is not rewritten (the output gets
+   a ``revisit`` Document: the mirror indexes the file it has, the WARC
+   writes a revisit record); its record goes on with the links copied
+   (:meth:`on_unchanged`).  A 304 for a page whose mirror file is missing
+   is asked again without validators (a retry that costs none).
+4. **Changed or new**: a 2xx handled as in any crawl (:meth:`fetched`
+   records it anew).
+5. **Gone** (404, 410): counted; ``recrawlGone delete`` removes its file
+   from the mirror (and its index line) and drops its record,
+   ``keep`` keeps both.  Any other end (a redirect, a 5xx, a timeout,
+   robots.txt) keeps the record and the file as they were (``kept``).
+6. A URL met for the first time is crawled as usual and counted ``new``.
+
+The verdicts are counted in the engine's ``recrawl`` counter (the summary,
+``/stats.json``'s ``recrawl``, ``/metrics``) and written in the crawl
+log's last field.
+
+**Records of every crawl** (:meth:`fetched`): a page whose links were read
+on the loop is recorded at once; one handed to the analysis processes is
+recorded when its links come back through :meth:`offer` (the stage's way
+to the admission), its record kept meanwhile in a bounded table
+(:data:`PENDING_MAX`; past it, or at the crawl's end (:meth:`settle`: a
+failed analysis, tasks left to a ``--reload``), the record is written
+without its links, and the next recrawl asks that page without
+validators; after a crash, such a page has no record and the next recrawl
+fetches it as a new one when a link leads there).  Records are *ops* handed to the crawl state
+(``record``), written by the group commit that covers the outcome
+(larbin_py.records.RecordsWriter).
+
+Memory: nothing per URL is held (the tokens travel with the URL records
+through the frontier, on disk); the table of pages awaiting their links
+(at most :data:`PENDING_MAX`), one batch of records at seeding.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from .frontier.store import UrlRecord
+from .journal import FETCHED
+from .output import Document
+from .output.base import payload_digest
+from .output.paths import url_to_parts
+from .records import NO_LINKS, OldRecords, Visit, clean_etag, clean_type, decode_token, encode_token
+from .url import fingerprints
+
+__all__ = ["PENDING_MAX", "Recrawl", "Stored", "VERDICTS", "last_modified_of"]
+
+#: Pages whose links the analysis processes have not given back yet, at most.
+PENDING_MAX = 100_000
+#: The verdicts of a recrawl, as the crawl log and the stats name them.
+VERDICTS = ("new", "changed", "unchanged", "notModified", "gone", "kept", "skipped")
+#: Records read and queued per batch at seeding.
+SEED_BATCH = 1 << 20
+_PENDING_LINKS = object()
+
+
+def last_modified_of(headers) -> int | None:
+    """The Last-Modified header of a response (lower-case names), in seconds; None when absent or bad."""
+    for name, value in headers:
+        if name == b"last-modified":
+            from email.utils import mktime_tz, parsedate_tz  # imported when met: a crawl starts without email
+
+            parsed = parsedate_tz(value.decode("latin-1", "replace"))
+            if parsed is None:
+                return None
+            try:
+                return int(mktime_tz(parsed))
+            except (OverflowError, ValueError):
+                return None
+    return None
+
+
+def etag_of(headers) -> str:
+    for name, value in headers:
+        if name == b"etag":
+            return clean_etag(value.decode("latin-1", "replace"))
+    return ""
+
+
+@dataclass(slots=True)
+class Stored:
+    """What a recrawl reads for an unchanged page: its links, and whether its mirror file is there."""
+
+    links: list[str] | None
+    embeds: frozenset
+    present: bool
+
+
+class Recrawl:
+    """This crawl's records and, in a recrawl, the revisit of the previous generation.
+
+    ``config``: the crawl's; ``old``: the previous generation's records
+    (:class:`~larbin_py.records.OldRecords`), None in a first crawl;
+    ``seeding``: the records are still to be queued (a recrawl's start,
+    not its ``--reload``).  :meth:`attach` gives the frontier, the crawl
+    state, the engine's counters and the page handler (its crawl log
+    lines); :meth:`start` the writer thread and the output once the loop
+    runs.
+    """
+
+    def __init__(self, config, *, old: OldRecords | None = None, seeding: bool = False,
+                 wall=time.time) -> None:
+        self.config = config
+        self.old = old
+        self.active = old is not None
+        self.seeding = seeding
+        self.wall = wall
+        self.gone_delete = config.recrawl_gone == "delete"
+        self.revisit_after = config.revisit_after
+        self.mirror = config.output_mode == "mirror"
+        self.frontier = self.state = self.counts = self.pages = None
+        self.writer = self.output = None
+        self._pending: OrderedDict[str, tuple[UrlRecord, Visit]] = OrderedDict()
+
+    def attach(self, frontier, crawl_state, counts, pages) -> None:
+        self.frontier, self.state, self.counts, self.pages = frontier, crawl_state, counts, pages
+
+    def start(self, writer, output) -> None:
+        self.writer, self.output = writer, output
+
+    def _count(self, verdict: str) -> str:
+        self.counts.recrawl[verdict] += 1
+        return verdict
+
+    # -- records of every crawl ---------------------------------------------
+    def fetched(self, rec: UrlRecord, res, digest: str, links) -> str:
+        """A 2xx page kept: its record (``links``: the links offered, ``None`` for
+        none to offer, :meth:`pending` when the analysis processes have them).
+        Returns its verdict in a recrawl (``new``, ``changed``, ``unchanged``), else ``""``."""
+        now = int(self.wall())
+        visit = Visit(now, now, last_modified_of(res.headers), digest[5:], None, etag_of(res.headers),
+                      clean_type(res.content_type))
+        if isinstance(links, tuple) and not links[0] or isinstance(links, list) and not links:
+            links = None  # no links to offer
+        if links is _PENDING_LINKS:
+            pending = self._pending
+            pending[rec.url] = (rec, visit)
+            if len(pending) > PENDING_MAX:  # its links never came back (a failed analysis): without them
+                _url, (old_rec, old_visit) = pending.popitem(last=False)
+                self.state.record((old_rec, old_visit, None))
+        elif links is None:
+            visit.links = NO_LINKS
+            self.state.record((rec, visit, None))
+        else:
+            self.state.record((rec, visit, links))
+        if not self.active:
+            return ""
+        prev = decode_token(rec.prev) if rec.prev else None
+        if prev is None:
+            return self._count("new")
+        return self._count("unchanged" if prev.digest == visit.digest else "changed")
+
+    def settle(self) -> int:
+        """(The crawl's end, before its last checkpoint.) The pages whose links never came
+        back (a failed analysis, tasks left for --reload) recorded without them; how many."""
+        pending, self._pending = self._pending, OrderedDict()
+        for rec, visit in pending.values():
+            self.state.record((rec, visit, None))
+        return len(pending)
+
+    @staticmethod
+    def pending():
+        """The ``links`` of :meth:`fetched` for a page whose links the analysis processes will give."""
+        return _PENDING_LINKS
+
+    def offer(self, page_url: str, depth: int, links, **kw) -> int:
+        """The analysis stage's way to the admission: a page's links, recorded with its page."""
+        waiting = self._pending.pop(page_url, None)
+        if waiting is not None:
+            rec, visit = waiting
+            embeds = kw.get("embeds") or ()
+            if not links:  # none to offer (meta nofollow, or none found): a 304 offers none
+                visit.links = NO_LINKS
+                self.state.record((rec, visit, None))
+            else:
+                self.state.record((rec, visit, (list(links), embeds) if embeds else list(links)))
+        return self.frontier.admission.offer(page_url, depth, links, **kw)
+
+    # -- a recrawl's requests -------------------------------------------------
+    def request_headers(self, rec: UrlRecord) -> tuple:
+        """The validators to send for ``rec`` (none when its links are not known)."""
+        if not (self.active and rec.prev):
+            return ()
+        visit = decode_token(rec.prev)
+        if visit is None or visit.links is None:
+            return ()
+        headers = []
+        if visit.etag:
+            headers.append((b"If-None-Match", visit.etag.encode("ascii")))
+        if visit.last_modified is not None:
+            from email.utils import formatdate
+
+            headers.append((b"If-Modified-Since", formatdate(visit.last_modified, usegmt=True).encode("ascii")))
+        return tuple(headers)
+
+    def unchanged(self, rec: UrlRecord, res, sent: bool, digest: str | None) -> bool:
+        """Is ``res`` the answer of a page unchanged since the last crawl (with links known)?"""
+        if not (self.active and rec.prev) or res.error is not None:
+            return False
+        visit = decode_token(rec.prev)
+        if visit is None or visit.links is None:
+            return False
+        if res.status == 304:
+            return sent
+        return 200 <= res.status < 300 and digest is not None and digest[5:] == visit.digest
+
+    async def stored(self, rec: UrlRecord) -> Stored:
+        """(Loop.) The stored links of ``rec`` and its mirror file's presence, read on the writer."""
+        visit = decode_token(rec.prev)
+        parts = url_to_parts(rec.url) if self.mirror else None
+        return await self.writer.call(self._read_stored, visit.links, parts)
+
+    def _read_stored(self, offset: int, parts) -> Stored:
+        found = self.old.links(offset)
+        present = True
+        if parts is not None:
+            present = self.output.inner.exists(parts)
+        if found is None:
+            return Stored(None, frozenset(), present)
+        return Stored(found[0], found[1], present)
+
+    def on_unchanged(self, req, res, stored: Stored, now: float) -> None:
+        """The page has not changed (see :meth:`unchanged`): apply it (see the module docstring)."""
+        fr, rec = self.frontier, req.record
+        visit = decode_token(rec.prev)
+        not_modified = res.status == 304
+        if stored.links is None or (not_modified and not stored.present):
+            # Its links are lost, or its file: asked again, plainly, at no cost in retries.
+            visit.etag, visit.last_modified, visit.links = "", None, None
+            rec.prev = encode_token(visit)
+            self.pages.archive(res)
+            fr.retry(req, "notModified", now, free=True)
+            return
+        if stored.links:
+            fr.admission.offer(rec.url, rec.depth, stored.links, embeds=stored.embeds)
+        self.output.write(Document(
+            url=rec.url, status=res.status, headers=res.headers, body=res.body,
+            content_type=res.content_type or visit.content_type or None,
+            fetched_at=time.time(), ip=req.ip, raw_request=res.raw_request or None,
+            raw_response_head=res.raw_response_head or None, raw_body=getattr(res, "raw_body", None),
+            revisit="server-not-modified" if not_modified else "identical-payload-digest",
+            refers_to_date=float(visit.captured)))
+        fr.fetched_ok(req, now)
+        old_links = visit.links
+        visit.checked = int(self.wall())
+        visit.etag = etag_of(res.headers) or visit.etag
+        visit.last_modified = last_modified_of(res.headers) or visit.last_modified
+        self.state.record((rec, visit, old_links if old_links != NO_LINKS else None))
+        self._count("unchanged")
+        if not_modified:
+            self._count("notModified")
+        line = None
+        if self.pages.logging:
+            line = self.pages.line(rec, "notModified" if not_modified else "ok", res,
+                                   digest="sha1:" + visit.digest, recrawl="unchanged")
+        self.state.done(rec.url, FETCHED, True, line)
+        self.counts.last.append({"url": rec.url, "status": res.status, "reason": "unchanged",
+                                 "bytes": len(res.body), "time": time.time()})
+
+    def forgotten(self, rec: UrlRecord, res) -> str:
+        """A URL of the last crawl ended without a page: ``gone`` (404, 410) or ``kept``."""
+        if not (self.active and rec.prev):
+            return ""
+        visit = decode_token(rec.prev)
+        if visit is None:
+            return ""
+        gone = res is not None and res.status in (404, 410)
+        keep = not (gone and self.gone_delete)
+        self.output.write(Document(url=rec.url, status=res.status if gone else 0, headers=[], body=b"",
+                                   content_type=visit.content_type or None, keep=keep, remove=not keep))
+        if keep:
+            self.state.record((rec, visit, visit.links if visit.links not in (None, NO_LINKS) else None))
+        return self._count("gone" if gone else "kept")
+
+    # -- a recrawl's start ------------------------------------------------------
+    async def seed(self) -> int:
+        """Queue the previous generation's URLs again (see the module docstring); how many."""
+        old, fr = self.old, self.frontier
+        adm = fr.admission
+        rules = adm.rules
+        now = int(self.wall())
+        retries = self.config.retries
+        queued = offset = 0
+        skipped = False
+        while True:
+            batch, offset = await self.writer.call(old.batch, offset, SEED_BATCH)
+            if not batch:
+                break
+            keep = []
+            for rec in batch:
+                reason = rules.check(rec.url)
+                if reason is not None:
+                    adm.rejected[reason] += 1
+                    continue
+                keep.append(rec)
+            new = adm.seen.add_many(fingerprints([r.url for r in keep]))
+            for rec, is_new in zip(keep, new):
+                if not is_new:
+                    continue  # met twice in the records
+                visit = decode_token(rec.prev)
+                if visit is None:
+                    continue
+                if self.revisit_after and now - visit.checked < self.revisit_after:
+                    self._skip(rec, visit)
+                    skipped = True
+                    continue
+                adm.push_record(UrlRecord(rec.url, rec.depth, retries, rec.hops, "", rec.via, rec.found, rec.ref, rec.prev))
+                queued += 1
+        if skipped:  # their links, once every record is known as seen
+            offset = 0
+            while True:
+                batch, offset = await self.writer.call(self._skipped_links, offset, now)
+                if not batch:
+                    break
+                for rec, links, embeds in batch:
+                    if rules.check(rec.url) is None:  # as in the first pass
+                        adm.offer(rec.url, rec.depth, links, embeds=embeds)
+        self.seeding = self.state.seeding = False
+        return queued
+
+    def _skip(self, rec: UrlRecord, visit: Visit) -> None:
+        """A page younger than revisitAfter: its record and file go on as they are."""
+        self.state.record((rec, visit, visit.links if visit.links not in (None, NO_LINKS) else None))
+        self.output.write(Document(url=rec.url, status=0, headers=[], body=b"", keep=True,
+                                   content_type=visit.content_type or None))
+        self._count("skipped")
+        if self.pages.logging:
+            self.state.log(self.pages.line(rec, "notDue", None, digest="sha1:" + visit.digest, recrawl="skipped"))
+
+    def _skipped_links(self, offset: int, now: int) -> tuple[list, int]:
+        """(Writer.) The records skipped from ``offset`` on, with their links."""
+        out = []
+        while not out:
+            batch, offset = self.old.batch(offset, SEED_BATCH)
+            if not batch:
+                return [], offset
+            for rec in batch:
+                visit = decode_token(rec.prev)
+                if visit is None or now - visit.checked >= self.revisit_after:
+                    continue
+                found = self.old.links(visit.links)
+                if found is not None and found[0]:
+                    out.append((rec, found[0], found[1]))
+        return out, offset
+

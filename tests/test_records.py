@@ -1,0 +1,139 @@
+"""The records a crawl keeps for its recrawl (larbin_py.records): the token, the links log, the cut.
+
+Sans-I/O where it can be (the token's codec, the ETag's check), the files in
+a temporary folder otherwise: a hostile ETag is never kept to be sent back,
+a damaged links entry is told (CRC), a torn record line is not read as one,
+and a cut to a commit's position leaves exactly what that commit wrote.
+"""
+
+from __future__ import annotations
+
+import os
+
+from larbin_py.frontier.store import LINK, SEED, UrlRecord, decode_record
+from larbin_py.records import (
+    NO_LINKS, OldRecords, RecordsWriter, Visit, clean_etag, cut_records, decode_token, encode_token, links_path,
+    records_path)
+
+
+def test_the_token_round_trips_and_an_etag_with_commas_stays_whole():
+    v = Visit(1700000000, 1690000000, 1600000000, "3P3SINYXPTEZ", 1234, 'W/"a,b,c"', "text/html")
+    token = encode_token(v)
+    assert " " not in token and decode_token(token) == v
+    none = Visit(5, 4, None, "", None, "", "")
+    assert decode_token(encode_token(none)) == none
+    assert decode_token(encode_token(Visit(5, 4, links=NO_LINKS))).links == NO_LINKS
+    for bad in ("", "1,2,3", "x,2,,d,,,", "1,2,notanumber,d,,,"):
+        assert decode_token(bad) is None, bad
+
+
+def test_a_hostile_etag_is_never_kept_to_be_sent_back():
+    assert clean_etag(' "abc" ') == '"abc"' and clean_etag('W/"x"') == 'W/"x"'
+    for bad in ('"a\r\nX-Injected: 1"', '"a b"', "abc", '"' + "x" * 300 + '"', '"caf\u00e9"', '"a"b"', ""):
+        assert clean_etag(bad) == "", bad
+    # a token read back from disk is checked again (a record written by hand, a damaged one)
+    assert decode_token('1,2,,d,,text/html,"a\nb"').etag == ""
+    assert decode_token("1,2,,d,,text/html;evil,").content_type == ""
+
+
+def _write(tmp_path, ops):
+    w = RecordsWriter(str(tmp_path), 1)
+    w.apply(ops)
+    pos = w.position()
+    w.close()
+    return pos
+
+
+def test_links_come_back_with_their_embeds_and_a_damaged_entry_is_told(tmp_path):
+    recs = [UrlRecord(f"http://a.test/{i}", 3, 0, 0, found=LINK, ref="http://a.test/") for i in range(3)]
+    links = ["http://a.test/x", "http://a.test/img.png", "http://b.test/\u00e9"]
+    pos = _write(tmp_path, [(recs[0], Visit(1, 1, digest="D0"), (links, frozenset(["http://a.test/img.png"]))),
+                            (recs[1], Visit(1, 1, digest="D1", links=NO_LINKS), None),
+                            (recs[2], Visit(1, 1, digest="D2"), ["http://a.test/only"])])
+    old = OldRecords(str(tmp_path), 1, pos)
+    batch, end = old.batch(0)
+    assert end == pos[0] and [r.url for r in batch] == [r.url for r in recs]
+    visits = [decode_token(r.prev) for r in batch]
+    assert [v.digest for v in visits] == ["D0", "D1", "D2"] and batch[0].ref == "http://a.test/"
+    assert old.links(visits[0].links) == (links, frozenset(["http://a.test/img.png"]))
+    assert old.links(visits[1].links) == ([], frozenset())
+    assert old.links(visits[2].links) == (["http://a.test/only"], frozenset())
+    old.close()
+    # one byte of the second entry's payload flipped: that entry is damaged, not the first
+    with open(links_path(str(tmp_path), 1), "r+b") as f:
+        f.seek(visits[2].links + 10)
+        byte = f.read(1)
+        f.seek(visits[2].links + 10)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    old = OldRecords(str(tmp_path), 1, pos)
+    assert old.links(visits[2].links) is None and old.damaged == 1
+    assert old.links(visits[0].links)[0] == links
+    old.close()
+
+
+def test_beyond_the_commits_length_nothing_is_read_and_the_cut_leaves_the_commit(tmp_path):
+    rec = UrlRecord("http://a.test/", 1, 0, 0, found=SEED)
+    first = _write(tmp_path, [(rec, Visit(1, 1, digest="A"), ["http://a.test/1"])])
+    w = RecordsWriter(str(tmp_path), 1)  # a later commit, appended, then a crash before it was committed
+    w.apply([(UrlRecord("http://a.test/2", 1, 0, 0, found=LINK, ref="http://a.test/"), Visit(2, 2, digest="B"),
+              ["http://a.test/3"])])
+    w.close()
+    with open(records_path(str(tmp_path), 1), "ab") as f:
+        f.write(b"a torn line without its end")
+    old = OldRecords(str(tmp_path), 1, first)  # the first commit's lengths: only its record
+    batch, _ = old.batch(0)
+    assert [r.url for r in batch] == ["http://a.test/"]
+    old.close()
+    cut_records(str(tmp_path), 1, first)
+    assert [os.path.getsize(records_path(str(tmp_path), 1)), os.path.getsize(links_path(str(tmp_path), 1))] == first
+    with open(records_path(str(tmp_path), 1), "rb") as f:
+        assert decode_record(f.read()).url == "http://a.test/"
+
+
+class _State:
+    """The crawl state's ``record`` alone: the ops a commit would write."""
+
+    def __init__(self) -> None:
+        self.ops = []
+
+    def record(self, op) -> None:
+        self.ops.append(op)
+
+
+class _Admission:
+    def __init__(self) -> None:
+        self.offered = []
+
+    def offer(self, page_url, depth, links, **kw) -> int:
+        self.offered.append((page_url, tuple(links)))
+        return len(links)
+
+
+def test_a_page_whose_links_the_analysis_processes_keep_is_recorded_all_the_same():
+    """Records of pages handed to the analysis processes (larbin_py.recrawl): links that
+    come back are stored, none (meta nofollow) says so, and those that never come back
+    (a failed analysis, tasks left to --reload) are recorded without links at the end."""
+    from types import SimpleNamespace
+
+    from larbin_py.config import parse_config_text
+    from larbin_py.recrawl import Recrawl
+
+    rc = Recrawl(parse_config_text("", require_start_urls=False), wall=lambda: 1_700_000_000)
+    state, adm = _State(), _Admission()
+    rc.attach(SimpleNamespace(admission=adm), state, None, None)
+    res = SimpleNamespace(headers=[(b"etag", b'"v1"')], content_type="text/html")
+    recs = {name: UrlRecord(f"http://a.test/{name}", 2, 0, found=LINK, ref="http://a.test/")
+            for name in ("links", "nofollow", "failed")}
+    for rec in recs.values():
+        assert rc.fetched(rec, res, "sha1:ABC", rc.pending()) == ""  # not a recrawl: no verdict
+    assert state.ops == []  # waiting for their links
+    rc.offer("http://a.test/links", 2, ["http://a.test/x"], embeds=frozenset())
+    rc.offer("http://a.test/nofollow", 2, ())
+    assert adm.offered == [("http://a.test/links", ("http://a.test/x",)), ("http://a.test/nofollow", ())]
+    assert rc.settle() == 1 and rc.settle() == 0
+    by_url = {op[0].url: op for op in state.ops}
+    assert sorted(by_url) == sorted(r.url for r in recs.values())
+    assert by_url["http://a.test/links"][2] == ["http://a.test/x"]
+    assert by_url["http://a.test/nofollow"][1].links == NO_LINKS and by_url["http://a.test/nofollow"][2] is None
+    failed = by_url["http://a.test/failed"][1]
+    assert failed.links is None and failed.etag == '"v1"' and failed.digest == "ABC"  # asked plainly next time
