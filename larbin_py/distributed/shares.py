@@ -54,7 +54,7 @@ BUSY_BACKLOG = 16
 #: Most partitions one rebalance moves: this share of all partitions (at least 1).
 MAX_MOVE_SHARE = 1 / 16
 #: No share moves while every worker is within this fraction of its target.
-HYSTERESIS = 0.1
+HYSTERESIS = 0.2
 
 
 class Load(NamedTuple):
