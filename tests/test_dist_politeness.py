@@ -64,9 +64,11 @@ async def test_politeness_holds_while_a_worker_joins_and_one_is_killed_and_start
 @pytest.mark.async_timeout(180)
 async def test_politeness_holds_while_ip_leases_change_hands_before_their_holder_sends_anything(
         tmp_path, redis_server):
-    wait = 0.4
-    async with Sim(sim_config(seed=37, hosts=12, pages_per_host=(2, 3), hosts_per_ip=12)) as sim:
-        workers = Workers(tmp_path, sim, redis_server.url, 3, wait_duration=wait, lease_ttl=1.0,
+    # four workers all wanting one IP: a lease is granted, then given up at once to the next
+    # waiter, its holder having sent nothing (before the fix: gaps of 0.19-0.28 s on the IP)
+    wait = 0.3
+    async with Sim(sim_config(seed=38, hosts=16, pages_per_host=(3, 5), hosts_per_ip=16)) as sim:
+        workers = Workers(tmp_path, sim, redis_server.url, 4, wait_duration=wait, lease_ttl=1.0,
                           ip_lease_hold=0.01)
         await workers.start_all()
         await finish(workers, sim, redis_server.url, wait)
