@@ -27,7 +27,7 @@ from html.parser import HTMLParser
 from common import report, table
 
 from larbin_py.net.decode import media_type
-from larbin_py.parse import _PARSER, extract
+from larbin_py.parse import _str_parser, extract
 from larbin_py.sim.web import SimConfig, SimWeb
 from larbin_py.url import normalize
 
@@ -64,7 +64,7 @@ def lxml_iterlinks(body, url, charset):
 def lxml_tree_only(body, url, charset):
     from lxml import etree
 
-    etree.fromstring(body, _PARSER)
+    etree.fromstring(body, _str_parser())
     return 0
 
 

@@ -17,7 +17,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHES = ["dns.py", "hotpath.py", "parse.py", "throughput.py", "politeness.py", "flow_control.py",
-           "concurrency.py", "memory.py", "dynamic.py", "distributed_redis.py", "distributed.py", "analysis.py", "sim.py"]
+           "concurrency.py", "memory.py", "dynamic.py", "distributed_redis.py", "distributed.py", "analysis.py", "speed.py",
+           "sim.py"]
 
 
 def main() -> int:

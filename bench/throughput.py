@@ -1,7 +1,7 @@
 """CPU-bound crawl: larbin_py against Scrapy on a static web served by nginx.
 
     python bench/throughput.py [--quick] [--rounds N] [--hosts H] [--pages P] [--no-peer]
-                               [--no-h11] [--profile FILE] [--baseline DIR]
+                               [--no-h11] [--no-tls] [--profile FILE] [--baseline DIR]
 
 A generated web (by default 200 hosts x 100 pages of 10-60 KB with 30-150
 links each) is exported as static files and served by nginx (Debian's
@@ -14,6 +14,13 @@ run what the llhttp reader saves (``--no-h11`` skips it).  Each crawler is a chi
 process: its CPU time and peak RSS come from ``wait4``.  Host names resolve
 through the sim's DNS server for larbin_py and through a fixed map for
 Scrapy (it has no way to use another DNS server).
+
+Two more rows measure what TLS and HTTP/2 cost per page, in the same run
+(``--no-tls`` skips them): the same web served by a second nginx over
+https (a certificate for ``*.sim.test`` from a CA the bench makes with
+trustme, the pages' absolute links rewritten to https and its port),
+crawled by larbin_py with ``httpVersion 1.1`` and with ``httpVersion 2``
+(``tlsCaFile`` the bench's CA), against the plain-HTTP row.
 
 ``--baseline DIR`` adds a row: larbin_py imported from the source tree DIR
 (e.g. ``git worktree add /tmp/base HEAD~3``), run turn by turn with this
@@ -109,14 +116,18 @@ def profiler(out: str) -> list[str]:
 
 
 async def crawl_larbin(web: SimWeb, dns_port: int, work: str, profile: str | None = None,
-                       http_parser: str = "httptools", source: str | None = None) -> dict:
+                       http_parser: str = "httptools", source: str | None = None, tls=None,
+                       http_version: str = "1.1") -> dict:
+    """One crawl of ``web``; ``tls``: the :class:`TlsWeb` to crawl over https instead."""
     save = os.path.join(work, "save")
+    seeds = tuple(web.seeds) if tls is None else tuple(tls.url(u) for u in web.seeds)
+    extra = {} if tls is None else {"tls_ca_file": tls.ca, "http_version": http_version}
     config = parse_config_text("", require_start_urls=False).replace(
-        start_urls=tuple(web.seeds), dns_servers=(("127.0.0.1", dns_port),), save_dir=save,
+        start_urls=seeds, dns_servers=(("127.0.0.1", dns_port),), save_dir=save,
         private_networks="allow",
         state_dir=os.path.join(work, "state"), http_port=0, output_mode="mirror", wait_duration=0.0,
         depth_in_site=web.max_depth(True) + 1, depth_by_site=True, get_cgi=True, pages_connexions=100,
-        timeout_page=30.0, forbidden_extensions=(), http_parser=http_parser)
+        timeout_page=30.0, forbidden_extensions=(), http_parser=http_parser, **extra)
     conf = os.path.join(work, "larbin.conf")
     with open(conf, "w") as f:
         f.write(changed_keys(config) if source else format_config(config))
@@ -259,11 +270,80 @@ async def served(web: SimWeb, port: int, prefix: str = "larbin-bench-web-"):
             nginx.wait()
 
 
+class TlsWeb:
+    """The https copy of a served web: its port, its CA file, and URLs moved to it."""
+
+    def __init__(self, port: int, tls_port: int, ca: str) -> None:
+        self.port, self.tls_port, self.ca = port, tls_port, ca
+
+    def url(self, url: str) -> str:
+        return url.replace("http://", "https://", 1).replace(f":{self.port}/", f":{self.tls_port}/", 1)
+
+
+@contextlib.asynccontextmanager
+async def served_tls(web: SimWeb, port: int):
+    """``web`` exported again and served by a second nginx over https (TLS, HTTP/2 on) on another
+    port; yields a :class:`TlsWeb`, or None without trustme (the test extra) to make the CA."""
+    try:
+        import trustme
+    except ImportError:
+        print("bench: no https rows (trustme, in the test extra, makes their CA)")
+        yield None
+        return
+    tls_port = free_port(web.ips()[0])
+    with tempfile.TemporaryDirectory(prefix="larbin-bench-tls-web-") as site_dir:
+        os.chmod(site_dir, 0o755)
+        export(web, site_dir)
+        ca = trustme.CA()
+        leaf = ca.issue_cert("*.sim.test")
+        ca_path, cert, key = (os.path.join(site_dir, n) for n in ("ca.pem", "cert.pem", "key.pem"))
+        ca.cert_pem.write_to_path(ca_path)
+        leaf.private_key_pem.write_to_path(key)
+        with open(cert, "wb") as f:
+            for blob in leaf.cert_chain_pems:
+                f.write(blob.bytes())
+        for root, _dirs, files in os.walk(os.path.join(site_dir, "www")):
+            for name in files:  # absolute links to the other hosts: to https and its port
+                path = os.path.join(root, name)
+                with open(path, "rb") as f:
+                    data = f.read()
+                moved = re.sub(rb"(?i)http://", b"https://", data).replace(b":%d/" % port, b":%d/" % tls_port)
+                if moved != data:
+                    with open(path, "wb") as f:
+                        f.write(moved)
+        conf_path = os.path.join(site_dir, "nginx.conf")
+        with open(conf_path) as f:
+            conf = f.read()
+        conf = conf.replace("http://", "https://").replace(f":{port}/", f":{tls_port}/")  # redirects
+        conf = re.sub(rf"listen ([0-9.]+):{port}( default_server)?;",
+                      rf"listen \1:{tls_port} ssl http2\2;", conf)
+        conf = conf.replace("https {\n", "http {\n").replace("http {\n", f"http {{\n    ssl_certificate {cert};\n    ssl_certificate_key {key};\n"
+                                          "    ssl_session_cache shared:bench:10m;\n", 1)
+        with open(conf_path, "w") as f:
+            f.write(conf)
+        nginx = subprocess.Popen([NGINX, "-p", site_dir, "-e", os.path.join(site_dir, "logs", "error.log"),
+                                  "-c", conf_path, "-g", "daemon off;"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(500):  # until nginx listens (it gives no readiness signal)
+                try:
+                    socket.create_connection((web.hosts["h0.sim.test"].ip, tls_port), timeout=1).close()
+                    break
+                except OSError:
+                    await asyncio.sleep(0.02)
+            yield TlsWeb(port, tls_port, ca_path)
+        finally:
+            nginx.terminate()
+            nginx.wait()
+
+
 async def main_async(args) -> None:
     web, port = bench_web(args.hosts, args.pages)
     python = None if args.no_peer else peer_python("scrapy")
-    async with served(web, port) as dns_port:
+    async with served(web, port) as dns_port, served_tls(web, port) if args.tls else _none() as tls:
         settings = [("larbin_py", "larbin")] \
+            + ([("larbin_py, https HTTP/1.1", "larbin_https"), ("larbin_py, https HTTP/2", "larbin_h2")]
+               if tls is not None else []) \
             + ([(f"larbin_py, baseline {args.baseline}", "larbin_base")] if args.baseline else []) \
             + ([("larbin_py, h11 reader", "larbin_h11")] if args.h11 else []) \
             + ([("scrapy", "scrapy")] if python else [])
@@ -278,6 +358,10 @@ async def main_async(args) -> None:
                         runs[key].append(await crawl_larbin(web, dns_port, work, source=args.baseline))
                     elif key == "larbin_h11":
                         runs[key].append(await crawl_larbin(web, dns_port, work, http_parser="h11"))
+                    elif key == "larbin_https":
+                        runs[key].append(await crawl_larbin(web, dns_port, work, tls=tls, http_version="1.1"))
+                    elif key == "larbin_h2":
+                        runs[key].append(await crawl_larbin(web, dns_port, work, tls=tls, http_version="2"))
                     else:
                         runs[key].append(await crawl_scrapy(python, web, work))
             with tempfile.TemporaryDirectory(prefix="larbin-bench-floor-") as work:
@@ -313,6 +397,14 @@ async def main_async(args) -> None:
                                                         / figures["larbin_h11"]["pages_per_cpu_s"])
         print(f"larbin_py reading responses with httptools / with h11 alone: "
               f"{ratios['httptools_over_h11_pages_per_cpu_s']:.2f}x pages per CPU-second")
+    for key, what in (("larbin_https", "https HTTP/1.1"), ("larbin_h2", "https HTTP/2")):
+        if key in figures:
+            ratios[f"{key}_over_http_pages_per_cpu_s"] = (figures[key]["pages_per_cpu_s"]
+                                                          / figures["larbin"]["pages_per_cpu_s"])
+            extra_us = (figures[key]["cpu_s"] / figures[key]["pages"] - larbin_us / 1e6) * 1e6
+            ratios[f"{key}_extra_us_per_page"] = extra_us
+            print(f"larbin_py over {what} / over plain HTTP: {ratios[f'{key}_over_http_pages_per_cpu_s']:.2f}x "
+                  f"pages per CPU-second ({extra_us:+.0f} µs of CPU a page)")
     if "larbin_base" in figures:
         ratios["over_baseline_pages_per_cpu_s"] = (figures["larbin"]["pages_per_cpu_s"]
                                                    / figures["larbin_base"]["pages_per_cpu_s"])
@@ -326,6 +418,11 @@ async def main_async(args) -> None:
                           "rounds": args.rounds, "quick": args.quick})
 
 
+@contextlib.asynccontextmanager
+async def _none():
+    yield None
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="20 hosts x 10 pages, one round, no peer")
@@ -335,6 +432,8 @@ def main() -> None:
     p.add_argument("--no-peer", action="store_true")
     p.add_argument("--no-h11", dest="h11", action="store_false",
                    help="skip the row of larbin_py reading responses with h11 alone")
+    p.add_argument("--no-tls", dest="tls", action="store_false",
+                   help="skip the rows of larbin_py over https (HTTP/1.1 and HTTP/2)")
     p.add_argument("--profile", metavar="FILE", help="sample larbin_py with py-spy into FILE (collapsed stacks)")
     p.add_argument("--baseline", metavar="DIR", help="a row for larbin_py imported from the source tree DIR (A/B)")
     args = p.parse_args()

@@ -166,7 +166,7 @@ class LocalState:
             self._robots_log = RobotsLog(os.path.join(state_dir, ROBOTS_LOG))
         self.cookies: CookieJar | None = None
         self._cookies_saved = 0  # the jar's ``changes`` when last saved
-        if config.use_cookies:
+        if config.use_cookies or any(rule.cookies for rule in config.site):  # a site line may want a jar
             self.cookies, bad = load_jar(state_dir, time.time()) if reload else (CookieJar(), 0)
             self.damaged["cookies"] = bad
         self._serial = int(self._doc["serial"]) if self._doc else 0

@@ -42,6 +42,11 @@ def crawl_rules(config, seeds):
         limit_to_domain=tuple(config.limit_to_domain),
         page_no_duplicate=config.page_no_duplicate,
         dynamic_pages=tuple(config.dynamic_pages),
+        sitemaps=config.sitemaps,
+        respect_noindex=config.respect_noindex,
+        follow_canonical=config.follow_canonical,
+        url_include=tuple(config.url_include),
+        url_exclude=tuple(config.url_exclude),
     )
 
 

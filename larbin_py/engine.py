@@ -167,6 +167,8 @@ class Engine:
             # adds its host to those lockSite allows, not only the first.
             self.rules.lock(url)
         result = self.frontier.admission.offer_url(url, priority=priority)
+        if seed and self.config.sitemaps and self.config.ignore_robots:
+            self.pages.sitemaps.seed(url)  # no robots.txt to name them: the site's /sitemap.xml
         if result[0] == "accepted":
             self._pump_soon()
         return result

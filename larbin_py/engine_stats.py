@@ -33,6 +33,8 @@ class Counters:
     robots_requests: int = 0
     #: Fetched pages whose links could not be read, by reason (``parseError``: Page.error).
     page_errors: Counter = field(default_factory=Counter)
+    #: sitemaps: files read, URLs listed and queued, limits met (larbin_py.sitemap_fetch).
+    sitemaps: Counter = field(default_factory=Counter)
     #: Round-trip times of the last answers (p50/p95 on the stats page).
     rtts: deque = field(default_factory=lambda: deque(maxlen=512))
     #: The last outcomes, for the stats page.
@@ -40,7 +42,8 @@ class Counters:
 
     def to_state(self) -> dict:
         return {"bytes": self.bytes, "requests": self.requests, "robots_requests": self.robots_requests,
-                "rejected": dict(self.rejected), "page_errors": dict(self.page_errors)}
+                "rejected": dict(self.rejected), "page_errors": dict(self.page_errors),
+                "sitemaps": dict(self.sitemaps)}
 
     def restore(self, doc: dict) -> None:
         self.bytes = int(doc.get("bytes", 0))
@@ -48,6 +51,7 @@ class Counters:
         self.robots_requests = int(doc.get("robots_requests", 0))
         self.rejected.update({k: int(v) for k, v in doc.get("rejected", {}).items()})
         self.page_errors.update({k: int(v) for k, v in doc.get("page_errors", {}).items()})
+        self.sitemaps.update({k: int(v) for k, v in doc.get("sitemaps", {}).items()})
 
 
 @dataclass
@@ -64,6 +68,8 @@ class Summary:
     rejected: dict[str, int] = field(default_factory=dict)
     #: Pages fetched (and counted in ``pages``) whose content could not be used, by reason (``parseError``).
     page_errors: dict[str, int] = field(default_factory=dict)
+    #: sitemaps: files read, URLs listed and queued, limits met (empty: none read).
+    sitemaps: dict[str, int] = field(default_factory=dict)
     hosts: int = 0
     dns_queries: int = 0
     requests: int = 0
@@ -76,6 +82,9 @@ class Summary:
     h11_handovers: int = 0
     cookies: dict | None = None  # the jar's counts (useCookies), see larbin_py.net.cookies
     dynamic: dict | None = None  # dynamicPages: renders by reason, sub-requests, browser (net.dynamic)
+    #: TLS connections: versions and ALPN protocols negotiated, HTTP/2 requests and hosts fallen back
+    #: to 1.1, Happy Eyeballs' fallbacks (larbin_py.net.http's stats); None when no TLS was spoken.
+    tls: dict | None = None
 
     @property
     def pages_per_second(self) -> float:
@@ -101,6 +110,8 @@ class Summary:
             lines.append("  links refused   " + ", ".join(f"{k} {v}" for k, v in sorted(self.rejected.items())))
         if self.page_errors:
             lines.append("  pages unparsed  " + ", ".join(f"{k} {v}" for k, v in sorted(self.page_errors.items())))
+        if self.sitemaps:
+            lines.append("  sitemaps        " + ", ".join(f"{k} {v}" for k, v in sorted(self.sitemaps.items())))
         if self.cookies is not None:
             c = self.cookies
             why = ", ".join(f"{k} {v}" for k, v in sorted(c["refused"].items()))
@@ -114,6 +125,11 @@ class Summary:
                          + f"; {d['sub_requests']} sub-requests, {sum(d['sub_refused'].values())} refused"
                          + (f" ({refused})" if refused else "")
                          + f"; browser crashes {d['crashes']}, starts {d['browser_starts']}")
+        if self.tls is not None:
+            t = self.tls
+            lines.append("  TLS             " + ", ".join(f"{k} {v}" for k, v in sorted(t["tls_versions"].items()))
+                         + "; ALPN " + (", ".join(f"{k} {v}" for k, v in sorted(t["alpn"].items())) or "none")
+                         + f"; HTTP/2 requests {t['h2_requests']}, hosts back to 1.1 {t['h2_fallback_hosts']}")
         if self.failed:
             lines.append(f"  FAILED: {self.failed}")
         return "\n".join(lines)
@@ -143,6 +159,7 @@ class EngineStats:
             forgotten=dict(fr.forgotten),
             rejected=dict(e.counts.rejected),
             page_errors=dict(e.counts.page_errors),
+            sitemaps=dict(e.counts.sitemaps),
             hosts=fr.sites_total,
             dns_queries=_stat(stats, "queries_sent"),
             requests=e.counts.requests,
@@ -155,6 +172,8 @@ class EngineStats:
             h11_handovers=_stat(http, "h11_handovers"),
             cookies=e.crawl_state.cookies.stats if e.crawl_state.cookies is not None else None,
             dynamic=e.edge.dynamic.stats if e.edge.dynamic is not None else None,
+            tls=({k: http[k] for k in ("tls_versions", "alpn", "h2_requests", "h2_fallback_hosts")}
+                 if isinstance(http, dict) and http.get("tls_versions") else None),
         )
 
     def _flow_snapshot(self) -> dict:
@@ -201,6 +220,7 @@ class EngineStats:
                 "bytes_rate_now": bytes_rate,
                 "limit": e.config.limit_page or None,
                 "errors": dict(e.counts.page_errors),
+                "sitemaps": dict(e.counts.sitemaps),
             },
             "urls": {
                 "taken": fr.taken,

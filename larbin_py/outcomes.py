@@ -18,12 +18,25 @@ stale           -             RETRY_FREE      staleConnection
 noConnection    -             RETRY           noConnection
 timeout         -             RETRY           timeout
 reset           -             RETRY           reset
+proxyError      -             RETRY           proxyError
+authRetry       -             RETRY_FREE      authRetry
+tlsError        -             FORGET          tlsError
+authRequired    -             FORGET          authRequired
 any other error -             FORGET          the error's name
 ==============  ============  ==============  ========================
 
 *stale*: a ``reset`` on a kept-alive connection before a byte of the answer
 arrived — the server closed the connection as we reused it, so the request
 never reached it: retried politely without spending a retry.
+
+*proxyError*: the proxy failed (unreachable, refused CONNECT, 407, garbage,
+silence): retried like a connection failure, never counted as the site's
+answer.  *authRetry*: a 401 brought a digest challenge the next request
+answers (larbin_py.net.auth bounds how often): queued again politely, free.
+*tlsError*: the server's certificate was refused (expired, another name, an
+unknown CA) or its handshake failed: a certificate does not mend itself in
+the minutes a retry waits.  *authRequired*: a 401 to a request sent without
+credentials (no ``auth`` rule for it).
 
 A busy server's retry waits its Retry-After (capped at
 :data:`MAX_RETRY_AFTER`), or an exponential backoff from ``waitDuration``:
@@ -69,6 +82,10 @@ RULES: dict[tuple[str, str | None], tuple[str, str | None]] = {
     ("noConnection", None): (RETRY, "noConnection"),
     ("timeout", None): (RETRY, "timeout"),
     ("reset", None): (RETRY, "reset"),
+    ("proxyError", None): (RETRY, "proxyError"),
+    ("authRetry", None): (RETRY_FREE, "authRetry"),
+    ("tlsError", None): (FORGET, "tlsError"),
+    ("authRequired", None): (FORGET, "authRequired"),
 }
 
 

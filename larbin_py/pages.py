@@ -14,6 +14,20 @@ no user analyzer wants it) is parsed here, as with ``analysisWorkers 0``,
 and so is every page when the crawl state keeps the links on the loop
 (``links_on_loop``: the distributed mode, whose acks precede an answer).
 
+Page-level robots rules (:mod:`larbin_py.page_robots`) come between the
+answer and the output: ``X-Robots-Tag: nofollow`` keeps a page's links
+unfollowed like the meta tag; with ``respectNoindex`` a page that says
+``noindex`` is not saved (forgotten as ``noindex``, not an error of its
+site) and its links are still followed unless nofollow; with
+``followCanonical`` a page whose ``rel=canonical`` names another URL the
+rules accept is not saved (``canonicalised``) and that URL is offered
+instead, as a redirect's target is (the page's depth, one hop more: past
+``maxRedirects`` it is refused as ``tooManyRedirects``, and the page is
+kept).  A canonical the rules refuse, or one leading back to the page
+through pages canonicalised before (:class:`~larbin_py.page_robots.CanonicalLoops`,
+counted ``canonicalLoop`` among the refused links), leaves the page saved.
+Neither kind of page goes to the user analyzers: only its links are read.
+
 It shares the engine's state (its counters, the crawl state's ``done``) the
 way an uvicorn protocol shares its server's: passed in, never looked up.
 """
@@ -23,6 +37,7 @@ from __future__ import annotations
 import time
 
 from . import outcomes
+from . import page_robots
 from . import parse as parse_mod
 from .frontier.protocol import Scheduler
 from .frontier.scheduler import Request
@@ -30,6 +45,9 @@ from .frontier.store import UrlRecord
 from .journal import FETCHED
 from .output import Document, OutputError
 from .page_digests import PageDigests
+from .site_settings import SiteSettings
+from .sitemap_fetch import Sitemaps, found_by, is_sitemap
+from .url import host_of
 
 __all__ = ["PageHandler"]
 
@@ -61,12 +79,21 @@ class PageHandler:
         self._from_request = False  # an outcome being recorded comes from a request of ours
         #: The analysis stage (larbin_py.analysis.stage), or None: analysis inline (analysisWorkers 0).
         self.analysis = None
+        #: The names meta robots and X-Robots-Tag address this crawler by (larbin_py.page_robots).
+        self.agents = page_robots.agent_names(config.user_agent)
+        #: followCanonical: the pages canonicalised, so that a canonical loop keeps one of them.
+        self.canonicals = page_robots.CanonicalLoops()
+        #: The sitemap files' answers (larbin_py.sitemap_fetch); made by attach().
+        self.sitemaps: Sitemaps | None = None
+        #: larbin.conf's site lines: a host's request headers, UserAgent, cookies, rendering.
+        self.site_rules = SiteSettings(config.site)
 
     def attach(self, frontier: Scheduler, counts, flow) -> None:
         """The frontier (built with :meth:`on_forget` as its hook), the counters, the flow controller."""
         self.frontier = frontier
         self.counts = counts
         self.flow = flow
+        self.sitemaps = Sitemaps(frontier.admission, counts.sitemaps, max_url_size=self.config.max_url_size)
 
     def start(self, fetcher, output, dynamic=None) -> None:
         self.fetcher = fetcher
@@ -90,10 +117,27 @@ class PageHandler:
             if slot is not None:
                 inflight.end(slot)
 
+    def headers_for(self, host: str) -> tuple:
+        """A ``site`` line's request headers for ``host`` (UserAgent first), or ()."""
+        rule = self.site_rules.for_host(host)
+        return rule.header_bytes if rule is not None else ()
+
     async def _run(self, req: Request) -> None:
+        rule = self.site_rules.for_host(req.site.host)
         jar = self.crawl_state.cookies
-        fetcher, extra = self.fetcher, {}
-        if self.dynamic is not None and (trigger := self.dynamic.trigger(req.url)) is not None:
+        if jar is not None and not (rule.cookies if rule is not None and rule.cookies is not None
+                                    else self.config.use_cookies):
+            jar = None  # cookies off for this host (a site line), or only some site lines want them
+        fetcher, extra = self.fetcher, {"addresses": req.site.ips}  # Happy Eyeballs' other addresses
+        if rule is not None and rule.header_bytes:
+            extra["extra_headers"] = rule.header_bytes
+        trigger = None
+        if self.dynamic is not None and not is_sitemap(req.record):
+            if rule is not None and rule.dynamic is not None:
+                trigger = {"off": None, "on": "none", "scroll": "scroll"}[rule.dynamic]
+            else:
+                trigger = self.dynamic.trigger(req.url)
+        if trigger is not None:
             fetcher, extra = self.dynamic, {"request": req, "trigger": trigger}  # rendered in Chromium
         if jar is None:
             res = await fetcher.fetch(req.url, req.ip, req.port, **extra)
@@ -103,6 +147,7 @@ class PageHandler:
             if res.status is not None and fetcher is self.fetcher:  # the rendering one keeps its own
                 jar.receive(req.url, [v for n, v in res.headers if n == b"set-cookie"], time.time())
         self.counts.bytes += res.bytes_read
+        self.frontier.spent(req, res.bytes_read)
         self._from_request = True
         try:
             self.on_answer(req, res)
@@ -131,6 +176,10 @@ class PageHandler:
         else:
             self.observe(req, res, self.now())
 
+    def robots_read(self, req: Request, rules) -> None:
+        """``sitemaps``: a site's robots.txt was read (RobotsFetch's ``on_rules``): its sitemaps queued."""
+        self.sitemaps.discover(req.url, rules)
+
     def observe(self, req: Request, res, now: float) -> None:
         """Feed the answer's round-trip time to the flow controllers."""
         fr = self.frontier
@@ -154,6 +203,8 @@ class PageHandler:
                                  bytes_read=res.bytes_read, retry_after=res.retry_after,
                                  retries=c.retries, retries_left=rec.retries, wait_duration=c.wait_duration)
         kind, reason = action.kind, action.reason
+        if is_sitemap(rec) and self._sitemap(req, res, kind, reason, now):
+            return
         if kind == outcomes.SUCCESS:
             self.on_success(req, res, now)
         elif kind == outcomes.REDIRECT:
@@ -178,6 +229,28 @@ class PageHandler:
             fr.forget(req, reason, now)
             self.log(req, res, res.error if res.error is not None else reason)
 
+    def _sitemap(self, req: Request, res, kind: str, reason: str | None, now: float) -> bool:
+        """A sitemap file's answer (larbin_py.sitemap_fetch): read, or its redirect followed; True when
+        handled here (a failure is retried or forgotten as a page's is)."""
+        fr, rec, c = self.frontier, req.record, self.config
+        cut = res.error == "tooBig" and res.status is not None and 200 <= res.status < 300
+        if kind == outcomes.SUCCESS or cut:
+            self.sitemaps.answered(rec, res.body, cut=cut)  # its URLs offered before its outcome
+            fr.forget(req, "sitemap", now, error=False)
+            self.log(req, res, "sitemap")
+            return True
+        if kind == outcomes.REDIRECT:
+            fr.forget(req, reason, now)
+            self.log(req, res, reason)
+            target, refused = outcomes.redirect_target(res.location, req.url, rec.hops,
+                                                       max_redirects=c.max_redirects, max_url_size=c.max_url_size)
+            if refused is not None:
+                self.counts.rejected[refused] += 1
+            elif target is not None:
+                self.sitemaps.redirected(rec, target)
+            return True
+        return False
+
     def on_success(self, req: Request, res, now: float) -> None:
         fr = self.frontier
         c = self.config
@@ -187,6 +260,27 @@ class PageHandler:
             fr.forget(req, "badType", now)
             self.log(req, res, "badType")
             return
+        head = policy.is_html and (c.respect_noindex or c.follow_canonical)
+        rule = self.site_rules.for_host(req.site.host)
+        agents = page_robots.agent_names(rule.user_agent) if rule is not None and rule.user_agent else self.agents
+        page = page_robots.read(res.headers, res.body if head else None, req.url, res.charset, agents,
+                                max_url_size=c.max_url_size)
+        follow = policy.is_html and not page.nofollow
+        skip = None
+        if page.noindex and c.respect_noindex:
+            skip = "noindex"
+        elif c.follow_canonical and page.canonical is not None and page.canonical != req.url \
+                and self._canonicalise(req, page.canonical):
+            skip = "canonicalised"
+        if skip is not None:
+            # A good answer not kept: its links still go to the frontier, before the outcome
+            # is recorded (forget: on_forget, the journal), then it is forgotten under its
+            # reason, not as an error of its site.
+            if follow:
+                self.analyze(req, res, analyzers=False)
+            fr.forget(req, skip, now, error=False)
+            self.log(req, res, skip)
+            return
         duplicate_of = self.digests.first_of(res.body, req.url) if c.page_no_duplicate else None
         if policy.save:
             self.output.write(self.document(req, res, duplicate_of))
@@ -195,19 +289,48 @@ class PageHandler:
             # Before the outcome is recorded: a page is never done in the journal
             # without its links offered or its analysis tasks queued (a failed
             # write to the queue stops the crawl with the page still to do).
-            self.analyze(req, res)
+            self.analyze(req, res, links=follow)
         self.crawl_state.done(req.url, FETCHED, True)
-        self.counts.last.append({"url": req.url, "status": res.status, "reason": "ok", "bytes": len(res.body),
-                                 "time": time.time()})
+        last = {"url": req.url, "status": res.status, "reason": "ok", "bytes": len(res.body), "time": time.time()}
+        how, _lastmod = found_by(req.record)
+        if how:
+            last["found_by"] = how
+        self.counts.last.append(last)
         self.log(req, res, "duplicate" if duplicate_of else "ok")
 
-    def analyze(self, req: Request, res) -> None:
-        """The page's links to the frontier (the analysis seam: see the module)."""
+    def _canonicalise(self, req: Request, canonical: str) -> bool:
+        """followCanonical: offer ``canonical`` instead of keeping ``req``'s page (True), or keep the
+        page (False) when the rules refuse its canonical, or the canonical leads back to it."""
+        fr, rec = self.frontier, req.record
+        rejected = self.counts.rejected
+        if rec.hops >= self.config.max_redirects:
+            rejected["tooManyRedirects"] += 1
+            return False
+        verdict = fr.admission.rules.admit(canonical, host_of(req.url), rec.depth, redirect=True)
+        if isinstance(verdict, str):
+            rejected[verdict] += 1
+            return False
+        if not self.canonicals.follow(req.url, canonical):
+            rejected["canonicalLoop"] += 1
+            return False
+        fr.admission.offer(req.url, rec.depth, (canonical,), redirect=True, hops=rec.hops + 1)
+        return True
+
+    def analyze(self, req: Request, res, *, links: bool = True, analyzers: bool = True) -> None:
+        """The page's links to the frontier (the analysis seam: see the module).
+
+        ``links`` False: its links are not followed (X-Robots-Tag nofollow);
+        ``analyzers`` False: the user analyzers do not see it (a page not kept).
+        """
+        if not links and not analyzers:
+            return
         st = self.analysis
         if st is not None and st.submit(
                 req.url, req.record.depth, res.body, status=res.status, content_type=res.content_type,
-                charset=res.charset, headers=res.headers) and st.with_links:
+                charset=res.charset, headers=res.headers, links=links, analyzers=analyzers) and st.with_links:
             return  # to the analysis processes; the links come back through offer
+        if not links:
+            return
         # Inline: analysisWorkers 0, every analysis process's line is full and no
         # user analyzer wants the page (the loop shares the parse), or the links
         # stay on the loop (the stage's with_links off: the distributed mode).
@@ -228,6 +351,7 @@ class PageHandler:
 
     @staticmethod
     def document(req: Request, res, duplicate_of: str | None) -> Document:
+        how, lastmod = found_by(req.record)
         return Document(
             url=req.url,
             status=res.status,
@@ -241,9 +365,13 @@ class PageHandler:
             raw_response_head=getattr(res, "raw_response_head", None) or None,
             raw_body=getattr(res, "raw_body", None),
             rendered=getattr(res, "rendered", False),
+            found_by=how,
+            lastmod=lastmod,
         )
 
     def log(self, req: Request, res, reason: str) -> None:
         if self.config.fetch_info:
             status = res.status if res.status is not None else "-"
-            print(f"{status} {reason} {len(res.body)} {res.elapsed:.3f}s {req.url}", file=self.out)
+            how, lastmod = found_by(req.record)
+            tail = f" (found by {how}{', lastmod ' + lastmod if lastmod else ''})" if how else ""
+            print(f"{status} {reason} {len(res.body)} {res.elapsed:.3f}s {req.url}{tail}", file=self.out)

@@ -32,8 +32,7 @@ import codecs
 import re
 from dataclasses import dataclass, field
 
-from lxml import etree
-
+from .lazyimport import LazyModule
 from .url import DEFAULT_MAX_LENGTH, normalize, normalize_links
 
 __all__ = ["Page", "extract", "detect_charset", "HTML_TYPES"]
@@ -124,8 +123,21 @@ def _decode(body: bytes, charset: str) -> str:
         return body.decode("utf-8", "replace")
 
 
-_PARSER = etree.HTMLParser(recover=True, no_network=True, remove_comments=True, remove_pis=True,
-                           huge_tree=True, default_doctype=False)
+#: lxml.etree, imported at the first parse: a crawler whose analysis processes parse
+#: every page starts without it (larbin_py.lazyimport).
+etree = LazyModule("lxml.etree", globals(), "etree")
+_STR_PARSER = None
+
+
+def _str_parser():
+    """The HTML parser of decoded text (made at its first use)."""
+    global _STR_PARSER
+    if _STR_PARSER is None:
+        _STR_PARSER = etree.HTMLParser(recover=True, no_network=True, remove_comments=True, remove_pis=True,
+                                       huge_tree=True, default_doctype=False)
+    return _STR_PARSER
+
+
 # XML-invalid characters that lxml refuses in a str: NUL and the C0 controls but
 # tab, LF and CR, and lone surrogates.
 _BAD_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -148,8 +160,9 @@ def _parse_tree(text: str):
         text = _BAD_XML.sub(" ", text)
     if text.lstrip()[:5].lower() == "<?xml":
         text = _XML_DECL.sub("", text, count=1)
-    root = etree.fromstring(text, _PARSER)
-    truncated = any(e.type_name == "ERR_RESOURCE_LIMIT" for e in _PARSER.error_log)
+    parser = _str_parser()
+    root = etree.fromstring(text, parser)
+    truncated = any(e.type_name == "ERR_RESOURCE_LIMIT" for e in parser.error_log)
     return root, text, truncated
 
 

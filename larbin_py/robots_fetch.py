@@ -20,7 +20,15 @@ The frontier hands the engine a robots.txt request as a site's first request;
   (docs/architecture.md says more);
 * 4xx (429 aside), or a redirect that leads nowhere: no restriction;
 * 5xx, 429, or no answer: unavailable, the frontier disallows and retries
-  later (``Frontier.robots_unavailable``).
+  later (``Frontier.robots_unavailable``).  A transport failure that says
+  why the site cannot be read as it should -- ``tlsError`` (a refused
+  certificate), ``proxyError`` -- is passed on as the reason: should the
+  site be given up, its URLs are forgotten under it, never as
+  ``forbiddenRobots`` (the site forbade nothing);
+* 401: a status like any 4xx (no restriction), whether or not credentials
+  were sent (the fetcher's ``authRequired`` keeps its status); a digest
+  challenge (``authRetry``) is answered once, by one more request spaced
+  like a redirect's hop.
 
 It holds no state between requests: one object serves every site.
 """
@@ -38,6 +46,11 @@ from .url import normalize
 
 __all__ = ["RobotsFetch"]
 
+#: Results whose status is the answer (a body cut at the cap; a 401).
+_ANSWERED = frozenset({None, "tooBig", "authRequired", "authRetry"})
+#: Transport failures that name a site's URLs when its robots.txt stays unread.
+_NAMED_FAILURES = frozenset({"tlsError", "proxyError"})
+
 
 class RobotsFetch:
     """Run robots.txt requests for the engine.
@@ -49,12 +62,17 @@ class RobotsFetch:
     ``log``: the robots log kept for --reload (None: not kept);
     ``on_answer(req, res, hop)``: every answer, for the engine's counters
     (hop 0 is the request the frontier started, later hops follow-ups);
-    ``rejected``: the counter of refused URLs (``privateAddress``).
+    ``rejected``: the counter of refused URLs (``privateAddress``);
+    ``on_rules(req, rules)``: a site's rules were read (None: no restriction),
+    after the frontier has them (``sitemaps``: larbin_py.sitemap_fetch);
+    ``headers_for(host)``: a ``site`` line's request headers for the site
+    (its UserAgent: robots.txt is asked for as that agent), or None.
     """
 
     def __init__(self, frontier, fetcher, lookup: Callable[[str], Awaitable], *, now: Callable[[], float],
                  log=None, on_answer=None, rejected: Counter | None = None,
-                 sleep=asyncio.sleep, wall: Callable[[], float] = time.time) -> None:
+                 sleep=asyncio.sleep, wall: Callable[[], float] = time.time, on_rules=None,
+                 headers_for=None) -> None:
         self.frontier = frontier
         self.fetcher = fetcher
         self.lookup = lookup
@@ -64,12 +82,15 @@ class RobotsFetch:
         self.rejected = rejected if rejected is not None else Counter()
         self.sleep = sleep
         self.wall = wall
+        self.on_rules = on_rules
+        self.headers_for = headers_for
 
     async def run(self, req: Request) -> None:
         """Fetch ``req``'s robots.txt, following redirects, and tell the frontier."""
         fr = self.frontier
         url, ip, port = req.url, req.ip, req.port
         hop = 0
+        challenged = False
         while True:
             if hop:  # a redirect: the next hop is a request like any other, politely spaced
                 delay = fr.follow_ups.delay(req, self.now())
@@ -81,10 +102,16 @@ class RobotsFetch:
                     fr.robots_unavailable(req, self.now())
                     return
                 fr.follow_ups.started(req, self.now())
-            res = await self.fetcher.fetch(url, ip, port)
+            extra = self.headers_for(req.site.host) if self.headers_for is not None else ()
+            res = await self.fetcher.fetch(url, ip, port, addresses=req.site.ips,
+                                           **({"extra_headers": extra} if extra else {}))
             if self.on_answer is not None:
                 self.on_answer(req, res, hop)
-            status = res.status if (res.error is None or res.error == "tooBig") else None
+            if res.error == "authRetry" and not challenged:
+                challenged = True
+                hop += 1  # the same URL again, with the challenge answered: a request like a hop
+                continue
+            status = res.status if res.error in _ANSWERED else None
             decision = robots_mod.robots_decision(status, redirects=hop)
             if decision is robots_mod.RobotsDecision.PARSE:
                 body = robots_mod.cut_at_cap(res.body, res.error == "tooBig")
@@ -105,7 +132,7 @@ class RobotsFetch:
                 continue
             if decision is robots_mod.RobotsDecision.ALLOW_ALL:
                 break
-            fr.robots_unavailable(req, self.now())
+            fr.robots_unavailable(req, self.now(), res.error if res.error in _NAMED_FAILURES else None)
             return
         # 4xx, or too many redirects: no restriction (RFC 9309 2.3.1.3).
         self._known(req, None)
@@ -127,3 +154,5 @@ class RobotsFetch:
             self.log.append(req.url, self.wall(), body)
         rules = robots_mod.RobotsTxt.parse(body) if body is not None else robots_mod.RobotsTxt.allow_all()
         self.frontier.robots_known(req, rules, robots_mod.CACHE_TTL, self.now())
+        if self.on_rules is not None:
+            self.on_rules(req, rules if body is not None else None)

@@ -17,6 +17,10 @@ either the depth it gets in the frontier or the reason it is refused:
   ``forbiddenExtension`` (``.html``, ``.htm`` and paths ending in ``/`` are
   never forbidden).
 * ``getCGI`` off: a URL with a query is ``cgi``.
+* ``urlInclude`` / ``urlExclude`` (:class:`larbin_py.scope.UrlPatterns`,
+  linear-time regular expressions): when includes are given, a URL none
+  matches is ``notIncluded``; one an exclude matches is ``excluded``.  They
+  are asked last, after the cheaper rules.
 
 The seen test is not here: it belongs to the frontier's caller, after these
 rules, so that a URL refused as too deep may still be taken when a shorter
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .scope import UrlPatterns
 from .url import host_of
 
 __all__ = ["UrlRules"]
@@ -44,6 +49,8 @@ class UrlRules:
     limit_to_domain: tuple[str, ...] = ()
     forbidden_extensions: tuple[str, ...] = ()
     locked_hosts: set[str] = field(default_factory=set)
+    #: urlInclude / urlExclude (None or empty: every URL).
+    patterns: UrlPatterns | None = None
     _ext: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -56,6 +63,8 @@ class UrlRules:
                 exts.append(ext)
         self._ext = tuple(exts)
         self.limit_to_domain = tuple(d.lower() for d in self.limit_to_domain)
+        if self.patterns is not None and not self.patterns:
+            self.patterns = None
 
     @classmethod
     def from_config(cls, config) -> "UrlRules":
@@ -67,6 +76,7 @@ class UrlRules:
             get_cgi=config.get_cgi,
             limit_to_domain=tuple(config.limit_to_domain),
             forbidden_extensions=tuple(config.forbidden_extensions),
+            patterns=UrlPatterns(config.url_include, config.url_exclude),
         )
 
     def lock(self, url: str) -> None:
@@ -91,6 +101,8 @@ class UrlRules:
             path = (url if q == -1 else url[:q]).lower()
             if not path.endswith("/") and path.endswith(self._ext):
                 return "forbiddenExtension"
+        if self.patterns is not None:
+            return self.patterns.check(url)
         return None
 
     def admit_many(self, urls, page_url: str, page_depth: int, *,
@@ -111,7 +123,8 @@ class UrlRules:
             internal = page_depth - 1
             external = self.depth_in_site if self.depth_by_site else internal
         no_external = self.no_external_links
-        check = self.check if (self.lock_site or self.limit_to_domain or not self.get_cgi or self._ext) else None
+        check = self.check if (self.lock_site or self.limit_to_domain or not self.get_cgi or self._ext
+                               or self.patterns is not None) else None
         ok: list[str] = []
         depths: list[int] = []
         refused: dict[str, int] = {}

@@ -28,14 +28,17 @@ from __future__ import annotations
 import sys
 
 from .frontier.assembly import assemble
-from .net.browser import Browser, BrowserUnavailable
+from .frontier.budget import SiteBudget
 from .net.dns import Resolver
-from .net.dynamic import build_dynamic
+from .net.auth import AuthRules
 from .net.http import Fetcher
+from .net.proxy import ProxyConfig
+from .net.tls import TlsPolicy
 from .output import OutputError, make_output
 from .output.writer import ThreadedOutput, WriterThread
 from .robots_fetch import RobotsFetch
 from .servers import StartError
+from .site_settings import SiteSettings
 
 __all__ = ["Edge", "build_frontier"]
 
@@ -61,12 +64,39 @@ def build_frontier(config, crawl_state, *, rng, agent: str, rules, on_forget, st
         wait_duration=c.wait_duration, jitter=c.wait_jitter, conn_per_ip=c.connexions_per_ip, agent=agent,
         obey_robots=not c.ignore_robots, rng=rng, on_forget=on_forget, server_rtt_factor=c.server_rtt_factor,
         private_networks=c.private_networks, stores=stores, seen=crawl_state.seen, rules=rules,
-        retries=c.retries, prune_after=c.prune_after, keep_sites=c.keep_sites,
+        retries=c.retries, prune_after=c.prune_after, keep_sites=c.keep_sites, ipv6_prefix=c.ipv6_prefix,
     )
+    options["budget"] = site_budget(c)
+    options["site_rules"] = SiteSettings(c.site)
     options.update(crawl_state.frontier_options())
     frontier = assemble(c.state_dir + "/frontier", **options)
     crawl_state.attach(frontier)
     return frontier
+
+
+def site_budget(config) -> SiteBudget:
+    """The sites' budgets: maxPagesBySite, maxBytesBySite, and the ``site`` lines that set their own."""
+    settings = SiteSettings(config.site)
+    limits = None
+    if settings.any("max_pages") or settings.any("max_bytes"):
+        def limits(host: str) -> tuple[int | None, int | None]:
+            rule = settings.for_host(host)
+            return (None, None) if rule is None else (rule.max_pages, rule.max_bytes)
+    return SiteBudget(config.max_pages_by_site, config.max_bytes_by_site, limits)
+
+
+def build_fetcher(c, *, clock) -> Fetcher:
+    """The fetcher of configuration ``c``: its limits, proxy, TLS policy and auth rules."""
+    return Fetcher(
+        user_agent=c.user_agent, from_addr=c.from_addr, connect_timeout=c.connect_timeout,
+        timeout_page=c.timeout_page, timeout_incr=c.timeout_incr, max_page_size=c.max_page_size,
+        proxy=ProxyConfig(*c.proxy) if c.proxy is not None else None, no_proxy=c.no_proxy,
+        bond_width=c.bond_width, keep_alive_idle=max(5.0, 2 * c.wait_duration),
+        keep_raw=c.output_mode == "warc", parser=c.http_parser,
+        tls=TlsPolicy(ca_file=c.tls_ca_file, ca_mode=c.tls_ca_mode, insecure_hosts=c.tls_verify),
+        auth=AuthRules(c.auth), happy_eyeballs_delay=c.happy_eyeballs_delay, http_version=c.http_version,
+        clock=clock,
+    )
 
 
 class Edge:
@@ -87,14 +117,16 @@ class Edge:
         self.resolver, self.fetcher, self.output = resolver, fetcher, output
         self.writer: WriterThread | None = None
         self.robots: RobotsFetch | None = None
-        self.browser: Browser | None = None
+        self.browser = None  # a larbin_py.net.browser.Browser
         self.dynamic = None
 
     async def start_browser(self) -> None:
         """dynamicPages: Chromium starts before the crawl (missing or broken, a sandbox that cannot
         start: StartError, exit 2); with dynamicSandbox off, a warning line first."""
-        if not self.config.dynamic_pages:
+        if not self.config.dynamic_pages and not any(r.dynamic in ("on", "scroll") for r in self.config.site):
             return
+        from .net.browser import Browser, BrowserUnavailable  # imported only for dynamicPages
+
         self.browser = Browser.for_config(self.config)
         if self.browser.warning is not None:
             print(f"larbin_py: warning: {self.browser.warning}", file=self.err)
@@ -121,17 +153,16 @@ class Edge:
         c, st = self.config, crawl_state
         if self.resolver is None:
             self.resolver = Resolver(list(c.dns_servers), max_in_flight=c.dns_connexions, timeout=c.dns_timeout,
-                                     valid_time=c.dns_valid_time, negative_ttl=1.0)
+                                     valid_time=c.dns_valid_time, negative_ttl=1.0, ip_version=c.ip_version)
         if self.fetcher is None:
-            self.fetcher = Fetcher(
-                user_agent=c.user_agent, from_addr=c.from_addr, connect_timeout=c.connect_timeout,
-                timeout_page=c.timeout_page, timeout_incr=c.timeout_incr, max_page_size=c.max_page_size,
-                proxy=c.proxy, bond_width=c.bond_width, keep_alive_idle=max(5.0, 2 * c.wait_duration),
-                keep_raw=c.output_mode == "warc", parser=c.http_parser,
-                clock=loop.time,  # the scheduler's clock: send times compare with starts
-            )
+            self.fetcher = build_fetcher(c, clock=loop.time)  # the scheduler's clock: send times compare
+            warning = self.fetcher.tls.warning() if self.fetcher.tls is not None else None
+            if warning is not None:
+                print(f"larbin_py: warning: {warning}", file=self.err)
         self.robots = RobotsFetch(frontier, self.fetcher, lookup, now=now, log=getattr(st, "robots_log", None),
-                                  on_answer=pages.robots_answered, rejected=rejected)
+                                  on_answer=pages.robots_answered, rejected=rejected,
+                                  on_rules=pages.robots_read if c.sitemaps else None,
+                                  headers_for=pages.headers_for if c.site else None)
         if self.output is None:
             self.output = make_output(c, position=st.output_position())
         disk = getattr(self.output, "mode", None) in DISK_MODES
@@ -142,11 +173,13 @@ class Edge:
         st.open(loop, self.writer, self.output, frontier=frontier, on_durable=on_room,
                 on_error=failures.on_io_error)
         if self.browser is not None:
+            from .net.dynamic import build_dynamic
+
             self.dynamic = build_dynamic(c, self.fetcher, frontier, self.browser, now=now, clock=loop.time,
                                          on_sub_request=pages.sub_request, jar=st.cookies)
         pages.start(self.fetcher, self.output, self.dynamic)
         if analysis is not None:
-            analysis.start(loop)
+            analysis.start(loop, eager=True)  # its processes start while the first DNS and robots.txt go
             committer = getattr(st, "committer", None)
             if committer is not None:  # a checkpoint (and syncCommits) fsyncs the analysis queue too
                 committer.sync_also = analysis.queue.sync_paths

@@ -322,3 +322,30 @@ def test_an_output_that_cannot_open_leaves_a_fresh_state_dir_empty(tmp_path):
     assert not (tmp_path / "state").exists()
     (tmp_path / "save").unlink()
     crawl_ok(run("-c", str(conf), cwd=tmp_path))
+
+
+def test_a_closed_crawl_exits_without_the_teardown_its_output_flushed(tmp_path):
+    """Issue 37: after a crawl's shutdown (``crawl_closed``) the process ends with
+    os._exit: atexit handlers run and what was printed is flushed, but the
+    interpreter's teardown (objects freed one by one) is skipped; without a closed
+    crawl it exits normally."""
+    script = """
+import atexit, sys
+from larbin_py import cli
+
+class Finalized:
+    def __del__(self):
+        print("teardown", flush=True)
+
+keep = [Finalized()]
+keep.append(keep)  # a cycle: freed only by the interpreter's teardown
+atexit.register(lambda: print("atexit", flush=True))
+sys.stdout.write("summary, not flushed yet")
+cli.crawl_closed = sys.argv[1] == "closed"
+cli.exit_now(3)
+"""
+    for state, teardown in (("closed", False), ("other", True)):
+        proc = subprocess.run([sys.executable, "-c", script, state], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 3, proc.stderr
+        assert "summary, not flushed yet" in proc.stdout and "atexit" in proc.stdout
+        assert ("teardown" in proc.stdout) is teardown, (state, proc.stdout)

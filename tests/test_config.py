@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from larbin_py.site_settings import SiteRule
 from larbin_py.config import (
     DEFAULT_FORBIDDEN_EXTENSIONS,
     DEFAULT_USER_AGENT,
@@ -68,7 +69,7 @@ def test_shipped_conf_needs_a_seed_for_a_real_crawl():
 
 def test_shipped_conf_documents_every_key():
     text = SHIPPED.read_text()
-    documented = set(re.findall(r"^#?\s*([A-Za-z]+)\b", text, re.M))
+    documented = set(re.findall(r"^#?\s*([A-Za-z][A-Za-z0-9]*)\b", text, re.M))
     missing = [key.name for key in KEYS if key.name not in documented]
     assert missing == []
 
@@ -119,7 +120,18 @@ NON_DEFAULTS = {
     "no_external_links": True,
     "wait_duration": 0.2,
     "wait_jitter": 0.0,
-    "proxy": ("cache.example", 3128),
+    "proxy": ("cache.example", 3128, "crawler", "pr0xy-s3cret"),
+    "no_proxy": ("localhost", ".internal.example", "10.0.0.0/8"),
+    "tls_ca_file": "/etc/ssl/certs/ca-certificates.crt",
+    "tls_ca_mode": "only",
+    "tls_verify": ("staging.example", "::1"),
+    "ip_version": "6",
+    "ipv6_prefix": 56,
+    "happy_eyeballs_delay": 0.3,
+    "http_version": "auto",
+    "auth": (("https://a.example/docs/", "basic", "crawler", "au7h-s3cret"),
+             ("https://api.example/", "bearer", "/run/secrets/token", ""),
+             ("http://wiki.example/", "digest", "bob", "dig-s3cret")),
     "bond_width": 123456,
     "http_parser": "h11",
     "limit_time": 90.5,
@@ -201,6 +213,17 @@ NON_DEFAULTS = {
     "analysis_queue_max": 50,
     "alert_command": ("logger", "-t", "larbin", "{url}"),
     "analysis_dir": "results",
+    "sitemaps": True,
+    "url_include": ("^https?://([a-z0-9-]+\\.)*example\\.org/", "/docs/"),
+    "url_exclude": ("[?&]sid=", "\\.pdf$"),
+    "max_pages_by_site": 1000,
+    "max_bytes_by_site": 10_000_000,
+    "site": (SiteRule("*.example.org", wait_duration=5.0, headers=(("Accept-Language", "fr"),)),
+             SiteRule("shop.example.com", max_pages=20, max_bytes=999, user_agent="My Bot/2.0 (+https://x.org/)",
+                      cookies=True, dynamic="scroll"),
+             SiteRule("*", cookies=False, dynamic="off")),
+    "respect_noindex": False,
+    "follow_canonical": True,
 }
 
 
@@ -215,7 +238,8 @@ def test_non_default_table_covers_every_key():
 @pytest.mark.parametrize("attr", sorted(NON_DEFAULTS))
 def test_each_key_round_trips(attr):
     base = Config(dns_servers=(("127.0.0.1", 53),), specific_set=("text/plain",),
-                  redis_url="redis://127.0.0.1:6379/0")  # redisReplicas needs a Redis with replicas
+                  redis_url="redis://127.0.0.1:6379/0",  # redisReplicas needs a Redis with replicas
+                  tls_ca_file=NON_DEFAULTS["tls_ca_file"])  # tlsCaMode only needs a tlsCaFile
     changed = base.replace(**{attr: NON_DEFAULTS[attr]})
     again = parse(format_config(changed), require_start_urls=False)
     assert again == changed
@@ -384,7 +408,7 @@ def test_unknown_key_suggests_the_closest():
     ("httpParser llhttp", "httpParser: expected one of httptools, h11, got 'llhttp'"),
     ("httpParser", "httpParser: expected one value, got nothing"),
     ("noExternalLinks maybe", "noExternalLinks: is a switch: expected no value or true/false, got 'maybe'"),
-    ("proxy cache.example", "proxy: expected 'host port' or 'none', got 'cache.example'"),
+    ("proxy cache.example", "proxy: expected HOST:PORT (the proxy's port is required), got 'cache.example'"),
     ("proxy cache.example 0", "proxy: expected a port in 1..65535, got '0'"),
     ("dnsServers ns.example", "dnsServers: expected an IP address[:port] (IPv6 as [addr]:port), got 'ns.example'"),
     ("dnsServers [::1]x", "dnsServers: expected an IP address or [IPv6]:port, got '[::1]x'"),
@@ -533,7 +557,8 @@ BAD_NUMBERS = [
     ("timeoutPage", "1e9"), ("timeoutPage", "NaN"), ("limitTime", "1e308"), ("limitTime", "31536001"),
     ("checkpointInterval", "0"), ("checkpointInterval", "1e300"), ("rttInterval", "1e6"),
     ("rttMin", "601"), ("rttMax", "0"), ("rttMax", "inf"), ("serverRttFactor", "101"),
-    ("rttAlpha", "1.5"), ("waitJitter", "nan"),
+    ("rttAlpha", "1.5"), ("waitJitter", "nan"), ("ipv6Prefix", "129"), ("ipv6Prefix", "31"),
+    ("happyEyeballsDelay", "0"), ("happyEyeballsDelay", "6"),
     ("httpPort", "65536"), ("inputPort", "-1"), ("filesPerDir", "0"), ("filesPerDir", "1000001"),
     ("pagesConnexions", "0"), ("pagesConnexions", "100001"), ("dnsConnexions", "10001"),
     ("connexionsPerIP", "100001"), ("minConnexions", "0"), ("minConnexions", "100001"),
@@ -551,6 +576,8 @@ BAD_NUMBERS = [
     ("redisReplicas", "17"), ("redisReplicas", "-1"),
     ("analysisWorkers", "257"), ("analysisWorkers", "-1"), ("analysisRetries", "101"), ("analysisTimeout", "0"),
     ("analysisBackoff", "3601"), ("analysisQueueMax", "0"),
+    ("maxPagesBySite", "-1"), ("maxPagesBySite", "1000000000001"), ("maxBytesBySite", "-1"),
+    ("maxBytesBySite", str((1 << 60) + 1)),
 ]
 
 

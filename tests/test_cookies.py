@@ -310,9 +310,9 @@ async def test_the_fetcher_sends_the_cookie_last_as_h11_would_and_keeps_the_site
     assert len(f._headers_by_host) == 1  # one kept entry for the site, not one per cookie
     headers, block = f._headers_by_host[f"site.test:{srv.port}"]
     assert b"Cookie" not in block
-    with_cookie = http_mod._with_cookie(headers, block, b"a=1; b=x y")[1]
+    with_cookie = http_mod._with_header(headers, block, b"Cookie", b"a=1; b=x y")[1]
     assert with_cookie == block[:-2] + b"Cookie: a=1; b=x y\r\n\r\n"  # the fast path keeps its block
-    assert http_mod._with_cookie(headers, block, b"a=\x00")[1] is None  # h11 judges (and refuses) it
+    assert http_mod._with_header(headers, block, b"Cookie", b"a=\x00")[1] is None  # h11 judges (and refuses) it
 
 
 # ----------------------------------------------------------------------

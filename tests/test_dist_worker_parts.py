@@ -14,7 +14,9 @@ from larbin_py.url import fingerprint
 
 def test_entry_record_round_trip():
     data = encode_entry("http://a.test/x?y=1", 4, 2, 1)
-    assert decode_entry(data) == ("http://a.test/x?y=1", 4, 2, 1)
+    assert decode_entry(data) == ("http://a.test/x?y=1", 4, 2, 1, "")
+    assert decode_entry(encode_entry("http://a.test/s.xml", 0, 2, 0, "m1@a.test")) == \
+        ("http://a.test/s.xml", 0, 2, 0, "m1@a.test")
     assert decode_entry(b"garbage") is None
 
 

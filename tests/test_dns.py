@@ -61,7 +61,10 @@ async def test_thousands_of_names_with_latency_and_faults():
     server = SimDNSServer(good, cnames=aliases, latency=lambda r: r.uniform(0.005, 0.02),
                           servfail_rate=0.03, drop_rate=0.01, seed=7)
     await server.start()
-    resolver = Resolver([server.address], max_in_flight=50, timeout=0.3, tries=2)
+    # timeout 1 s, not less: the server runs on the test's loop, and a loop stalled
+    # past the timeout by a loaded machine makes c-ares send again queries whose
+    # answers wait unread (the server then holds both: more than 50 at once)
+    resolver = Resolver([server.address], max_in_flight=50, timeout=1.0, tries=2)
     try:
         answers = await asyncio.gather(*(resolver.resolve(n) for n in names))
     finally:

@@ -58,7 +58,7 @@ class FakeFetcher:
         self.stats = {"connections_opened": 0, "reuses": 0, "h11_handovers": 0}
         self.closed = False
 
-    async def fetch(self, url: str, ip: str, port: int, *, cookie: bytes | None = None) -> FetchResult:
+    async def fetch(self, url: str, ip: str, port: int, *, cookie: bytes | None = None, addresses=()) -> FetchResult:
         self.requests.append((url, ip, port))
         status, ctype, body, location = WEB.get(url, (404, HTML, b"not here", None))
         return FetchResult(url, ip, status=status, headers=[(b"content-type", ctype.encode())], body=body,

@@ -156,7 +156,7 @@ async def test_https_with_sni_and_keep_alive(certificate):
     assert srv.heads[0].lower().startswith(b"get / http/1.1") and b"host: secure.test" in srv.heads[0].lower()
 
 
-async def test_https_with_an_untrusted_certificate_is_no_connection(certificate):
+async def test_https_with_an_untrusted_certificate_is_a_tls_error(certificate):
     cert, key = certificate
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(cert, key)
@@ -164,8 +164,8 @@ async def test_https_with_an_untrusted_certificate_is_no_connection(certificate)
         f = fetcher()  # the system's trust store: a self-signed certificate fails
         res = await f.fetch(f"https://secure.test:{srv.port}/", "127.0.0.1", srv.port)
         await f.close()
-    assert res.error == "noConnection" and res.status is None
-    assert "certificate" in (res.error_detail or "").lower()
+    assert res.error == "tlsError" and res.status is None
+    assert "certificate verify failed" in (res.error_detail or "").lower()
     assert srv.heads == []
 
 

@@ -129,3 +129,52 @@ def test_each_room_imports_only_what_its_docstring_allows():
                            "larbin_py.net.") and module == "larbin_py.frontier.interfaces"):
                     wrong.append(f"{module} -> {target}")
     assert wrong == [], wrong
+
+
+def test_a_crawl_starts_without_what_it_may_not_use():
+    """Issue 37: what a crawl imports before its first request.  numpy (the seen
+    stores' sorted arrays, from the first sealed chunk on), lxml (the analysis
+    processes parse), warcio (WARC output), Chromium's driver (dynamicPages) and
+    email (a Retry-After date) come at their first use."""
+    code = ("import sys, larbin_py.cli, larbin_py.engine, larbin_py.runner, larbin_py.wiring; "
+            "print(sorted(m for m in ('numpy', 'lxml', 'warcio', 'email', 'larbin_py.net.dynamic', "
+            "'larbin_py.net.browser', 'larbin_py.output.warc') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_a_lazy_module_is_imported_at_first_use_then_is_the_module():
+    code = """
+import sys
+from larbin_py.lazyimport import LazyModule
+seen = []
+np = LazyModule("numpy", globals(), "np", seen.append)
+before = "numpy" in sys.modules
+zeros = np.zeros(3)                   # the first attribute read imports it
+assert np is sys.modules["numpy"]     # the name is the module from then on
+assert seen == [np] and zeros.sum() == 0
+print(before)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
+
+
+def test_the_seen_stores_work_with_numpy_imported_on_first_use(tmp_path):
+    """A sieve that seals a chunk (and so first needs numpy) in a fresh process."""
+    code = f"""
+import sys
+from larbin_py.frontier.sieve import Sieve
+from larbin_py.frontier.seen import SeenSet
+s = Sieve({str(tmp_path)!r}, seal_at=4, first_merge=8, background=False)
+assert "numpy" not in sys.modules
+assert s.add_many(list(range(1, 20))) == [True] * 19
+assert "numpy" in sys.modules and s.add_many([3, 25]) == [False, True] and 7 in s and 99 not in s
+a = SeenSet()
+assert a.add(5) and not a.add(5)
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"

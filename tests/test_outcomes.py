@@ -61,8 +61,19 @@ def test_every_row_of_the_table_is_reached():
     reached = set()
     for status in range(100, 700):
         reached.add(("answer", status_class(status)))
-    reached |= {(kind, None) for kind in ("stale", "noConnection", "timeout", "reset")}
+    reached |= {(kind, None) for kind in ("stale", "noConnection", "timeout", "reset", "proxyError", "authRetry",
+                                          "tlsError", "authRequired")}
     assert reached == set(RULES)
+
+
+def test_network_failures_keep_their_own_reasons():
+    """A proxy's failure is retried like a connection's; a refused certificate and a 401 without
+    credentials are forgotten under their names; a digest challenge is asked again for free."""
+    assert decide("proxyError", None) == Action(RETRY, "proxyError")
+    assert decide("proxyError", 407) == Action(RETRY, "proxyError")  # the proxy's 407, never the site's 4xx
+    assert decide("tlsError", None) == Action(FORGET, "tlsError")
+    assert decide("authRequired", 401) == Action(FORGET, "authRequired")
+    assert decide("authRetry", 401) == Action(RETRY_FREE, "authRetry")
 
 
 def test_content_policy():

@@ -6,6 +6,8 @@ import asyncio
 from collections import Counter
 from types import SimpleNamespace
 
+import pytest
+
 from larbin_py.net.http import FetchResult
 from larbin_py.robots import MAX_REDIRECTS
 from larbin_py.robots_fetch import RobotsFetch
@@ -43,8 +45,8 @@ class FakeFrontier:
     def robots_known(self, req, rules, ttl, now):
         self.calls.append(("known", rules))
 
-    def robots_unavailable(self, req, now):
-        self.calls.append(("unavailable",))
+    def robots_unavailable(self, req, now, reason=None):
+        self.calls.append(("unavailable",) if reason is None else ("unavailable", reason))
 
 
 class FakeLog:
@@ -59,7 +61,7 @@ ROBOTS = "http://a.test/robots.txt"
 
 
 def request():
-    return SimpleNamespace(url=ROBOTS, ip="10.0.0.1", port=80, site=SimpleNamespace(key="http://a.test:80"))
+    return SimpleNamespace(url=ROBOTS, ip="10.0.0.1", port=80, site=SimpleNamespace(key="http://a.test:80", ips=("10.0.0.1",)))
 
 
 def answer(url, status=None, *, body=b"", location=None, error=None):
@@ -171,3 +173,39 @@ def test_a_redirect_to_nowhere_allows_all():
     r = run({ROBOTS: answer(ROBOTS, 302, location="mailto:x@a.test")})
     assert known_rules(r).allowed("larbin", "/x")
     assert len(r.fetcher.requests) == 1
+
+
+@pytest.mark.parametrize("error", ["tlsError", "proxyError"])
+def test_a_tls_or_proxy_failure_is_passed_on_as_the_reason_never_as_a_plain_failure(error):
+    """Passed on, the frontier forgets the site's URLs under it, not as forbiddenRobots."""
+    r = run({ROBOTS: answer(ROBOTS, error=error)})
+    assert r.frontier.calls == [("unavailable", error)]
+    r = run({ROBOTS: answer(ROBOTS, error="noConnection")})
+    assert r.frontier.calls == [("unavailable",)]
+
+
+def test_a_digest_challenge_is_answered_once_by_a_polite_second_request():
+    class Twice:
+        def __init__(self):
+            self.calls = []
+
+        async def fetch(self, url, ip, port, **kw):
+            self.calls.append(url)
+            if len(self.calls) == 1:
+                return answer(url, 401, error="authRetry")
+            return answer(url, 200, body=b"User-agent: *\nDisallow: /x\n")
+
+    frontier, fetcher, sleeps = FakeFrontier(), Twice(), []
+
+    async def sleep(delay):
+        sleeps.append(delay)
+
+    robots = RobotsFetch(frontier, fetcher, None, now=lambda: 1.0, sleep=sleep)
+    asyncio.run(robots.run(request()))
+    assert fetcher.calls == [ROBOTS, ROBOTS] and sleeps == [0.5]  # spaced like a redirect's hop
+    assert not known_rules(SimpleNamespace(frontier=frontier)).allowed("larbin", "/x")
+
+
+def test_a_401_without_credentials_allows_all_as_a_4xx():
+    r = run({ROBOTS: answer(ROBOTS, 401, error="authRequired")})
+    assert known_rules(r).allowed("larbin", "/anything")

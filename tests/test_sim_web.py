@@ -351,3 +351,35 @@ def test_robots_profiles_mix_and_all_absent():
             assert b"Allow:" in p.body
     none = SimWeb.generate(SimConfig(hosts=50, seed=2, robots_mix={"absent": 1}), PORT)
     assert {h.robots.kind for h in none.hosts.values()} == {"absent"}
+
+
+def test_documentation_pages_are_deep_trees_with_exactly_their_links():
+    """Issue 37's pages (``doc_pages``): 40-100 kB, 100-300 links, the links in nested
+    lists and sections about 24 elements deep; the HTML still carries exactly the
+    links recorded for the truth."""
+    cfg = SimConfig(seed=37, hosts=2, pages_per_host=(12, 12), body_size=(40_000, 100_000),
+                    links_per_page=(100, 300), max_layer=6, doc_pages=True, extras=False, trap=False)
+    web = SimWeb.generate(cfg, PORT)
+
+    def depth(el) -> int:
+        return 1 + max((depth(c) for c in el), default=0)
+
+    big = 0
+    for h in web.hosts.values():
+        for pq, res in h.resources.items():
+            if not res.is_html:
+                continue
+            enc = res.content_type.partition("charset=")[2] or None
+            found, _base = _extract(res.body, enc)
+            want = [(lk.kind, lk.raw, lk.nofollow) for lk in res.links]
+            assert collections.Counter(found) == collections.Counter(want), (h.name, pq)
+            if len(res.body) >= 40_000:
+                big += 1
+                assert 100 <= len(res.links) <= 330 and len(res.body) <= 130_000
+                assert depth(lxml.html.fromstring(res.body)) >= 15
+                assert res.body.count(b"<ul>") >= 3 and b'class="section"' in res.body
+    assert big >= 12
+    # the same config without doc_pages: the same links, flat pages
+    flat = SimWeb.generate(SimConfig(**{**cfg.__dict__, "doc_pages": False}), PORT)
+    assert [r.links for h in flat.hosts.values() for r in h.resources.values()] == \
+        [r.links for h in web.hosts.values() for r in h.resources.values()]

@@ -517,7 +517,9 @@ def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     "redisUrl redis://:s3cret@host:1/x/y",
     "redisUrl redis+sentinel://:s3cret@host:99999/mymaster",  # (a port out of range)
     "redisUrl redis://user:s3cret@host:99999/0",
-    "proxy http://u:s3cret@h:1",
+    "proxy http://u:s3cret@h:0",  # a port out of range
+    "proxy https://u:s3cret@h:1",  # not an http proxy
+    "proxy http://u:s3cret@h:1/path",
     "proxy u:s3cret@h 1",
     "httpToken two-s3cret words",
     "httpToken s3cret\x01token",

@@ -185,6 +185,14 @@ class WorkerPool:
         for proc in procs:
             self._adopt(proc)
 
+    def warm(self) -> None:
+        """Start every missing process now, in the background (a crawl's start);
+        each is adopted when ready, and counts in :meth:`free` only then."""
+        self._loop = asyncio.get_running_loop()
+        while len(self.procs) + len(self._spawning) < self.size:
+            self.replaced -= 1  # a first start, not a replacement
+            self._replace()
+
     def free(self) -> int:
         """Jobs that can be submitted now or once the processes to start are ready."""
         n = sum(self.depth - len(p.waiting) for p in self.procs if not p.dead)

@@ -133,7 +133,6 @@ class AnalysisStage:
         self.counts = None
         self._spawn = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._starting: asyncio.Task | None = None
         #: Jobs waiting for a free slot in a process's line.
         self._backlog: collections.deque[_Job] = collections.deque()
         self._retry_timers: set = set()
@@ -158,16 +157,13 @@ class AnalysisStage:
         self.frontier, self.counts, self._spawn = frontier, counts, spawn
 
     def start(self, loop, *, eager: bool = False) -> None:
-        """Get ready; ``eager``: start every process now (in the background),
-        else the pool starts them as tasks come."""
+        """Get ready; ``eager``: start every process now, in the background (a
+        crawl: they import while the first DNS answers and robots.txt files come,
+        and nothing waits for them -- with ``share`` the loop parses the first
+        pages itself until one is ready); else the pool starts them as tasks come."""
         self._loop = loop
         if eager:
-            self._starting = loop.create_task(self.pool.start())
-            self._starting.add_done_callback(self._started)
-
-    def _started(self, task: asyncio.Task) -> None:
-        if not task.cancelled() and task.exception() is not None and self.err is not None:
-            print(f"larbin_py: cannot start the analysis processes: {task.exception()}", file=self.err)
+            self.pool.warm()
 
     # -- the loop's side --------------------------------------------------
     def full(self) -> bool:
@@ -178,21 +174,23 @@ class AnalysisStage:
         return self.pending == 0
 
     def submit(self, url: str, depth: int, body: bytes, *, status=None, content_type=None, charset=None,
-               headers=None, saved: str | None = None) -> bool:
+               headers=None, saved: str | None = None, links: bool = True, analyzers: bool = True) -> bool:
         """A page to analyse: its tasks queued (durably), then sent to a process.
 
         Returns False when the page was not taken (``share``: every slot is
         busy and no user analyzer wants the page): the caller extracts its
-        links itself.
+        links itself.  ``links`` False: its links are not followed (nofollow);
+        ``analyzers`` False: no user analyzer runs on it (a page not kept).
         """
-        user = [s.name for s in self.user if s.wants(url, content_type)]
+        user = [s.name for s in self.user if s.wants(url, content_type)] if analyzers else []
+        with_links = self.with_links and links
         if not user:
-            if not self.with_links:
+            if not with_links:
                 return True  # nothing to run on it
             if self.share and not self._backlog and self.pool.free() == 0:
                 self.inline += 1
                 return False
-        names = (["links"] if self.with_links else []) + user
+        names = (["links"] if with_links else []) + user
         hdrs = format_headers(headers) if headers and user and self._wants_headers else b""
         if saved is None and self._mirror and user:
             from ..output.paths import url_to_relpath
@@ -372,9 +370,6 @@ class AnalysisStage:
             handle.cancel()
         self._retry_timers.clear()
         self._backlog.clear()
-        if self._starting is not None and not self._starting.done():
-            self._starting.cancel()
-            await asyncio.gather(self._starting, return_exceptions=True)
         await self.pool.close()
         await self.alerts.aclose()
         if not self.durable:
@@ -386,7 +381,7 @@ class AnalysisStage:
         if self.err is not None and (self.finished or self.failed or self.pending or self.inline):
             print(f"larbin_py: analysis: {self.finished} tasks done, {self.failed} failed ({self.alerts.count} "
                   f"alerts), {self.pending} left for --reload, {sum(self.failed_tries.values())} tries failed, "
-                  f"{self.inline} pages parsed on the loop (processes busy); "
+                  f"{self.inline} pages parsed on the loop (processes busy or starting); "
                   f"{self.pool.size} processes, {self.cpu_seconds:.2f} CPU s, peak RSS "
                   f"{self.pool.peak_rss_kb / 1024:.1f} MB a process", file=self.err)
 

@@ -39,15 +39,19 @@ import math
 import re
 from typing import Any
 
-from ..net.dynamic import parse_rule as _parse_dynamic_rule
+from ..net.auth import parse_rule as _parse_auth_rule
+from ..net.proxy import ProxyConfig as _ProxyConfig
 from ..redact import SHOWN, redact_text, redact_url
+from ..scope import UrlPatterns, check_pattern
+from ..site_settings import MAX_RULES, SiteRule, format_site_rule, parse_site_line
 from .errors import Bad
 from .values import CONTROL_RE, ZkAuth, check_zk_hosts, check_zk_path, format_server, parse_server, port
 
 __all__ = [
-    "OUTPUT_MODES", "Analyzers", "Choice", "Command", "DnsServers", "DynamicPages", "Fraction", "HttpHosts",
-    "Int", "Key", "Name", "OutputMode", "Proxy", "RedisUrl", "Replicas", "Seconds", "StartUrls", "Switch",
-    "Text", "UserName", "Words", "ZkAuthKey", "ZkHosts", "ZkPath",
+    "OUTPUT_MODES", "Analyzers", "AuthBlock", "CaFile", "Choice", "Command", "DnsServers", "DynamicPages",
+    "Fraction", "HttpHosts", "Int", "Key", "Name", "OutputMode", "Proxy", "RedisUrl", "Replicas", "Seconds",
+    "SiteBlock", "StartUrls", "Switch", "Text", "TlsVerify", "UrlPatternBlock", "UserName", "Words", "ZkAuthKey",
+    "ZkHosts", "ZkPath",
 ]
 
 #: ``outputMode`` names, in the order of their numbers (0 none ... 4 warc).
@@ -63,6 +67,7 @@ class Key:
 
     repeatable = False  # may appear several times in a file (values accumulate)
     block = False  # values run up to ``end``
+    by_line = False  # a block of one item a line (``item_line(words)``), not of words
     #: The whole value is a secret (httpToken): shown as ``***`` in errors and --print-config.
     secret = False
 
@@ -524,40 +529,131 @@ class RedisUrl(Text):
 
 
 class Proxy(Key):
-    """``proxy host port``: no ``user:password@`` (no proxy authentication is
-    sent); any credential in a refused value is shown as ``***``."""
+    """``proxy http://[USER:PASSWORD@]HOST:PORT`` or ``proxy HOST PORT`` (larbin_py.net.proxy).
+
+    The value is ``(host, port)``, or ``(host, port, user, password)`` with
+    credentials; the password is shown as ``***`` everywhere but in the
+    file itself (:meth:`format`), and never quoted in an error.
+    """
 
     def hidden(self, value: Any) -> Any:
         if isinstance(value, str):
             return " ".join(redact_url(word) for word in value.split(" "))
+        if isinstance(value, (tuple, list)) and len(value) == 4:
+            return (value[0], value[1], value[2], SHOWN)
         if isinstance(value, (tuple, list)) and value and isinstance(value[0], str):
             return (redact_url(value[0]), *value[1:])
         return super().hidden(value)
 
-    def parse(self, words: list[str]) -> tuple[str, int] | None:
+    def parse(self, words: list[str]) -> tuple | None:
         if len(words) == 1 and words[0].lower() == "none":
             return None
+        if len(words) == 1:
+            try:
+                p = _ProxyConfig.parse(words[0])
+            except ValueError as exc:
+                raise Bad(f"{exc}, got {self.shown(words[0])}") from None
+            return self.coerce((p.host, p.port, p.user, p.password) if p.user else (p.host, p.port))
         if len(words) != 2:
-            raise Bad(f"expected 'host port' or 'none', got {self.shown(' '.join(words))}")
+            raise Bad(f"expected http://[USER:PASSWORD@]HOST:PORT, 'host port' or 'none', "
+                      f"got {self.shown(' '.join(words))}")
         return self.coerce((words[0], port(words[1], words[1], low=1)))
 
-    def coerce(self, value: Any) -> tuple[str, int] | None:
+    def coerce(self, value: Any) -> tuple | None:
         if value is None:
             return None
-        if (not isinstance(value, (tuple, list)) or len(value) != 2 or not isinstance(value[0], str)
+        if (not isinstance(value, (tuple, list)) or len(value) not in (2, 4) or not isinstance(value[0], str)
                 or not value[0] or any(c.isspace() for c in value[0])
-                or not isinstance(value[1], int) or not 1 <= value[1] <= 65535):
-            raise Bad(f"expected (host, port) or None, got {self.shown(value)}")
+                or not isinstance(value[1], int) or not 1 <= value[1] <= 65535
+                or not all(isinstance(v, str) for v in value[2:])):
+            raise Bad(f"expected (host, port), (host, port, user, password) or None, got {self.shown(value)}")
         if "@" in value[0] or "://" in value[0]:
-            raise Bad("expected a host name or address (no scheme, no user:password@: larbin_py sends no "
-                      f"proxy authentication), got {self.shown(value[0])}")
+            raise Bad("expected a host name or address (credentials go as http://USER:PASSWORD@HOST:PORT), "
+                      f"got {self.shown(value[0])}")
+        if len(value) == 4 and (not value[2] or any(c.isspace() or ord(c) < 32 for c in value[2] + value[3])):
+            raise Bad("expected a user name and a password without spaces or control characters")
         return value if isinstance(value, tuple) else tuple(value)
 
-    def format(self, value: tuple[str, int] | None) -> list[str]:
-        return [] if value is None else [f"{self.name} {value[0]} {value[1]}"]
+    def format(self, value: tuple | None) -> list[str]:
+        if value is None:
+            return []
+        if len(value) == 4:
+            return [f"{self.name} {_ProxyConfig(*value).url()}"]
+        return [f"{self.name} {value[0]} {value[1]}"]
+
+    def format_hidden(self, value: tuple | None) -> list[str]:
+        if value is not None and len(value) == 4:
+            return [f"{self.name} {_ProxyConfig(*value).shown()}"]
+        return self.format(value)
 
     def values(self) -> str:
-        return "host port, or none"
+        return "http://[USER:PASSWORD@]HOST:PORT, host port, or none"
+
+
+class TlsVerify(Key):
+    """``tlsVerify on`` | ``tlsVerify off HOST...``: the hosts whose certificates are not checked.
+
+    The value is the tuple of host patterns (empty: every certificate is
+    checked).  A bare ``off`` is refused: the hosts are the explicit opt-in
+    (``*`` for all of them)."""
+
+    def parse(self, words: list[str]) -> tuple[str, ...]:
+        if words == ["on"]:
+            return ()
+        if not words or words[0] != "off":
+            raise Bad(f"expected 'on' or 'off HOST...', got {self.shown(' '.join(words))}")
+        if len(words) == 1:
+            raise Bad("'off' needs the hosts it applies to (tlsVerify off HOST..., or * for every host)")
+        return self.coerce(tuple(words[1:]))
+
+    def coerce(self, value: Any) -> tuple[str, ...]:
+        if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+            raise Bad(f"expected a tuple of host patterns, got {value!r}")
+        for host in value:
+            if not isinstance(host, str) or not host or CONTROL_RE.search(host) or " " in host \
+                    or host.startswith("#") or "/" in host and not _is_net(host):
+                raise Bad(f"expected a host, .domain, address, address range or *, got {host!r}")
+        return tuple(value)
+
+    def format(self, value: tuple[str, ...]) -> list[str]:
+        return [f"{self.name} off {' '.join(value)}"] if value else []
+
+    def values(self) -> str:
+        return "on, or off HOST... (the hosts whose certificates are not checked; * for all)"
+
+
+def _is_net(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_network(text, strict=False)
+        return True
+    except ValueError:
+        return False
+
+
+class CaFile(Text):
+    """``tlsCaFile``: a PEM file of CA certificates, loaded to check it (a file that does not load
+    is refused with its reason)."""
+
+    def __init__(self, name: str):
+        super().__init__(name, empty=True, one_word=True)
+
+    def coerce(self, value: Any) -> str:
+        value = super().coerce(value)
+        if value:
+            import ssl
+
+            try:
+                ssl.create_default_context().load_verify_locations(cafile=value)
+            except ssl.SSLError as exc:  # (an OSError too: first)
+                raise Bad(f"no CA certificate in {value!r} ({exc.reason or exc})") from None
+            except OSError as exc:
+                raise Bad(f"cannot read {value!r}: {exc.strerror or exc}") from None
+        return value
+
+    def values(self) -> str:
+        return "a PEM file of CA certificates, or nothing"
 
 
 # --------------------------------------------------------------------------
@@ -655,12 +751,16 @@ class DynamicPages(Words):
     """``dynamicPages``: one rule a line, ``PATTERN [TRIGGER]`` (larbin_py.net.dynamic.parse_rule);
     the reader hands :meth:`item_line` each line's words."""
 
+    by_line = True
+
     def __init__(self, name: str):
         super().__init__(name, block=True)
 
     def item_line(self, words: list[str]) -> tuple[str, str]:
         try:
-            return _parse_dynamic_rule(words)
+            from ..net.dynamic import parse_rule  # the browser's modules only when dynamicPages is set
+
+            return parse_rule(words)
         except ValueError as exc:
             raise Bad(str(exc)) from None
 
@@ -739,3 +839,126 @@ class Command(Words):
 
     def values(self) -> str:
         return "a command and its arguments"
+
+
+class UrlPatternBlock(Words):
+    """``urlInclude`` / ``urlExclude``: a block of regular expressions, one a line (RE2 syntax,
+    larbin_py.scope); a pattern RE2 refuses is an error on its line."""
+
+    by_line = True
+
+    def __init__(self, name: str):
+        super().__init__(name, block=True)
+
+    def item_line(self, words: list[str]) -> str:
+        if len(words) != 1:
+            raise Bad(f"expected one regular expression a line (no white space: write \\s or %20), "
+                      f"got {len(words)} words: {' '.join(words)!r}")
+        return self.item(words[0])
+
+    def item(self, word: str) -> str:
+        try:
+            return check_pattern(word)
+        except ValueError as exc:
+            raise Bad(str(exc)) from None
+
+    def coerce(self, value: Any) -> tuple:
+        items = super().coerce(value)
+        try:
+            UrlPatterns(items)  # joined into one alternation: it must fit RE2's memory too
+        except ValueError as exc:
+            raise Bad(f"the patterns together: {exc}") from None
+        return items
+
+    def format(self, value: tuple) -> list[str]:
+        return [self.name, *(f"    {p}" for p in value), "end"] if value else []
+
+    def values(self) -> str:
+        return "a block up to end, one regular expression (RE2) a line"
+
+
+class SiteBlock(Words):
+    """``site``: one line per host pattern, ``PATTERN NAME=VALUE...`` (larbin_py.site_settings);
+    the value is a tuple of :class:`~larbin_py.site_settings.SiteRule`."""
+
+    by_line = True
+
+    def __init__(self, name: str):
+        super().__init__(name, block=True)
+
+    def item_line(self, words: list[str]) -> SiteRule:
+        try:
+            return parse_site_line(words)
+        except ValueError as exc:
+            raise Bad(str(exc)) from None
+
+    def item(self, word: str) -> SiteRule:  # --set site=...: the whole value is one line
+        return self.item_line(word.split())
+
+    def parse(self, words: list[str]) -> tuple:
+        """``--set site=LINE``: one line (the block then holds that line alone)."""
+        return (self.item_line(words),)
+
+    def coerce(self, value: Any) -> tuple:
+        if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+            raise Bad(f"expected a tuple of site lines, got {value!r}")
+        items = tuple(self.coerce_item(item) for item in value)
+        if len(items) > MAX_RULES:
+            raise Bad(f"at most {MAX_RULES} site lines, got {len(items)}")
+        return value if items == value and isinstance(value, tuple) else items
+
+    def coerce_item(self, item: Any) -> SiteRule:
+        if isinstance(item, SiteRule):
+            return parse_site_line([format_site_rule(item)])  # built in code: checked as if read
+        if isinstance(item, str):
+            return self.item_line(item.split())
+        raise Bad(f"expected a site line, got {item!r}")
+
+    def format(self, value: tuple) -> list[str]:
+        return [self.name, *(f"    {format_site_rule(r)}" for r in value), "end"] if value else []
+
+    def values(self) -> str:
+        return "a block up to end, one HOST-PATTERN NAME=VALUE... a line"
+
+
+class AuthBlock(Words):
+    """``auth``: one rule a line, ``PREFIX basic USER PASSWORD``, ``PREFIX bearer FILE`` or
+    ``PREFIX digest USER PASSWORD`` (larbin_py.net.auth); passwords shown as ``***``."""
+
+    by_line = True
+
+    def __init__(self, name: str):
+        super().__init__(name, block=True)
+
+    def item_line(self, words: list[str]) -> tuple[str, str, str, str]:
+        for w in words:
+            if CONTROL_RE.search(w):
+                raise Bad("expected words without control characters")
+        try:
+            return _parse_auth_rule(words)
+        except ValueError as exc:
+            raise Bad(str(exc)) from None
+
+    def parse(self, words: list[str]) -> tuple:
+        """``--set auth=...``: one rule (its words)."""
+        return (self.item_line(words),)
+
+    def coerce_item(self, item: Any) -> tuple[str, str, str, str]:
+        if not isinstance(item, (tuple, list)) or not all(isinstance(w, str) for w in item):
+            raise Bad("expected the words of an auth rule")
+        words = [w for w in item if w] if len(item) == 4 and item[1] == "bearer" else list(item)
+        return self.item_line(words)
+
+    def hidden(self, value: Any) -> Any:
+        if isinstance(value, (tuple, list)):
+            return tuple((r[0], r[1], r[2], SHOWN) if isinstance(r, (tuple, list)) and len(r) == 4
+                         and r[1] != "bearer" else r for r in value)
+        return SHOWN if isinstance(value, str) and value else value
+
+    def format(self, value: tuple) -> list[str]:
+        if not value:
+            return []
+        return [self.name, *("    " + " ".join(w for w in rule if w) for rule in value), "end"]
+
+    def values(self) -> str:
+        return "a block up to end, one PREFIX basic|bearer|digest ... a line"

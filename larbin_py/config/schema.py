@@ -41,10 +41,16 @@ from typing import Any, Callable, TypeVar, overload
 from .. import __version__
 from ..frontier.addresses import POLICIES as PRIVATE_NETWORKS
 from ..frontier.addresses import is_loopback
+from ..net.http import H2_AVAILABLE
+from ..net.http import HTTP_VERSIONS
 from ..net.http import PARSERS as HTTP_PARSERS
+from ..net.tls import CA_MODES as TLS_CA_MODES
+from ..site_settings import SiteRule
 from .errors import Bad, ConfigError
 from .keys import (
     Analyzers,
+    AuthBlock,
+    CaFile,
     Choice,
     Command,
     DnsServers,
@@ -59,9 +65,12 @@ from .keys import (
     RedisUrl,
     Replicas,
     Seconds,
+    SiteBlock,
     StartUrls,
     Switch,
     Text,
+    TlsVerify,
+    UrlPatternBlock,
     UserName,
     Words,
     ZkAuthKey,
@@ -330,9 +339,41 @@ class Config:
         Choice("seenStore", ("auto", "array", "disk")), "auto",
         doc="the URL-seen set: disk (a sorted file, 1.3 bytes of RAM a URL), array (all in RAM, 8 to 11 "
             "bytes a URL), auto (disk past 262144 URLs)")
-    proxy: tuple[str, int] | None = setting(
+    # The network's reach (docs/network.md): proxy, TLS, IPv6, authentication
+    proxy: tuple | None = setting(
         Proxy("proxy"), None,
-        doc="a proxy for every request (no proxy authentication is sent)")
+        doc="an HTTP proxy for every request, https through CONNECT; USER:PASSWORD@ sends Basic proxy "
+            "authentication (the password shown as ***)")
+    no_proxy: tuple[str, ...] = setting(
+        Words("noProxy"), (),
+        doc="hosts reached without the proxy: example.com (and its subdomains), .example.com (subdomains), "
+            "an address or CIDR range, * (all)")
+    tls_ca_file: str = setting(
+        CaFile("tlsCaFile"), "",
+        doc="a PEM file of CA certificates to trust for https (see tlsCaMode)")
+    tls_ca_mode: str = setting(
+        Choice("tlsCaMode", TLS_CA_MODES), "add",
+        doc="add: tlsCaFile's CAs besides the system's; only: tlsCaFile's CAs alone")
+    tls_verify: tuple[str, ...] = setting(
+        TlsVerify("tlsVerify"), (),
+        doc="on, or off HOST...: the hosts whose certificates are not checked (warned at start; * for all)")
+    ip_version: str = setting(
+        Choice("ipVersion", ("any", "4", "6")), "any",
+        doc="the addresses asked of DNS and used: any (AAAA and A, IPv6 first with Happy Eyeballs), 4 or 6")
+    ipv6_prefix: int = setting(
+        Int("ipv6Prefix", 32, 128), 64,
+        doc="IPv6 addresses sharing this many leading bits count as one IP for politeness (128: each address)")
+    happy_eyeballs_delay: float = setting(
+        Seconds("happyEyeballsDelay", 0.01, 5.0), 0.25,
+        doc="seconds before the next address of a host is tried while the first does not answer (RFC 8305)")
+    http_version: str = setting(
+        Choice("httpVersion", HTTP_VERSIONS), "1.1",
+        doc="https: 1.1 only, auto (HTTP/2 when the server offers it by ALPN and the h2 package is "
+            "installed) or 2 (only h2 offered)")
+    auth: tuple[tuple[str, str, str, str], ...] = setting(
+        AuthBlock("auth"), (),
+        doc="HTTP authentication, one rule a line: PREFIX basic|digest USER PASSWORD, or PREFIX bearer "
+            "FILE; sent to that origin only")
     bond_width: int = setting(
         Int("bondWidth", 0, 1_000_000_000_000), 0,
         doc="total download bandwidth, bytes/s (0: unlimited)")
@@ -366,6 +407,36 @@ class Config:
         Choice("privateNetworks", PRIVATE_NETWORKS), "seeds",
         doc="private addresses (loopback, RFC 1918, link-local...): allow, seeds (only for the start "
             "URLs' hosts) or deny")
+
+    # Scope: sitemaps, URL patterns, budgets, per-site settings, page-level robots rules (docs/scope.md)
+    sitemaps: bool = setting(
+        Switch("sitemaps"), False,
+        doc="read each site's sitemaps (those its robots.txt names, else /sitemap.xml) and queue the URLs "
+            "they list, through the same rules as links")
+    url_include: tuple[str, ...] = setting(
+        UrlPatternBlock("urlInclude"), (),
+        doc="regular expressions (RE2, one a line): when given, a URL must match one of them (else notIncluded)")
+    url_exclude: tuple[str, ...] = setting(
+        UrlPatternBlock("urlExclude"), (),
+        doc="regular expressions (RE2, one a line): a URL matching one of them is not crawled (excluded)")
+    max_pages_by_site: int = setting(
+        Int("maxPagesBySite", 0, 1_000_000_000_000), 0,
+        doc="a site's page budget: past it, its URLs are forgotten as siteBudget (0: none)")
+    max_bytes_by_site: int = setting(
+        Int("maxBytesBySite", 0, 1 << 60), 0,
+        doc="a site's byte budget (bodies read): past it, its URLs are forgotten as siteBudget (0: none)")
+    site: tuple[SiteRule, ...] = setting(
+        SiteBlock("site"), (),
+        doc="per-site settings, one HOST-PATTERN NAME=VALUE... line each (waitDuration, header, UserAgent, "
+            "budgets...); the first matching line wins")
+    respect_noindex: bool = setting(
+        Switch("respectNoindex"), True,
+        doc="do not save a page whose meta robots or X-Robots-Tag says noindex (counted noindex; its links "
+            "are still followed unless nofollow)")
+    follow_canonical: bool = setting(
+        Switch("followCanonical"), False,
+        doc="a page whose rel=canonical names another URL is not saved (counted canonicalised): that URL "
+            "is queued instead")
 
     # Membership of the distributed mode
     membership: str = setting(
@@ -598,6 +669,10 @@ def _cross_problems(config: Config) -> list[tuple[str, str]]:
                                           "redis://... or redis+sentinel://...), but " + (
                                               "redisUrl auto starts one redis-server without any"
                                               if config.redis_url else "redisUrl is not set")))
+    if config.http_version == "2" and not H2_AVAILABLE:
+        problems.append(("httpVersion", "2 needs the h2 package (pip install 'larbin_py[http2]')"))
+    if config.tls_ca_mode == "only" and not config.tls_ca_file:
+        problems.append(("tlsCaMode", "only needs a tlsCaFile (no CA would be trusted)"))
     problems.extend(_nesting_problems(config))
     return problems
 

@@ -23,7 +23,7 @@ from typing import Any, Iterable, cast
 
 from .. import __version__
 from .errors import Bad, ConfigError
-from .keys import DynamicPages, Key, Words
+from .keys import Key, Words
 from .schema import BY_ATTR, BY_LOWER, BY_NAME, KEYS, Config, read_resolv_conf
 
 __all__ = ["DEMO_CONFIG_TEXT", "demo_config", "format_config", "load_config", "parse_config_text"]
@@ -87,13 +87,13 @@ def _read_lines(text: str, filename: str, values: dict[str, Any], where: dict[st
                 raise ConfigError(filename, at, key.name,
                                   f"unexpected text after 'end': {' '.join(rest[end + 1:])!r}")
             read: list[Any] = []
-            if isinstance(key, DynamicPages):  # one item a line
+            if key.by_line:  # one item a line (dynamicPages, urlInclude, urlExclude, site)
                 by_line: dict[int, list[str]] = {}
                 for word, n in items:
                     by_line.setdefault(n, []).append(word)
                 for n, line_words in by_line.items():
                     try:
-                        read.append(key.item_line(line_words))
+                        read.append(key.item_line(line_words))  # type: ignore[attr-defined]
                     except Bad as exc:
                         raise ConfigError(filename, n, key.name, str(exc)) from None
             else:

@@ -31,8 +31,12 @@ acked as ``workerCrash`` and its URL named in the log and in the crawl's
 of that death (a machine crash is seldom a page's doing).  A worker that is
 never started again on that stateDir leaves its tries uncounted; the URL
 is then tried by the partition's next owner, whose own death counts.  The
-count may lag a death behind when another worker claims the entry before
-the dead one's tries are written: the entry is tried once more, not lost.
+launcher counts a dead worker's tries as soon as it has reaped it, before
+anything else (its other processes may keep its output open a while); the
+partitions' next owner claims only after the dead worker's leases expired
+(``leaseTtl``).  Should the count still come later than that claim (Redis
+failing meanwhile, a launcher stalled for longer than ``leaseTtl``), the
+entry is tried once more, not lost.
 A worker stopped cleanly (SIGTERM, the end of the crawl) ends every request
 first, so its file is empty.
 """

@@ -297,11 +297,14 @@ class Launcher:
 
     async def _watch(self, w: WorkerProc, proc) -> None:
         code = await proc.wait()
+        # The tries first, before the rest of its output: its analysis processes
+        # hold its stderr open until they see it gone, and the partitions' next
+        # owner must find the count made when it claims (larbin_py.distributed.inflight).
+        if code not in (EXIT_OK, EXIT_USAGE, *SIGNAL_EXITS.values()):
+            await self._count_tries(w)
         await asyncio.gather(*w.pumps, return_exceptions=True)
         w.exits.append(code)
         w.proc = None
-        if code not in (EXIT_OK, EXIT_USAGE, *SIGNAL_EXITS.values()):
-            await self._count_tries(w)
         if code == EXIT_USAGE and self.stopping is None:
             self.usage_error = f"{w.wid} exited 2 (a usage or configuration error: see its lines above)"
             w.state = "exit 2"

@@ -26,16 +26,20 @@ from .partition import partition_of
 __all__ = ["RedisSink", "encode_entry", "decode_entry"]
 
 
-def encode_entry(url: str, depth: int, retries: int, hops: int = 0) -> bytes:
-    """A stream entry's record: ``depth retries hops url`` (a URL holds no space)."""
-    return f"{depth} {retries} {hops} {url}".encode("utf-8", "surrogateescape")
+def encode_entry(url: str, depth: int, retries: int, hops: int = 0, via: str = "") -> bytes:
+    """A stream entry's record: ``depth retries hops url [via]`` (neither holds a space;
+    ``via``: a sitemap file or a page a sitemap listed, see UrlRecord)."""
+    text = f"{depth} {retries} {hops} {url} {via}" if via else f"{depth} {retries} {hops} {url}"
+    return text.encode("utf-8", "surrogateescape")
 
 
-def decode_entry(data: bytes) -> tuple[str, int, int, int] | None:
-    """``(url, depth, retries, hops)`` of an entry's record, None when malformed."""
+def decode_entry(data: bytes) -> tuple[str, int, int, int, str] | None:
+    """``(url, depth, retries, hops, via)`` of an entry's record, None when malformed."""
     try:
-        depth, retries, hops, url = data.split(b" ", 3)
-        return url.decode("utf-8", "surrogateescape"), int(depth), int(retries), int(hops)
+        fields = data.split(b" ", 4)
+        depth, retries, hops, url = fields[:4]
+        via = fields[4].decode("utf-8", "surrogateescape") if len(fields) == 5 else ""
+        return url.decode("utf-8", "surrogateescape"), int(depth), int(retries), int(hops), via
     except ValueError:
         return None
 
@@ -66,8 +70,10 @@ class RedisSink:
         parts = authority_of(url)
         return None if parts is None else partition_of(parts[2], self.partitions)
 
-    def add_many(self, links: Sequence[str], depths: Sequence[int], hops: int = 0) -> None:
-        """Buffer admitted links with their depths (``hops``: redirects that led to them)."""
+    def add_many(self, links: Sequence[str], depths: Sequence[int], hops: int = 0, via: str = "",
+                 seen_key: str = "") -> None:
+        """Buffer admitted links with their depths (``hops``: redirects that led to them; ``via``:
+        see UrlRecord; ``seen_key``: appended to each link for its seen test, a sitemap file's)."""
         buf = self._buf
         retries = self.retries
         n = 0
@@ -76,7 +82,7 @@ class RedisSink:
             if p is None:
                 self.bad += 1
                 continue
-            buf[p].append((fingerprint(link), encode_entry(link, depth, retries, hops)))
+            buf[p].append((fingerprint(link + seen_key), encode_entry(link, depth, retries, hops, via)))
             n += 1
         if n:
             first = self.oldest is None

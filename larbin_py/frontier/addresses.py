@@ -1,6 +1,12 @@
 """Which server addresses a crawl may connect to (``privateNetworks``), sans-I/O;
 and :func:`is_loopback`, where the crawler's own servers may listen without a token.
 
+It also says which addresses count as one server for politeness
+(:func:`polite_key`, :class:`IpTable`): an IPv4 address is itself, an IPv6
+address counts with its ``/64`` (``ipv6Prefix``), since one server often
+holds a whole /64 and a site spread over it must not get 2^64 times the
+pace.
+
 A URL given through ``POST /urls``, or found on a public page, must not make
 the crawler fetch internal services: cloud metadata at 169.254.169.254, admin
 pages on localhost, a router on 192.168.1.1.  The check is on the address a
@@ -26,7 +32,7 @@ from __future__ import annotations
 
 import ipaddress
 
-__all__ = ["POLICIES", "AddressPolicy", "is_loopback", "is_private_address"]
+__all__ = ["POLICIES", "AddressPolicy", "IpTable", "is_loopback", "is_private_address", "polite_key"]
 
 #: The values of ``privateNetworks``.
 POLICIES: tuple[str, ...] = ("allow", "seeds", "deny")
@@ -103,3 +109,58 @@ class AddressPolicy:
         if policy == "allow" or (policy == "seeds" and host.lower() in self.hosts):
             return tuple(ips)
         return tuple(ip for ip in ips if not is_private_address(ip))
+
+
+def polite_key(ip: str, v6_prefix: int = 64) -> str:
+    """The politeness key of a server address: an IPv4 address itself; an IPv6 address its
+    ``/v6_prefix`` network (``2001:db8:0:1::/64``), or itself at 128.  A key is returned unchanged;
+    text that is no address is its own key."""
+    if ":" not in ip or "/" in ip:
+        return ip
+    try:
+        addr = ipaddress.IPv6Address(ip.split("%", 1)[0])
+    except ValueError:
+        return ip
+    mapped = addr.ipv4_mapped
+    if mapped is not None:  # ::ffff:a.b.c.d is that IPv4 server
+        return str(mapped)
+    if v6_prefix >= 128:
+        return str(addr)
+    return str(ipaddress.IPv6Network((int(addr) >> (128 - v6_prefix) << (128 - v6_prefix), v6_prefix)))
+
+
+class IpTable(dict):
+    """The frontier's servers by politeness key, looked up by address or by key.
+
+    ``table.get(ip)``, ``table[ip]``, ``ip in table`` and ``table[ip] = ...``
+    take an address and use its :func:`polite_key` (with ``v6_prefix``); an
+    IPv4 address costs one character test.  Iteration and ``len`` are the
+    dict's own (one entry per key).
+    """
+
+    __slots__ = ("v6_prefix",)
+
+    def __init__(self, v6_prefix: int = 64) -> None:
+        super().__init__()
+        self.v6_prefix = v6_prefix
+
+    def key(self, ip: str) -> str:
+        return ip if ":" not in ip else polite_key(ip, self.v6_prefix)
+
+    def get(self, ip, default=None):
+        return dict.get(self, ip if ":" not in ip else polite_key(ip, self.v6_prefix), default)
+
+    def __getitem__(self, ip):
+        return dict.__getitem__(self, ip if ":" not in ip else polite_key(ip, self.v6_prefix))
+
+    def __setitem__(self, ip, value) -> None:
+        dict.__setitem__(self, ip if ":" not in ip else polite_key(ip, self.v6_prefix), value)
+
+    def __contains__(self, ip) -> bool:
+        return dict.__contains__(self, ip if ":" not in ip else polite_key(ip, self.v6_prefix))
+
+    def pop(self, ip, *default):
+        return dict.pop(self, ip if ":" not in ip else polite_key(ip, self.v6_prefix), *default)
+
+    def __delitem__(self, ip) -> None:
+        dict.__delitem__(self, ip if ":" not in ip else polite_key(ip, self.v6_prefix))

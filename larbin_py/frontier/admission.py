@@ -16,6 +16,13 @@ through, in this order and in one call:
    the owner of each link's host tests and queues it in Redis, in one
    atomic step.
 
+A sitemap's URLs come in through :meth:`Admission.offer_sitemap_files`
+(sitemap files to read: no rule but the URL's own, their seen test under a
+key of their own, ``URL#sitemap``, so a page and a sitemap of one address
+never shadow each other) and :meth:`Admission.offer_listed` (the pages a
+sitemap lists: the rules as for a start URL, the seen test as for a link);
+both mark their records' ``via`` (:class:`~larbin_py.frontier.store.UrlRecord`).
+
 Every refusal is counted in :attr:`Admission.rejected` by reason (``seen``
 included): the engine shares that counter for its stats.  :attr:`taken`
 counts the records pushed into the main and priority lanes, the left side
@@ -40,7 +47,10 @@ from .lanes import Lanes
 from .seen import SeenSet, SeenUrls
 from .store import UrlRecord
 
-__all__ = ["Admission"]
+__all__ = ["Admission", "SITEMAP_KEY"]
+
+#: What a sitemap file's URL is seen-tested as, after the URL (a fragment: no normalized URL has one).
+SITEMAP_KEY = "#sitemap"
 
 
 class Admission:
@@ -135,3 +145,67 @@ class Admission:
             return "duplicate", None
         self.push(url, verdict, self.retries, priority=priority)
         return "accepted", None
+
+    def offer_sitemap_files(self, urls: Sequence[str], via: str, *, hops: int = 0) -> int:
+        """Queue sitemap files to read (``via``: ``m<level>@<host>``): each once in the crawl.
+
+        ``urls`` are normalized; no rule of links applies to them (a sitemap
+        is read whatever forbiddenExtensions, getCGI or the URL patterns
+        say: robots.txt is still obeyed when it is fetched).  ``hops``: a
+        redirect led to them.  Returns how many were queued; a sitemap
+        already queued is counted ``seen``.
+        """
+        urls = list(dict.fromkeys(urls))
+        if not urls:
+            return 0
+        if self.sink is not None:
+            self.sink.add_many(urls, [0] * len(urls), hops, via=via, seen_key=SITEMAP_KEY)
+            return len(urls)
+        new = self.seen.add_many(fingerprints([u + SITEMAP_KEY for u in urls]))
+        queued = 0
+        for url, is_new in zip(urls, new):
+            if is_new:
+                self.lanes.main.push(UrlRecord(url, 0, self.retries, hops, via=via))
+                queued += 1
+        self.taken += queued
+        if queued < len(urls):
+            self.rejected["seen"] += len(urls) - queued
+        return queued
+
+    def offer_listed(self, sitemap_url: str, urls: Sequence[str], vias: Sequence[str]) -> int:
+        """Queue the pages a sitemap lists (normalized; ``vias``: each one's ``s[:lastmod]``).
+
+        They go through the rules as start URLs of their sites do (depth
+        ``depthInSite``; noExternalLinks, lockSite, the patterns... counted
+        as for links), then the seen test as links.  Returns how many were queued.
+        """
+        rejected = self.rejected
+        fresh = self.seen_urls.unknown(urls)
+        if len(fresh) < len(urls):
+            rejected["seen"] += len(urls) - len(fresh)
+        depth = self.rules.depth_in_site
+        ok_links, _depths, refused = self.rules.admit_many(fresh, sitemap_url, depth, redirect=True)
+        for reason, count in refused.items():
+            rejected[reason] += count
+        if not ok_links:
+            return 0
+        via_of = dict(zip(urls, vias))
+        self.seen_urls.remember(ok_links)
+        if self.sink is not None:
+            by_via: dict[str, list[str]] = {}
+            for link in ok_links:
+                by_via.setdefault(via_of.get(link, "s"), []).append(link)
+            for via, links in by_via.items():
+                self.sink.add_many(links, [depth] * len(links), 0, via=via)
+            return len(ok_links)
+        new = self.seen.add_many(fingerprints(ok_links))
+        push = self.lanes.main.push
+        queued = 0
+        for link, is_new in zip(ok_links, new):
+            if is_new:
+                push(UrlRecord(link, depth, self.retries, 0, via=via_of.get(link, "s")))
+                queued += 1
+        self.taken += queued
+        if queued < len(ok_links):
+            rejected["seen"] += len(ok_links) - queued
+        return queued

@@ -21,6 +21,7 @@ from typing import Callable
 from ..rules import UrlRules
 from .addresses import AddressPolicy
 from .admission import Admission
+from .budget import SiteBudget
 from .dns_queue import DnsQueue
 from .interfaces import LinkSink, SeenStore, StoreFactory, UrlQueue
 from .ip_leases import IpLeaseGate
@@ -46,6 +47,7 @@ def assemble(
     server_rtt_factor: float = 0.0,
     dns_retry_base: float = 2.0,
     robots_retry_base: float = 1.0,
+    ipv6_prefix: int = 64,
     private_networks: str = "allow",
     prune_after: float | None = PRUNE_AFTER,
     keep_sites: int = KEEP_SITES,
@@ -63,6 +65,8 @@ def assemble(
     on_done: Callable[[UrlRecord, str], None] | None = None,
     replay: dict[str, str] | None = None,
     frontier_class: Callable[..., Frontier] = Frontier,
+    budget: SiteBudget | None = None,
+    site_rules=None,
 ) -> Frontier:
     """A frontier and its parts.
 
@@ -76,7 +80,9 @@ def assemble(
     :class:`~larbin_py.frontier.admission.Admission`'s; ``ip_leases`` the
     gate (default: always open); ``on_forget``, ``on_done`` and ``replay``
     the frontier's own (see :class:`~larbin_py.frontier.scheduler.Frontier`).
-    ``frontier_class`` builds it (a worker's ``DistFrontier``).
+    ``frontier_class`` builds it (a worker's ``DistFrontier``); ``budget``
+    the sites' budgets (:class:`~larbin_py.frontier.budget.SiteBudget`; none by default);
+    ``site_rules`` larbin.conf's ``site`` lines (:class:`~larbin_py.site_settings.SiteSettings`).
     """
     dns = DnsQueue(AddressPolicy(private_networks), retry_base=dns_retry_base)
     if stores is None:
@@ -87,8 +93,8 @@ def assemble(
     settings = Settings(ram_urls=ram_urls, max_urls_by_site=max_urls_by_site, max_requests=max_requests,
                         wait_duration=wait_duration, conn_per_ip=conn_per_ip, jitter=jitter, agent=agent,
                         obey_robots=obey_robots, server_rtt_factor=server_rtt_factor,
-                        robots_retry_base=robots_retry_base)
+                        robots_retry_base=robots_retry_base, ipv6_prefix=ipv6_prefix)
     return frontier_class(
         settings, lanes=lanes, admission=Admission(lanes, seen=seen, rules=rules, retries=retries, sink=sink),
         dns=dns, pruning=Pruning(prune_after, keep_sites), ip_leases=ip_leases, rng=rng,
-        on_forget=on_forget, on_done=on_done, replay=replay)
+        on_forget=on_forget, on_done=on_done, replay=replay, budget=budget, site_rules=site_rules)

@@ -57,6 +57,8 @@ class FrontierState:
     forgotten: dict[str, int] = field(default_factory=dict)
     retried: dict[str, int] = field(default_factory=dict)
     waits: dict[str, float] = field(default_factory=dict)
+    #: The sites' budget counts (larbin_py.frontier.budget): ``{site key: [pages, bytes]}``.
+    budgets: dict[str, list[int]] = field(default_factory=dict)
 
 
 def snapshot(fr: "Scheduler", now: float, wall: float, *, sync: bool = True) -> tuple[FrontierState, list[UrlRecord]]:
@@ -77,7 +79,8 @@ def snapshot(fr: "Scheduler", now: float, wall: float, *, sync: bool = True) -> 
     for site in fr.sites.values():
         carry.extend(site.fifo)
     state = FrontierState(stores=lanes.positions(), fetched=fr.fetched, forgotten=dict(fr.forgotten),
-                          retried=dict(fr.retried), waits=fr.site_waits(None, now, wall, ahead=1.0))
+                          retried=dict(fr.retried), waits=fr.site_waits(None, now, wall, ahead=1.0),
+                          budgets=fr.budget.to_state())
     return state, carry
 
 
@@ -93,6 +96,7 @@ def restore(fr: "Scheduler", state: FrontierState, carry: list[UrlRecord], now: 
     for rec in carry:
         fr.lanes.prio.push(rec)
     fr.restore_waits(state.waits, now, wall)
+    fr.budget.restore(state.budgets)
     fr.recount(state.fetched, state.forgotten, state.retried)
 
 
@@ -100,7 +104,7 @@ def encode(state: FrontierState) -> dict:
     """``state`` as a JSON-ready object."""
     return {"stores": {name: list(pos) for name, pos in state.stores.items()},
             "fetched": state.fetched, "forgotten": dict(state.forgotten), "retried": dict(state.retried),
-            "waits": dict(state.waits)}
+            "waits": dict(state.waits), **({"budgets": state.budgets} if state.budgets else {})}
 
 
 def _count(value, where: str) -> int:
@@ -145,6 +149,11 @@ def decode(doc) -> FrontierState:
     waits = doc.get("waits", {})
     if not isinstance(waits, dict):
         raise CheckpointError(f"frontier.waits: expected an object, got {waits!r:.40}")
+    budgets = doc.get("budgets", {})
+    if not isinstance(budgets, dict) or not all(
+            isinstance(v, list) and len(v) == 2 and all(type(n) is int and n >= 0 for n in v)
+            for v in budgets.values()):
+        raise CheckpointError(f"frontier.budgets: expected {{site: [pages, bytes]}}, got {budgets!r:.40}")
     return FrontierState(
         stores=positions,
         fetched=_count(doc["fetched"], "fetched"),
@@ -152,4 +161,5 @@ def decode(doc) -> FrontierState:
         retried=_counts(doc.get("retried", {}), "retried"),
         waits={str(k): float(v) for k, v in waits.items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)},
+        budgets={str(k): list(v) for k, v in budgets.items()},
     )

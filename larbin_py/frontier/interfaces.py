@@ -77,9 +77,11 @@ class LinkSink(Protocol):
     is handed here, so ``add_many`` must not lose what it accepted.
     """
 
-    def add_many(self, links: Sequence[str], depths: Sequence[int], hops: int = 0) -> None:
+    def add_many(self, links: Sequence[str], depths: Sequence[int], hops: int = 0, via: str = "",
+                 seen_key: str = "") -> None:
         """Take ``links`` (normalized, admitted by the rules) with their depths
-        and the redirects (``hops``) that led to them."""
+        and the redirects (``hops``) that led to them; ``via`` (UrlRecord's) and
+        ``seen_key`` (appended to each link for its seen test) for a sitemap's URLs."""
         ...
 
 
@@ -153,7 +155,8 @@ StoreFactory = Callable[[str, int], UrlQueue]
 
 @runtime_checkable
 class Resolver(Protocol):
-    """Host names to IPv4 addresses, for the engine (:class:`larbin_py.net.dns.Resolver`).
+    """Host names to addresses (IPv4, IPv6 with ``ipVersion``), for the engine
+    (:class:`larbin_py.net.dns.Resolver`).
 
     ``resolve`` never raises (except CancelledError): a failure is an answer
     with ``error`` set (``noDNS``-class reasons, see net/dns.py) and its
@@ -184,8 +187,10 @@ class Fetcher(Protocol):
 
     stats: Any  # a dict: connections_opened, reuses, h11_handovers, requests, bytes, errors
 
-    async def fetch(self, url: str, ip: str, port: int, *, cookie: bytes | None = None) -> "FetchResult":
-        """GET ``url`` from ``ip:port`` (``cookie``: a Cookie header's value)."""
+    async def fetch(self, url: str, ip: str, port: int, *, cookie: bytes | None = None,
+                    addresses=()) -> "FetchResult":
+        """GET ``url`` from ``ip:port`` (``cookie``: a Cookie header's value; ``addresses``: the
+        host's other addresses, for Happy Eyeballs)."""
         ...
 
     async def close(self) -> None:

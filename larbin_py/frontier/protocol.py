@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Protocol, runtime_checkabl
 
 if TYPE_CHECKING:
     from .admission import Admission
+    from .budget import SiteBudget
     from .dns_queue import DnsQueue
     from .follow_ups import FollowUps
     from .ip_leases import LeasePolicy
@@ -52,6 +53,7 @@ class Scheduler(Protocol):
     follow_ups: "FollowUps"
     lanes: "Lanes"
     pruning: "Pruning"
+    budget: "SiteBudget"
 
     # -- figures (read; ``max_requests`` is set by flowControl) --------------
     max_requests: int
@@ -123,12 +125,16 @@ class Scheduler(Protocol):
         """Feed the server's answer to its IP's pace (before the outcome)."""
         ...
 
+    def spent(self, req: "Request", nbytes: int) -> None:
+        """``nbytes`` of a page's body were read (the site's byte budget)."""
+        ...
+
     def fetched_ok(self, req: "Request", now: float) -> None:
         """The page was fetched."""
         ...
 
-    def forget(self, req: "Request", reason: str, now: float) -> None:
-        """The page request ended for good without a page."""
+    def forget(self, req: "Request", reason: str, now: float, *, error: bool = True) -> None:
+        """The page request ended for good without a page (``error`` False: a good answer not kept)."""
         ...
 
     def retry(self, req: "Request", reason: str, now: float, delay: float = 0.0, *, free: bool = False) -> bool:
@@ -139,8 +145,9 @@ class Scheduler(Protocol):
         """robots.txt was read (or is absent): its ``rules`` apply for ``ttl`` seconds."""
         ...
 
-    def robots_unavailable(self, req: "Request", now: float) -> None:
-        """robots.txt answered 5xx or could not be reached."""
+    def robots_unavailable(self, req: "Request", now: float, reason: str | None = None) -> None:
+        """robots.txt answered 5xx or could not be reached (``reason``: a transport failure that
+        must name the site's URLs if it persists, e.g. ``tlsError``; None: ``forbiddenRobots``)."""
         ...
 
     def restore_robots(self, robots_url: str, rules, expiry: float) -> None:

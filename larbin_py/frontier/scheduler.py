@@ -43,6 +43,14 @@ What is here:
 * **Retries**: a URL whose DNS, connection or server failed goes back to the
   tail of its site's FIFO with one retry fewer, and is forgotten with its
   reason when none are left.
+* **Per-site settings** (``site_rules``: larbin.conf's ``site`` lines,
+  :class:`~larbin_py.site_settings.SiteSettings`): a host's own
+  waitDuration replaces the crawl's for the gaps after its requests (the
+  host name's and its IP's), and its own UserAgent's product token is the
+  agent its robots.txt is read for; both set when its site is made.
+* **Budgets** (:class:`~larbin_py.frontier.budget.SiteBudget`): a page
+  request of a site past its page or byte budget does not start; its URL
+  is forgotten as ``siteBudget``.
 * **Conservation**: ``taken == fetched + sum(forgotten) + queued + in_flight``
   at every moment (see :meth:`Frontier.conservation`).
 * **Hand-over** (the distributed mode): :meth:`Frontier.drop` gives up the
@@ -79,9 +87,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import robots as robots_mod
+from ..robots import product_token
+from ..site_settings import SiteSettings
 from ..throttle import ServerPace
 from ..url import authority_of
+from .addresses import IpTable
 from .admission import Admission
+from .budget import REASON as BUDGET_REASON
+from .budget import SiteBudget
 from .dns_queue import DnsQueue
 from .follow_ups import FollowUps
 from .ip_leases import IpLeaseGate, OpenGate
@@ -127,6 +140,7 @@ class Settings:
     obey_robots: bool = True
     server_rtt_factor: float = 0.0  # ServerPace: the delay follows rtt x this (0: off)
     robots_retry_base: float = 1.0  # seconds before an unavailable robots.txt is asked again (growing)
+    ipv6_prefix: int = 64  # IPv6 addresses sharing this prefix are one IP for politeness (128: each)
 
 
 @dataclass(slots=True)
@@ -169,6 +183,8 @@ class Frontier:
         on_forget: Callable[[UrlRecord, str], None] | None = None,
         on_done: Callable[[UrlRecord, str], None] | None = None,
         replay: dict[str, str] | None = None,
+        budget: SiteBudget | None = None,
+        site_rules: SiteSettings | None = None,
     ) -> None:
         if admission.lanes is not lanes:
             raise ValueError("the admission must queue into the frontier's own lanes")
@@ -183,11 +199,17 @@ class Frontier:
         self.dns = dns if dns is not None else DnsQueue()
         self.pruning = pruning if pruning is not None else Pruning()
         self.ip_leases: IpLeaseGate = ip_leases if ip_leases is not None else OpenGate()
+        #: The sites' page and byte budgets (none by default).
+        self.budget = budget if budget is not None else SiteBudget()
+        self._budget_on = self.budget.active
+        #: larbin.conf's site lines (a host's waitDuration and robots agent).
+        self.site_rules = site_rules if site_rules else None
         #: URLs found done by a --reload's journal and still in the lanes (see the class docstring).
         self.replay: dict[str, str] = replay if replay is not None else {}
         self.refill = WaitRefill(s.max_urls_by_site, replaying=lanes.parked_at_start)
         self.sites: dict[str, NamedSite] = {}
-        self.ips: dict[str, IPSite] = {}
+        # The servers, by politeness key (an IPv4 address; an IPv6 /ipv6_prefix), looked up by address.
+        self.ips: IpTable = IpTable(s.ipv6_prefix)
         self.follow_ups = FollowUps(self.ips, wait_duration=s.wait_duration, jitter=s.jitter, rng=self.rng,
                                     gate=self.ip_leases)
         self._heap: list[tuple[float, int, IPSite]] = []
@@ -287,6 +309,10 @@ class Frontier:
         if site is None:
             now = self._last_now if now is None else now
             site = self.sites[key] = NamedSite(key, scheme, host, port)
+            if self.site_rules is not None and (rule := self.site_rules.for_host(host)) is not None:
+                site.wait = rule.wait_duration
+                if rule.user_agent:
+                    site.agent = product_token(rule.user_agent)
             if not self.pruning.revive(site, now):
                 self.sites_total += 1
             self._note_idle(site, now)  # listed at once: pruned even if it never runs
@@ -348,10 +374,11 @@ class Frontier:
                 self.pruning.left_ip(old, now)
             self._refuse_fifo(site)
             return
-        ip = ips[0]
+        ip = ips[0]  # the address requests go to (site.ips[0]); its server is keyed by polite_key
         ip_site = self.ips.get(ip)
         if ip_site is None:
-            ip_site = self.ips[ip] = IPSite(ip, ServerPace(rtt_factor=self.settings.server_rtt_factor))
+            key = self.ips.key(ip)
+            ip_site = self.ips[key] = IPSite(key, ServerPace(rtt_factor=self.settings.server_rtt_factor))
         if ip_site is not old:
             ip_site.sites += 1
             site.ip_site = ip_site
@@ -519,10 +546,17 @@ class Frontier:
         while site.fifo:
             rec = site.fifo.popleft()
             self.in_sites -= 1
-            if self.obey_robots and site.robots is not None and not site.robots.allowed(self.agent, rec.url):
-                self._forget(rec, "forbiddenRobots")
+            if self.obey_robots and site.robots is not None and \
+                    not site.robots.allowed(site.agent or self.agent, rec.url):
+                self._forget(rec, site.robots_reason or "forbiddenRobots")
                 self._freed(site)
                 continue
+            if self._budget_on and rec.via[:1] != "m":  # a page (a sitemap file spends no budget)
+                if not self.budget.allows(site.key, site.host):
+                    self._forget(rec, BUDGET_REASON)
+                    self._freed(site)
+                    continue
+                self.budget.started(site.key, site.host)
             site.in_flight += 1
             self.in_flight += 1
             return self._start(site, ip, rec, rec.url, PAGE, now)
@@ -536,10 +570,11 @@ class Frontier:
         self.requests += 1
         jitter = 1.0 + self.jitter * self.rng.random()
         pace = ip.pace
-        ip.next_allowed = max(now + pace.delay(self.wait_duration) * jitter, pace.retry_until)
-        site.next_allowed = max(now + pace.delay(max(self.wait_duration, site.crawl_delay)) * jitter,
-                                pace.retry_until)
-        req = Request(kind, site, rec, url, ip.ip, site.port, now)
+        wait = self.wait_duration if site.wait is None else site.wait
+        ip.next_allowed = max(now + pace.delay(wait) * jitter, pace.retry_until)
+        site.next_allowed = max(now + pace.delay(max(wait, site.crawl_delay)) * jitter, pace.retry_until)
+        # The site's own address (an IPv6 server's key is its network, not an address to dial).
+        req = Request(kind, site, rec, url, site.ips[0] if site.ips else ip.ip, site.port, now)
         self._running[id(req)] = req
         return req
 
@@ -549,7 +584,7 @@ class Frontier:
         site.active -= 1
         self.requests -= 1
         ip = site.ip_site
-        if ip is not None and ip.ip == req.ip:
+        if ip is not None and ip.ip == self.ips.key(req.ip):
             ip.busy -= 1
         else:  # the site moved to another address meanwhile
             old = self.ips.get(req.ip)
@@ -560,6 +595,8 @@ class Frontier:
             site.in_flight -= 1
             self.in_flight -= 1
             self._freed(site)
+            if self._budget_on and req.record.via[:1] != "m":
+                self.budget.ended(site.key)
         if ip is not None:
             self._make_ready(site, now)
             self._schedule_ip(ip, now)
@@ -593,6 +630,12 @@ class Frontier:
         elif status is not None:
             pace.success()
 
+    def spent(self, req: Request, nbytes: int) -> None:
+        """``nbytes`` of a page's body were read (the site's byte budget)."""
+        rec = req.record
+        if self._budget_on and rec is not None and rec.via[:1] != "m":
+            self.budget.spent(req.site.key, req.site.host, nbytes)
+
     # ------------------------------------------------------------------
     # Outcomes
     # ------------------------------------------------------------------
@@ -606,11 +649,16 @@ class Frontier:
             self.on_done(req.record, "fetched")
         self._release(req, now)
 
-    def forget(self, req: Request, reason: str, now: float) -> None:
-        """The page request ended for good without a fetched page."""
+    def forget(self, req: Request, reason: str, now: float, *, error: bool = True) -> None:
+        """The page request ended for good without a fetched page.
+
+        ``error`` False: the answer was good but the page is not kept (``noindex``,
+        ``canonicalised``): not counted among the site's errors.
+        """
         site = req.site
-        site.errors += 1
-        self.failing.update(site.key, site.errors)
+        if error:
+            site.errors += 1
+            self.failing.update(site.key, site.errors)
         self._forget(req.record, reason)
         self._release(req, now)
 
@@ -638,6 +686,8 @@ class Frontier:
             return False
         self.retried[reason] += 1
         req.record = None  # accounted for here: release only the request
+        if self._budget_on and rec.via[:1] != "m":
+            self.budget.released(site.key)
         site.in_flight -= 1
         self.in_flight -= 1
         if site.dropped:
@@ -656,17 +706,24 @@ class Frontier:
     def robots_known(self, req: Request, rules, ttl: float, now: float) -> None:
         """robots.txt was read (or is known to be absent): apply ``rules``."""
         site = req.site
-        site.set_robots(rules, "known", now + ttl, self.agent)
+        site.set_robots(rules, "known", now + ttl, site.agent or self.agent)
         site.robots_failures = 0
-        if site.crawl_delay > self.wait_duration:
+        if site.crawl_delay > (self.wait_duration if site.wait is None else site.wait):
             # The first page request waits out the crawl-delay after robots.txt.
             site.next_allowed = max(site.next_allowed, req.started + site.crawl_delay)
         self._release(req, now)
 
-    def robots_unavailable(self, req: Request, now: float) -> None:
-        """robots.txt answered 5xx or could not be reached: disallow, retry later."""
+    def robots_unavailable(self, req: Request, now: float, reason: str | None = None) -> None:
+        """robots.txt answered 5xx or could not be reached: disallow, retry later.
+
+        ``reason``: the transport failure (``tlsError``, ``proxyError``) that
+        kept robots.txt unread; when the site is given up, its URLs are
+        forgotten under it rather than as ``forbiddenRobots`` (the site
+        forbade nothing: it could not be reached as it should).
+        """
         site = req.site
         site.robots_failures += 1
+        site.robots_reason = reason
         if site.robots_failures >= robots_mod.MAX_ERROR_ATTEMPTS:
             site.robots = robots_mod.RobotsTxt.disallow_all()
             site.robots_event("give_up")
@@ -683,7 +740,7 @@ class Frontier:
         """Reuse robots.txt rules fetched before (a restart, a takeover) until ``expiry`` (loop time)."""
         site = self._site_for(robots_url)
         if site is not None and site.robots_state is not RobotsState.OK:
-            site.set_robots(rules, "restore", expiry, self.agent)
+            site.set_robots(rules, "restore", expiry, site.agent or self.agent)
 
     def _forget(self, rec: UrlRecord, reason: str) -> None:
         self.forgotten[reason] += 1

@@ -27,13 +27,20 @@ from __future__ import annotations
 import os
 from typing import Iterable, Sequence
 
-import numpy as np
-
+from ..lazyimport import LazyModule
 from ..owner_only import opener
 
 __all__ = ["SeenSet", "SeenUrls"]
 
-_EMPTY = np.zeros(0, dtype=np.uint64)
+
+
+def _numpy_loaded(numpy) -> None:
+    global _EMPTY
+    _EMPTY = numpy.zeros(0, dtype=numpy.uint64)
+
+
+#: numpy, imported on first use (larbin_py.lazyimport).
+np = LazyModule("numpy", globals(), "np", _numpy_loaded)
 
 
 class SeenSet:

@@ -61,9 +61,8 @@ import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Sequence
 
-import numpy as np
-
 from .. import malloc_tuning
+from ..lazyimport import LazyModule
 from ..owner_only import opener
 
 __all__ = ["Sieve", "RUN_NAME"]
@@ -76,11 +75,20 @@ _HEAD_BYTES = 4096  # the data starts on a page boundary: block i is page i + 1
 BLOCK = 512
 #: Fingerprints a merge reads, merges and writes at a time (2 MiB).
 SLICE = 1 << 18
-_U64 = np.uint64
-_EMPTY = np.zeros(0, dtype=_U64)
-_MIX = _U64(0x9E3779B97F4A7C15)  # the filter's bit positions: another view of the fingerprint's bits
 _K = 6  # bits per key in the filter, in one 512-bit line
-_SHIFTS = np.arange(_K, dtype=_U64) * _U64(9)
+
+
+def _numpy_loaded(numpy) -> None:
+    """numpy's constants, set when it is first used (larbin_py.lazyimport: a crawl that
+    never seals a chunk never imports it)."""
+    global _U64, _EMPTY, _MIX, _SHIFTS
+    _U64 = numpy.uint64
+    _EMPTY = numpy.zeros(0, dtype=_U64)
+    _MIX = _U64(0x9E3779B97F4A7C15)  # the filter's bit positions: another view of the fingerprint's bits
+    _SHIFTS = numpy.arange(_K, dtype=_U64) * _U64(9)
+
+
+np = LazyModule("numpy", globals(), "np", _numpy_loaded)
 #: Seconds the merge thread sleeps between steps (the loop's turn at the GIL).
 STEP_ASIDE = 0.0003
 #: Largest chunk the loop makes by compaction (1 MiB): more chunks rather than a long pause.

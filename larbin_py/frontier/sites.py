@@ -88,8 +88,8 @@ class NamedSite:
     __slots__ = (
         "key", "scheme", "host", "port", "fifo", "in_flight", "active", "overflow",
         "dns", "ips", "dns_expiry", "dns_failures", "ip_site",
-        "robots_state", "robots", "robots_expiry", "robots_failures", "crawl_delay",
-        "retry_at", "next_allowed", "queued", "pages", "errors", "idle_at", "dropped",
+        "robots_state", "robots", "robots_expiry", "robots_failures", "robots_reason", "crawl_delay",
+        "retry_at", "next_allowed", "queued", "pages", "errors", "idle_at", "dropped", "wait", "agent",
     )
 
     def __init__(self, key: str, scheme: str, host: str, port: int) -> None:
@@ -110,6 +110,9 @@ class NamedSite:
         self.robots = None  # larbin_py.robots.RobotsTxt once known
         self.robots_expiry = 0.0
         self.robots_failures = 0
+        #: The transport failure that kept robots.txt unread (tlsError...): the reason its URLs are
+        #: forgotten under once the site is given up, instead of forbiddenRobots; None once read.
+        self.robots_reason: str | None = None
         self.crawl_delay = 0.0
         self.retry_at = 0.0  # DNS or robots retry time, when failed
         self.next_allowed = 0.0  # earliest start of the next request here
@@ -121,6 +124,10 @@ class NamedSite:
         #: Handed over to another worker (Frontier.drop): a retry of a request
         #: still running is handed over too; cleared when a URL of it is placed.
         self.dropped = False
+        #: A ``site`` line's waitDuration for this host (None: the crawl's).
+        self.wait: float | None = None
+        #: The robots.txt product token of a ``site`` line's UserAgent (None: the crawl's).
+        self.agent: str | None = None
 
     @property
     def idle(self) -> bool:
@@ -139,6 +146,7 @@ class NamedSite:
         """Take robots.txt ``rules`` (None: none apply) by ``event`` (``known``, ``restore``)
         until ``expiry``, with their crawl-delay for ``agent`` (at most :data:`MAX_CRAWL_DELAY`)."""
         self.robots = rules
+        self.robots_reason = None
         self.robots_event(event)
         self.robots_expiry = expiry
         delay = rules.crawl_delay(agent) if rules is not None else None

@@ -19,12 +19,16 @@ Record format, one per line, ASCII::
     <crc32 of the rest, 8 hex digits> <depth> <retries> <url>\\n
     <crc32 of the rest, 8 hex digits> <depth> <retries> <hops> <url>\\n
     <crc32 of the rest, 8 hex digits> <depth> <retries> <hops> <url> <tag>\\n
+    <crc32 of the rest, 8 hex digits> <depth> <retries> <hops> <url> <tag or -> <via>\\n
 
 The second form is a redirect target (``hops`` redirects from the URL first
 queued, see the engine's ``maxRedirects``); any other record is written in
 the first form, so segments written before hops were counted read as ever.
 The third carries a ``tag``: the distributed mode's stream entry id, which
-the ack of the URL names (written only in a worker's scratch stores).
+the ack of the URL names (written only in a worker's scratch stores).  The
+fourth carries ``via``, how a URL that is no link came (``-`` standing for
+no tag): a sitemap file to read, or a page a sitemap listed (see
+:class:`UrlRecord`).
 
 Normalized URLs contain no whitespace, so the line is unambiguous.  A line
 whose checksum does not match (the torn tail of a segment after a crash) ends
@@ -54,6 +58,12 @@ class UrlRecord:
 
     ``tag`` is empty except in the distributed mode, where it is the URL's
     stream entry (``"<partition>/<entry id>"``, no space): its ack finds it.
+
+    ``via`` (no space) is empty for a link, a start URL or a redirect's
+    target; ``m<level>@<host>`` for a sitemap *file* to read (not a page:
+    ``level`` its nesting, 0 when robots.txt or ``/sitemap.xml`` named it,
+    ``host`` the site it was looked for), and ``s`` or ``s:<lastmod>`` for a
+    page a sitemap listed (larbin_py.sitemap_fetch).
     """
 
     url: str
@@ -61,10 +71,14 @@ class UrlRecord:
     retries: int
     hops: int = 0
     tag: str = ""
+    via: str = ""
 
 
 def encode_record(rec: UrlRecord) -> bytes:
-    if rec.tag:
+    if rec.via:
+        body = f"{rec.depth} {rec.retries} {rec.hops} {rec.url} {rec.tag or '-'} {rec.via}".encode(
+            "utf-8", "surrogateescape")
+    elif rec.tag:
         body = f"{rec.depth} {rec.retries} {rec.hops} {rec.url} {rec.tag}".encode("utf-8", "surrogateescape")
     elif rec.hops:
         body = f"{rec.depth} {rec.retries} {rec.hops} {rec.url}".encode("utf-8", "surrogateescape")
@@ -79,7 +93,11 @@ def decode_record(line: bytes) -> UrlRecord | None:
     if body is None or not body:
         return None
     try:
-        fields = body.split(b" ", 4)  # a URL holds no space: 3 fields, 4 with hops, 5 with a tag
+        fields = body.split(b" ", 5)  # a URL holds no space: 3 fields, 4 with hops, 5 with a tag, 6 with via
+        if len(fields) == 6:
+            depth, retries, hops, url, tag, via = fields
+            return UrlRecord(url.decode("utf-8", "surrogateescape"), int(depth), int(retries), int(hops),
+                             "" if tag == b"-" else tag.decode("ascii"), via.decode("utf-8", "surrogateescape"))
         if len(fields) == 5:
             depth, retries, hops, url, tag = fields
             return UrlRecord(url.decode("utf-8", "surrogateescape"), int(depth), int(retries), int(hops),

@@ -1,8 +1,11 @@
 """The edge: every socket the crawl opens, behind the interfaces of
 larbin_py.frontier.interfaces.
 
-DNS with c-ares (:mod:`.dns`), HTTP/1.1 with h11 and llhttp (:mod:`.http`,
-:mod:`.fastread`, :mod:`.decode`), bandwidth (:mod:`.bandwidth`), cookies
+DNS with c-ares, A and AAAA (:mod:`.dns`), HTTP/1.1 with h11 and llhttp
+(:mod:`.http`, :mod:`.fastread`, :mod:`.decode`: gzip, deflate, br, zstd),
+HTTP/2 with h2 (:mod:`.h2conn`), opening connections: Happy Eyeballs, a
+proxy's CONNECT tunnel, TLS (:mod:`.connect`, :mod:`.proxy`, :mod:`.tls`),
+HTTP authentication (:mod:`.auth`), bandwidth (:mod:`.bandwidth`), cookies
 (:mod:`.cookies`), and dynamic pages in Chromium over its DevTools pipe
 (:mod:`.browser`, :mod:`.cdp`, :mod:`.dynamic`).  Failures are values
 (a result with a reason), never exceptions into the engine.

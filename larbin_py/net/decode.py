@@ -2,11 +2,30 @@
 
 Everything here is sans-I/O and cheap enough for the per-page path.
 
-* :class:`BodyDecoder` undoes ``Content-Encoding: gzip | x-gzip | deflate``
-  incrementally, never producing more than a fixed cap of output: each chunk
-  is inflated with ``zlib.decompressobj().decompress(data, max_length)`` where
-  ``max_length`` is the room left under the cap plus one byte, so a gzip bomb
-  costs at most ``cap + 1`` bytes of memory before it is detected.
+* :class:`BodyDecoder` undoes ``Content-Encoding: gzip | x-gzip | deflate |
+  br | zstd`` incrementally, never producing much more than a fixed cap of
+  output, so a decompression bomb stops at the cap (the fetcher then says
+  ``tooBig``):
+
+  - gzip and deflate: each chunk is inflated with
+    ``zlib.decompressobj().decompress(data, max_length)``, ``max_length``
+    the room left under the cap plus one byte: a bomb costs at most
+    ``cap + 1`` bytes before it is detected;
+  - br (the ``brotli`` package, 1.2 or later): ``Decompressor.process(data,
+    output_buffer_limit=room + 1)``, drained while the decoder holds output
+    back: the same bound;
+  - zstd (the ``zstandard`` package): its decompressor has no output limit
+    per call, so a chunk is fed in slices small enough that one slice cannot
+    inflate past the room left (zstd's best ratio is one 128 KiB block per
+    4 input bytes: a slice is at most ``room / 32768`` bytes, at least 64):
+    a bomb costs at most about ``cap + 2 MiB``.  The window a frame may ask
+    for is bounded at 8 MiB (RFC 8878's limit for HTTP), so a frame cannot
+    make the decoder itself allocate more.
+
+  ``br`` and ``zstd`` are optional: :data:`CODINGS` lists the codings this
+  interpreter decodes, and :func:`accept_encoding` offers exactly those (a
+  coding whose package is missing is never asked for; a server that sends
+  it anyway gets its body passed through undecoded, as any unknown coding).
 * :func:`media_type` splits a ``Content-Type`` value into the lower-cased media
   type and the charset parameter.
 * :func:`parse_retry_after` reads ``Retry-After`` as delta-seconds or an
@@ -15,10 +34,32 @@ Everything here is sans-I/O and cheap enough for the per-page path.
 
 from __future__ import annotations
 
-import email.utils
 import zlib
 
-__all__ = ["BodyDecoder", "DecodeError", "media_type", "parse_retry_after"]
+try:  # optional: the "compression" extra
+    import brotli as _brotli
+    if not hasattr(_brotli.Decompressor(), "can_accept_more_data"):  # < 1.2: no bounded output
+        _brotli = None
+except ImportError:
+    _brotli = None
+try:
+    import zstandard as _zstd
+except ImportError:
+    _zstd = None
+
+__all__ = ["BodyDecoder", "CODINGS", "DecodeError", "accept_encoding", "media_type", "parse_retry_after"]
+
+#: The content codings decoded here, in the order Accept-Encoding offers them.
+CODINGS: tuple[str, ...] = ("gzip", "deflate") + (("br",) if _brotli else ()) + (("zstd",) if _zstd else ())
+#: Largest zstd window a response may ask for (RFC 8878 section 3.1.1.1.2: 8 MiB for HTTP).
+ZSTD_MAX_WINDOW = 8 << 20
+#: zstd's largest expansion: a 128 KiB block from 4 bytes (an RLE block).
+_ZSTD_RATIO = 1 << 15
+
+
+def accept_encoding() -> bytes:
+    """The Accept-Encoding value: every coding of :data:`CODINGS`."""
+    return ", ".join(CODINGS).encode()
 
 
 class DecodeError(Exception):
@@ -31,7 +72,8 @@ class BodyDecoder:
     ``feed(chunk)`` returns the decoded bytes of ``chunk``; it returns at most
     the room left under ``cap`` and sets :attr:`over` when the decoded body
     would exceed ``cap`` (the caller then stops reading: ``tooBig``).
-    Unknown codings (``br``, ``zstd``, ``identity``...) pass through unchanged.
+    Codings not in :data:`CODINGS` (``identity``, ``compress``, ``br`` without
+    its package...) pass through unchanged.
     ``finish()`` checks that a compressed stream ended cleanly.
     """
 
@@ -51,6 +93,12 @@ class BodyDecoder:
             # the wrapper first and fall back to raw on the first chunk.
             self._kind = 2
             self._z = zlib.decompressobj(zlib.MAX_WBITS)
+        elif coding == b"br" and _brotli is not None:
+            self._kind = 3
+            self._z = _brotli.Decompressor()
+        elif coding == b"zstd" and _zstd is not None:
+            self._kind = 4
+            self._z = _zstd.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW).decompressobj()
         else:
             self._kind = 0
             self._z = None
@@ -65,6 +113,10 @@ class BodyDecoder:
             self.size += len(data)
             return data
         z = self._z
+        if self._kind == 3:
+            return self._keep(self._brotli(data, room), room)
+        if self._kind == 4:
+            return self._keep(self._zstd(data, room), room)
         try:
             out = z.decompress(data, room + 1)
         except zlib.error as exc:
@@ -78,16 +130,64 @@ class BodyDecoder:
             else:
                 raise DecodeError(f"{'gzip' if self._kind == 1 else 'deflate'}: {exc}") from None
         self._first = False
+        return self._keep(out, room)
+
+    def _keep(self, out: bytes, room: int) -> bytes:
         if len(out) > room:
             self.over = True
             out = out[:room]
         self.size += len(out)
         return out
 
+    def _brotli(self, data: bytes, room: int) -> bytes:
+        """Up to ``room + 1`` bytes of brotli output for ``data``."""
+        d = self._z
+        try:
+            out = d.process(data, output_buffer_limit=room + 1)
+            while len(out) <= room and not d.can_accept_more_data():
+                out += d.process(b"", output_buffer_limit=room + 1 - len(out))
+        except _brotli.error as exc:
+            raise DecodeError(f"br: {exc}") from None
+        if data:
+            self._first = False
+        return out
+
+    def _zstd(self, data: bytes, room: int) -> bytes:
+        """zstd output for ``data``, fed in slices that cannot inflate far past ``room``."""
+        z = self._z
+        step = max(64, room // _ZSTD_RATIO)
+        parts: list[bytes] = []
+        made = 0
+        try:
+            at = 0
+            while at < len(data):
+                if z.eof:
+                    raise DecodeError("zstd: data after the end of the frame")
+                piece = z.decompress(data[at:at + step])
+                at += step
+                parts.append(piece)
+                made += len(piece)
+                if made > room:
+                    break
+                step = max(64, (room - made) // _ZSTD_RATIO)
+        except _zstd.ZstdError as exc:
+            raise DecodeError(f"zstd: {exc}") from None
+        if data:
+            self._first = False
+        return b"".join(parts)
+
     def finish(self) -> bytes:
         """End of body: flush, and fail if a compressed stream is truncated."""
         z = self._z
         if z is None or self.over:
+            return b""
+        if self._kind == 3:
+            if not z.is_finished() and not self._first:
+                raise DecodeError("compressed body truncated")
+            return b""
+        if self._kind == 4:
+            if not z.eof and not self._first:
+                raise DecodeError("compressed body truncated")
             return b""
         if not z.eof:
             if self.size == 0 and not z.unconsumed_tail and self._first:
@@ -121,6 +221,8 @@ def parse_retry_after(value: bytes, now_epoch: float) -> float | None:
     if text.isdigit():
         return float(int(text))
     try:
+        import email.utils  # an HTTP date in Retry-After: rare, and email costs every start
+
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):
         return None

@@ -1,7 +1,7 @@
 """Asynchronous DNS for the crawler: c-ares (pycares) driven by the event loop.
 
 :class:`Resolver` is Larbin's DNS fetcher in asyncio form.  ``await
-resolver.resolve(name)`` returns a :class:`DNSAnswer` -- the IPv4 addresses of
+resolver.resolve(name)`` returns a :class:`DNSAnswer` -- the addresses of
 ``name`` or a typed error -- and never raises (except ``CancelledError``).
 
 How it works
@@ -37,16 +37,26 @@ How it works
   stripped, lower-cased, non-ASCII names IDNA-encoded.  Literal IPv4 and IPv6
   addresses (``"10.0.0.1"``, ``"::1"``, ``"[::1]"``) bypass DNS.
 
-Only A records (IPv4) are asked for: AAAA is not queried, so a name with only
-IPv6 addresses yields ``"nxdomain"`` (no usable address), like a name that
-does not exist.  CNAME chains inside the answer are followed to the final A
-records.
+Address families (``ip_version``, larbin.conf ``ipVersion``)
+    ``"4"`` asks A records only, ``"6"`` AAAA only, ``"any"`` both: two
+    queries per name, sent together (each takes a slot of
+    ``max_in_flight``), answered as one.  The addresses come IPv6 first,
+    the families interleaved (RFC 8305 section 4: ``v6, v4, v6, v4...``),
+    so the first address is the one Happy Eyeballs tries first
+    (larbin_py.net.connect).  The answer succeeds when either family has an
+    address; its TTL is the smaller of the two that answered.  When neither
+    has, the error is the more telling of the two (``timeout`` before
+    ``servfail``, ``refused``, ``badAnswer``, then ``nxdomain``: a family
+    that has no record says less than one that failed).  A name with
+    addresses of the other family only yields ``"nxdomain"`` under ``"4"``
+    or ``"6"`` (no usable address), like a name that does not exist.  CNAME
+    chains inside the answer are followed to the final records.
 
 Errors (module constants) and what produces them:
 
 ==============  =============================================================
-``nxdomain``    NXDOMAIN; NOERROR without A records; an invalid name (not
-                sent to the server)
+``nxdomain``    NXDOMAIN; NOERROR without A (AAAA) records; an invalid name
+                (not sent to the server)
 ``servfail``    SERVFAIL (after c-ares' retries)
 ``timeout``     no answer within the retries; server unreachable
 ``refused``     REFUSED / NOTIMP / FORMERR from the server; resolver closed
@@ -108,7 +118,12 @@ _STATUS_TO_ERROR = {
 _SOCKET_BAD = pycares.ARES_SOCKET_BAD
 _QUERY_A = pycares.QUERY_TYPE_A
 _TYPE_A = pycares.QUERY_TYPE_A
+_TYPE_AAAA = pycares.QUERY_TYPE_AAAA
 _TYPE_CNAME = pycares.QUERY_TYPE_CNAME
+#: ``ip_version`` -> the record types asked, in the order the addresses are listed.
+IP_VERSIONS: dict[str, tuple[int, ...]] = {"4": (_TYPE_A,), "6": (_TYPE_AAAA,), "any": (_TYPE_AAAA, _TYPE_A)}
+#: Which failure a two-family answer reports when neither family has an address.
+_ERROR_RANK = {TIMEOUT: 0, SERVFAIL: 1, REFUSED: 2, BAD_ANSWER: 3, NXDOMAIN: 4}
 _MAX_CNAME_HOPS = 16
 # Receive buffer of c-ares' sockets: a full window of answers arriving at once
 # must not overflow it (the kernel caps it at net.core.rmem_max).
@@ -286,10 +301,17 @@ class Resolver:
         negative_ttl: float = 60.0,
         timeout_ttl: float = 0.0,
         max_cache: int = 1_000_000,
+        ip_version: str = "4",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not servers:
             raise ValueError("Resolver needs at least one DNS server")
+        if ip_version not in IP_VERSIONS:
+            raise ValueError(f"ip_version must be one of {', '.join(IP_VERSIONS)}, got {ip_version!r}")
+        self.ip_version = ip_version
+        self._types = IP_VERSIONS[ip_version]
+        # name -> the answers of its queries so far (two-family lookups): see _on_result
+        self._parts: dict[str, list] = {}
         if max_in_flight < 1 or tries < 1 or timeout <= 0 or max_cache < 0:
             raise ValueError("max_in_flight, tries, timeout must be positive")
         self.max_in_flight = max_in_flight
@@ -329,7 +351,7 @@ class Resolver:
 
     # ------------------------------------------------------------ public API
     async def resolve(self, name: str) -> DNSAnswer:
-        """Resolve ``name`` to its IPv4 addresses; failures come back as values."""
+        """Resolve ``name`` to its addresses (see ``ip_version``); failures come back as values."""
         cache = self._cache
         entry = cache.get(name)  # fast path: keys are normalized names, never literals
         if entry is not None:
@@ -421,49 +443,66 @@ class Resolver:
         sent = False
         try:
             stats = self.stats
-            while self._queue and stats.in_flight < self.max_in_flight and not self._closed:
+            types = self._types
+            n = len(types)
+            limit = max(self.max_in_flight, n)
+            while self._queue and stats.in_flight + n <= limit and not self._closed:
                 name = self._queue.popleft()
                 stats.queued -= 1
-                stats.in_flight += 1
-                stats.queries_sent += 1
-                if stats.in_flight > stats.peak_in_flight:
-                    stats.peak_in_flight = stats.in_flight
-                try:
-                    self._channel.query(name, _QUERY_A, callback=self._callback_for(name))
-                    sent = True
-                except (pycares.AresError, RuntimeError, ValueError, UnicodeError) as exc:
-                    if name not in self._waiters:
-                        continue  # c-ares already reported the failure via the callback
-                    stats.in_flight -= 1
-                    status = exc.args[0] if isinstance(exc, pycares.AresError) and exc.args else None
-                    error = _STATUS_TO_ERROR.get(status, NXDOMAIN)
-                    self._record_failure(name, error)
+                if n > 1:
+                    self._parts[name] = []
+                for qtype in types:
+                    stats.in_flight += 1
+                    stats.queries_sent += 1
+                    if stats.in_flight > stats.peak_in_flight:
+                        stats.peak_in_flight = stats.in_flight
+                    try:
+                        self._channel.query(name, qtype, callback=self._callback_for(name, qtype))
+                        sent = True
+                    except (pycares.AresError, RuntimeError, ValueError, UnicodeError) as exc:
+                        if name not in self._waiters:
+                            continue  # c-ares already reported the failure via the callback
+                        status = exc.args[0] if isinstance(exc, pycares.AresError) and exc.args else None
+                        self._on_result(name, qtype, None, status if status is not None else _E.ARES_EBADNAME)
         finally:
             self._pumping = False
         if sent and not self._processing:  # inside process_fd: armed after it
             self._arm_timer()
 
-    def _callback_for(self, name: str):
+    def _callback_for(self, name: str, qtype: int = _TYPE_A):
         on_result = self._on_result_cb
-        return lambda result, status: on_result(name, result, status)
+        return lambda result, status: on_result(name, qtype, result, status)
 
-    def _on_result(self, name: str, result, status) -> None:
-        """c-ares callback: turn a reply (or its failure) into the outcome."""
+    def _on_result(self, name: str, qtype: int, result, status) -> None:
+        """c-ares callback: turn a reply (or its failure) into the outcome.
+
+        With two families, the first reply is kept in ``_parts`` until the
+        second one comes; then both make one answer.
+        """
         self.stats.in_flight -= 1
         try:
             if status is None:
-                ips, ttl = _addresses(name, result)
-                if ips:
-                    ttl = min(max(ttl, self.min_ttl), self.valid_time)
-                    self.stats.answers += 1
-                    self._finish(name, ips, None, ttl, cache=True)
-                else:
-                    self._record_failure(name, BAD_ANSWER)
+                ips, ttl = _addresses(name, result, qtype)
+                outcome = (ips, ttl, None) if ips else ((), 0.0, BAD_ANSWER)
             else:
-                self._record_failure(name, _STATUS_TO_ERROR.get(status, BAD_ANSWER))
+                outcome = ((), 0.0, _STATUS_TO_ERROR.get(status, BAD_ANSWER))
         except Exception:  # hostile data must never escape into c-ares
-            if name in self._waiters:
-                self._record_failure(name, BAD_ANSWER)
+            outcome = ((), 0.0, BAD_ANSWER)
+        parts = self._parts.get(name)
+        if parts is not None:
+            parts.append((qtype, outcome))
+            if len(parts) < len(self._types):
+                return
+            del self._parts[name]
+            outcome = _combine(parts)
+        if name in self._waiters:
+            ips, ttl, error = outcome
+            if error is None:
+                ttl = min(max(ttl, self.min_ttl), self.valid_time)
+                self.stats.answers += 1
+                self._finish(name, ips, None, ttl, cache=True)
+            else:
+                self._record_failure(name, error)
         if self._queue and not self._pumping:
             self._pump()
 
@@ -560,18 +599,38 @@ class Resolver:
         self._writers.clear()
 
 
-def _addresses(qname: str, result) -> tuple[tuple[str, ...], float]:
-    """The A addresses for ``qname`` in a pycares DNSResult, and their TTL.
+def _combine(parts) -> tuple[tuple[str, ...], float, str | None]:
+    """One answer of a two-family lookup: ``parts`` are ``(qtype, (ips, ttl, error))``.
+
+    The addresses interleave, IPv6 first (RFC 8305 section 4); the TTL is the
+    smallest of the families that answered; with no address at all, the
+    more telling error (:data:`_ERROR_RANK`).
+    """
+    by_type = dict(parts)
+    v6, v4 = by_type.get(_TYPE_AAAA, ((), 0.0, NXDOMAIN)), by_type.get(_TYPE_A, ((), 0.0, NXDOMAIN))
+    if not v6[0] and not v4[0]:
+        error = min((v6[2], v4[2]), key=lambda e: _ERROR_RANK.get(e, 5))
+        return (), 0.0, error
+    ips: list[str] = []
+    for i in range(max(len(v6[0]), len(v4[0]))):
+        ips.extend(family[0][i] for family in (v6, v4) if i < len(family[0]))
+    ttl = min(t for found, t, _ in (v6, v4) if found)
+    return tuple(ips), ttl, None
+
+
+def _addresses(qname: str, result, qtype: int = _TYPE_A) -> tuple[tuple[str, ...], float]:
+    """The A (or AAAA: ``qtype``) addresses for ``qname`` in a pycares DNSResult, and their TTL.
 
     Follows the CNAME chain starting at ``qname`` (case-insensitive, bounded);
-    only A records owned by the chain's last name count.  The TTL is the
-    smallest TTL of the records used.  Returns ``((), 0)`` when none match.
+    only records of ``qtype`` owned by the chain's last name count.  The TTL
+    is the smallest TTL of the records used.  Returns ``((), 0)`` when none
+    match.
     """
     cnames: dict[str, tuple[str, int]] = {}
     a_records: dict[str, list[tuple[str, int]]] = {}
     for record in result.answer:
         owner = record.name.rstrip(".").lower()
-        if record.type == _TYPE_A:
+        if record.type == qtype:
             a_records.setdefault(owner, []).append((record.data.addr, record.ttl))
         elif record.type == _TYPE_CNAME:
             cnames[owner] = (record.data.cname.rstrip(".").lower(), record.ttl)

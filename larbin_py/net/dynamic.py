@@ -509,12 +509,21 @@ class _Render:
         if p.get("name") == "load" and p.get("frameId") == self.tab.target_id:
             self.loads.add(p.get("loaderId"))
             if self.loader_id is not None and self.loader_id in self.loads:
-                self.loaded.set()
+                self._loaded()
 
     def navigated(self, loader_id: str | None) -> None:
         self.loader_id = loader_id
         if loader_id in self.loads:
-            self.loaded.set()
+            self._loaded()
+
+    def _loaded(self) -> None:
+        """The page loaded: the idle clock starts again from here.  The network
+        service's ``Fetch.requestPaused`` for a request the page's scripts made
+        while loading may come after the renderer's ``load`` event (seen on a
+        loaded machine): a page loaded after more than IDLE s must still give
+        it IDLE s to arrive, or the render ends before the request is served."""
+        self._touch()
+        self.loaded.set()
 
     def _served(self, task: asyncio.Task) -> None:
         self.tasks.discard(task)
@@ -675,7 +684,8 @@ class DynamicFetcher:
     async def fetch(self, url: str, ip: str, port: int, *, cookie: bytes | None = None,
                     request=None, trigger: str | None = None) -> FetchResult:
         """Fetch ``url`` over HTTP and, when it is an HTML page, render it; never raises."""
-        res = await self.http.fetch(url, ip, port, cookie=cookie)
+        addresses = getattr(getattr(request, "site", None), "ips", ())  # Happy Eyeballs: the site's others
+        res = await self.http.fetch(url, ip, port, cookie=cookie, addresses=addresses)
         if self.jar is not None and res.status is not None:  # before the render: its scripts' requests need them
             self.jar.receive(url, [v for n, v in res.headers if n == b"set-cookie"], time.time())
         if (res.error is not None or res.status != 200 or res.content_type is None

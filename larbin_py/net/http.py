@@ -1,4 +1,5 @@
-"""HTTP/1.1 fetcher: an asyncio Protocol that writes requests and reads responses.
+"""HTTP fetcher: an asyncio Protocol that writes HTTP/1.1 requests and reads responses; HTTP/2
+sessions beside it (:mod:`larbin_py.net.h2conn`).
 
 Responses are read by llhttp (httptools) with h11 as the referee, or by h11
 alone (``parser="h11"``): see :mod:`larbin_py.net.fastread` for how the two
@@ -10,8 +11,17 @@ one request and returns a :class:`FetchResult`; it never raises (except
 ``CancelledError``): every failure is a value in ``result.error``:
 
 ==================  =========================================================
-``noConnection``    refused, unreachable, connect timeout, TLS handshake
-                    failure, https through a proxy (see ``error_detail``)
+``noConnection``    refused, unreachable, connect timeout (the TCP connect
+                    or the TLS handshake; see ``error_detail``)
+``tlsError``        the server's certificate refused (expired, another
+                    name, an unknown CA) or its TLS handshake refused
+``proxyError``      the proxy unreachable, CONNECT refused (407 included),
+                    answered with garbage or not within the connect
+                    timeout; a 407 to an http request through it
+``authRequired``    a 401 to a request sent without credentials (status
+                    and body as received)
+``authRetry``       a 401 with a digest challenge the auth rule will answer
+                    on the next request (larbin_py.net.auth)
 ``timeout``         the total page deadline passed (see *Timers*)
 ``reset``           the connection was reset or closed before the response
                     was complete
@@ -46,7 +56,8 @@ Timers
 Keep-alive
     After a complete response that both sides allow to be kept, the
     connection goes idle in a pool keyed ``("http", ip, port)``,
-    ``("https", ip, port, server_hostname)`` or ``("proxy", host, port)``.
+    ``("https", ip, port, server_hostname)``, ``("proxy", host, port)`` or
+    ``("tunnel", proxy_host, proxy_port, ip, port, server_hostname)``.
     Any host on the same key reuses it (the Host header is per request).  An
     idle connection older than ``keep_alive_idle``, closed by the server or
     sending unsolicited bytes is dropped.  A request on a reused connection
@@ -65,16 +76,38 @@ Flow control
     (see :mod:`larbin_py.net.decode`), so neither an endless body nor a gzip
     bomb can take more than about ``max_page_size`` of memory.
 
+HTTP/2
+    With ``http_version`` ``auto`` or ``2`` (and the h2 package), https
+    connections offer ``h2`` by ALPN; one whose handshake chose it becomes
+    an :class:`~larbin_py.net.h2conn.H2Session` kept under the same key, and
+    the requests to that key share it as streams while it takes them.  The
+    sweep checks its streams' deadlines and closes it when idle.  A host
+    whose server broke HTTP/2 is offered HTTP/1.1 only from then on
+    (``h1_hosts``).
+
+Connections
+    Opened by :mod:`larbin_py.net.connect`: Happy Eyeballs over the
+    ``addresses`` of ``fetch()`` (the host's other addresses), or the
+    proxy; then TLS with the context of :class:`~larbin_py.net.tls.TlsPolicy`
+    (or the ``ssl_context`` given).  ``FetchResult.ip`` is the address
+    connected to.
+
 Proxy
-    With ``proxy=(host, port)`` http requests go to the proxy in absolute
-    form (``GET http://host/path HTTP/1.1``).  https through a proxy (CONNECT)
-    is not supported: such fetches return ``noConnection``.  A proxy given by
-    name is resolved by the loop's ``getaddrinfo``; give an IP to avoid that.
+    With ``proxy`` (a :class:`~larbin_py.net.proxy.ProxyConfig`) http
+    requests go to the proxy in absolute form (``GET http://host/path
+    HTTP/1.1``, with ``Proxy-Authorization`` when it has credentials); https
+    ones through a tunnel, ``CONNECT ip:port`` to the address the crawl
+    resolved (politeness is per IP), then TLS to the origin inside it, SNI
+    and the certificate check naming the host (larbin_py.net.connect).
+    ``no_proxy`` hosts go direct.  The proxy's failures are ``proxyError``.
+    A proxy given by name is resolved by the loop's ``getaddrinfo``; give an
+    IP to avoid that.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import re
 import ssl as _ssl
 import time
@@ -85,19 +118,34 @@ import h11
 
 from ..url import authority_of
 from ..transitions import step
+from . import tls as _tls
+from .auth import AuthRules, parse_challenges
 from .bandwidth import TokenBucket
-from .decode import BodyDecoder, DecodeError, media_type, parse_retry_after
+from .connect import attempt_order, open_socket, tunnel
+from .decode import BodyDecoder, DecodeError, accept_encoding, media_type, parse_retry_after
 from .fastread import BIG, DONE, H11, NEED, FastReader
+from .proxy import NoProxy, ProxyConfig, ProxyError
+
+try:  # optional: the "http2" extra
+    from .h2conn import H2Session, request_headers as _h2_headers
+except ImportError:  # no h2 package: HTTP/1.1 only
+    H2Session = None
 
 __all__ = ["Fetcher", "FetchResult", "ERRORS", "CONN_TRANSITIONS"]
 
-ERRORS = ("noConnection", "timeout", "reset", "tooBig", "badResponse", "headerTooBig")
+ERRORS = ("noConnection", "timeout", "reset", "tooBig", "badResponse", "headerTooBig", "proxyError", "tlsError",
+          "authRequired", "authRetry")
 #: How responses are read: llhttp with h11 as the referee, or h11 alone (larbin.conf
 #: ``httpParser``; larbin_py.config takes its choices from here).
 PARSERS: tuple[str, ...] = ("httptools", "h11")
+#: ``httpVersion``: 1.1 only; h2 when the server offers it by ALPN (auto); h2 alone offered (2).
+HTTP_VERSIONS: tuple[str, ...] = ("1.1", "2", "auto")
+#: HTTP/2 can be spoken (the h2 package is installed).
+H2_AVAILABLE = H2Session is not None
+_ALPN = {"1.1": ("http/1.1",), "auto": ("h2", "http/1.1"), "2": ("h2",)}
 
 ACCEPT = b"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
-ACCEPT_ENCODING = b"gzip, deflate"
+ACCEPT_ENCODING = accept_encoding()
 #: Sites whose request headers are kept (see Fetcher._host_headers).
 HEADERS_KEPT = 1024
 
@@ -169,20 +217,21 @@ def _header_block(headers) -> bytes:
     return b"".join(lines)
 
 
-#: A Cookie header's value that h11 accepts (its field-value, without obs-text).
-_COOKIE = re.compile(rb"[\x21-\x7e]+(?:[ \t]+[\x21-\x7e]+)*")
+#: A header value that h11 accepts (its field-value, without obs-text).
+_VALUE = re.compile(rb"[\x21-\x7e]+(?:[ \t]+[\x21-\x7e]+)*")
 
 
-def _with_cookie(headers, block: bytes | None, cookie: bytes) -> tuple:
-    """``headers`` and their bytes with ``Cookie: cookie`` added last.
+def _with_header(headers, block: bytes | None, name: bytes, value: bytes) -> tuple:
+    """``headers`` and their bytes with ``name: value`` added last.
 
-    The kept per-site headers stay as they are (a cookie is per request).
-    A value h11 would accept is added to the block here, so the fast path
-    still skips h11; any other has no block, and h11 checks (and refuses) it.
+    The kept per-site headers stay as they are (a cookie, credentials are
+    per request).  A value h11 would accept is added to the block here, so
+    the fast path still skips h11; any other has no block, and h11 checks
+    (and refuses) it.
     """
-    headers = [*(headers.raw_items() if hasattr(headers, "raw_items") else headers), (b"Cookie", cookie)]
-    if block is not None and _COOKIE.fullmatch(cookie):
-        return headers, b"%sCookie: %s\r\n\r\n" % (block[:-2], cookie)
+    headers = [*(headers.raw_items() if hasattr(headers, "raw_items") else headers), (name, value)]
+    if block is not None and _VALUE.fullmatch(value):
+        return headers, b"%s%s: %s\r\n\r\n" % (block[:-2], name, value)
     return headers, None
 
 
@@ -220,7 +269,8 @@ class _Conn(asyncio.Protocol):
         "f", "key", "ip", "state", "transport", "h", "fast", "request", "waiter", "connect_task",
         "deadline", "idle_since", "res", "resp_bytes", "chunks", "raw_chunks",
         "raw_size", "decoder", "sent_at", "head_buf", "n_info", "method_head",
-        "got_response", "bw_paused", "closed", "body_size", "body_in",
+        "got_response", "bw_paused", "closed", "body_size", "body_in", "phase", "peer", "override",
+        "auth_rule", "auth_sent", "proxied", "h2", "early",
     )
 
     def __init__(self, fetcher: "Fetcher", key: tuple, ip: str) -> None:
@@ -251,6 +301,14 @@ class _Conn(asyncio.Protocol):
         self.closed = False
         self.body_size = 0  # identity body bytes kept so far
         self.body_in = 0  # body bytes received (before content decoding): the page deadline's allowance
+        self.phase = "connect"  # while connecting: connect, proxy (the proxy's connect and CONNECT), tls
+        self.peer = ip  # the address connected to (Happy Eyeballs may pick another of the host's)
+        self.override: tuple[str, str] | None = None  # (error, detail) the head decided (a 407, a 401)
+        self.auth_rule = None  # the auth rule of the request in flight (larbin_py.net.auth)
+        self.auth_sent = False  # the request carried that rule's credentials
+        self.proxied = key[0] == "proxy"  # absolute-form requests to an http proxy: its 407 is its own
+        self.h2 = False  # the TLS handshake chose h2: the fetcher makes it an HTTP/2 session
+        self.early = b""  # bytes the server sent before our first request (an HTTP/2 server's SETTINGS)
 
     # -- asyncio.Protocol -------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -269,6 +327,8 @@ class _Conn(asyncio.Protocol):
         if self.state != _ACTIVE:
             if self.state == _IDLE:  # unsolicited bytes: not reusable
                 self.close(abort=True)
+            elif self.state == _CONNECTING and len(self.early) < 65536:
+                self.early += data  # an HTTP/2 server speaks first: its session reads them
             return
         self.resp_bytes += n
         if self.head_buf is not None and not self.got_response:
@@ -305,14 +365,15 @@ class _Conn(asyncio.Protocol):
         self._events(eof=True)
 
     # -- request/response -------------------------------------------------
-    def start(self, res: FetchResult, request, head: bytes | None = None) -> asyncio.Future:
+    def start(self, res: FetchResult, request, head: bytes | None = None, secrets=()) -> asyncio.Future:
         """Send ``request`` for ``res``; the returned future is set when done.
 
         With ``head`` (the request's bytes, made by the fetcher) a
         :class:`FastReader` reads the response, and ``request`` is an
         ``h11.Request`` or its ``(method, target, headers)``, for h11 should
         it take over; without, ``request`` is an ``h11.Request`` that h11
-        writes, and h11 reads the response.
+        writes, and h11 reads the response.  ``secrets``: credential bytes
+        of the request, kept out of ``raw_request`` (``***`` there).
         """
         f = self.f
         self.state = step(CONN_TRANSITIONS, self.state, "send", "connection")
@@ -334,7 +395,10 @@ class _Conn(asyncio.Protocol):
                 h = self.h = h11.Connection(h11.CLIENT, max_incomplete_event_size=f.max_header_size)
             data = h.send(request) + h.send(h11.EndOfMessage())
         if f.keep_raw:
-            res.raw_request = data
+            raw = data
+            for secret in secrets:
+                raw = raw.replace(secret, b"***")
+            res.raw_request = raw
         self.sent_at = res.sent_at = f._clock()
         self.transport.write(data)
         return waiter
@@ -346,6 +410,7 @@ class _Conn(asyncio.Protocol):
     def _clear_response(self) -> None:
         """Forget what was read of the response (its head, its body so far)."""
         self.got_response = False
+        self.override = None
         self.n_info = 0
         self.chunks = []
         self.body_size = 0
@@ -457,6 +522,13 @@ class _Conn(asyncio.Protocol):
                 res.retry_after = parse_retry_after(value, time.time())
         if coding is not None and not self.method_head:
             self.decoder = BodyDecoder(coding, f.max_page_size)
+        if status == 407 and self.proxied:
+            self.override = ("proxyError", "proxy answered 407 proxy authentication required"
+                                           " (credentials missing or refused)")
+        elif status == 401:
+            self.override = _unauthorized(self.auth_rule, self.auth_sent, headers)
+        elif self.auth_sent:
+            self.auth_rule.succeeded()
         if self.head_buf is not None:
             res.raw_response_head = self._raw_head(status, reason, version, raw_items)
             self.head_buf = None
@@ -510,9 +582,24 @@ class _Conn(asyncio.Protocol):
         """Complete the request in flight; keep or close the connection."""
         f = self.f
         res = self.res
+        override = self.override
+        if override is not None and error is None:  # a whole answer: the connection stays good
+            self.override = None
+            self.state = step(CONN_TRANSITIONS, self.state, "done", "connection")
+            error, detail = override
+            res.error, res.error_detail = error, detail
+            f._errors[error] = f._errors.get(error, 0) + 1
+            return self._end(res, None)
         self.state = step(CONN_TRANSITIONS, self.state, "fail" if error else "done", "connection")
         res.error = error
         res.error_detail = detail
+        if error:
+            f._errors[error] = f._errors.get(error, 0) + 1
+        self._end(res, error)
+
+    def _end(self, res: FetchResult, error: str | None) -> None:
+        """Hand ``res`` its body; keep the connection (no ``error``) or close it."""
+        f = self.f
         res.bytes_read = self.resp_bytes
         chunks = self.chunks
         res.body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -521,8 +608,9 @@ class _Conn(asyncio.Protocol):
         self.chunks = []
         self.raw_chunks = None
         self.res = None
-        if error:
-            f._errors[error] = f._errors.get(error, 0) + 1
+        self.override = None
+        self.auth_rule = None
+        self.auth_sent = False
         waiter = self.waiter
         self.waiter = None
         self.request = None
@@ -593,12 +681,17 @@ class Fetcher:
         timeout_incr: int = 2000,
         max_page_size: int = 5_000_000,
         max_header_size: int = 64 * 1024,
-        proxy: tuple[str, int] | None = None,
+        proxy: ProxyConfig | tuple[str, int] | None = None,
+        no_proxy=(),
         bond_width: int = 0,
         keep_alive_idle: float = 5.0,
         keep_raw: bool = False,
         parser: str = "httptools",
         ssl_context=None,
+        tls: _tls.TlsPolicy | None = None,
+        auth: AuthRules | None = None,
+        happy_eyeballs_delay: float = 0.25,
+        http_version: str = "1.1",
         clock: Callable[[], float] = time.monotonic,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
@@ -610,7 +703,21 @@ class Fetcher:
         self._per_byte = 1.0 / timeout_incr if timeout_incr > 0 else 0.0
         self.max_page_size = max_page_size
         self.max_header_size = max_header_size
-        self.proxy = proxy
+        if isinstance(proxy, tuple):
+            proxy = ProxyConfig(*proxy)
+        self.proxy: ProxyConfig | None = proxy
+        self.no_proxy = no_proxy if isinstance(no_proxy, NoProxy) else NoProxy(no_proxy)
+        self.tls = tls
+        self.auth = auth if auth else None
+        self.happy_eyeballs_delay = happy_eyeballs_delay
+        if http_version not in HTTP_VERSIONS:
+            raise ValueError(f"http_version must be one of {', '.join(HTTP_VERSIONS)}, got {http_version!r}")
+        if http_version == "2" and not H2_AVAILABLE:
+            raise ValueError("httpVersion 2 needs the h2 package (pip install 'larbin_py[http2]')")
+        self.http_version = http_version if H2_AVAILABLE else "1.1"
+        self._h2_sessions: dict[tuple, "H2Session"] = {}
+        #: Hosts whose server broke HTTP/2: spoken to in HTTP/1.1 from then on.
+        self.h1_hosts: set[str] = set()
         self.bond_width = bond_width
         self.keep_alive_idle = keep_alive_idle
         self.keep_raw = keep_raw
@@ -645,24 +752,40 @@ class Fetcher:
         self._bytes = 0
         self._handovers = 0
         self._errors: dict[str, int] = {}
+        self._tls_versions: dict[str, int] = {}  # negotiated per connection
+        self._alpn: dict[str, int] = {}
+        self._fallbacks = 0  # connections Happy Eyeballs made to another address than the first
+        self._h2_requests = 0
 
     # -- public ------------------------------------------------------------
+    def _count(self, error: str) -> None:
+        self._errors[error] = self._errors.get(error, 0) + 1
+
+    def _h2_wanted(self, host: str) -> bool:
+        return self.http_version != "1.1" and host not in self.h1_hosts
+
     @property
     def open_connections(self) -> int:
         """Open connections, idle keep-alive ones included."""
         return sum(self._per_ip.values())
 
     def open_to(self, ip: str) -> int:
-        """Open connections (active or idle) whose peer is ``ip``."""
+        """Open connections (active or idle) to ``ip``: an address, or a network (``2001:db8::/64``,
+        the frontier's key of an IPv6 server)."""
+        if "/" in ip:
+            return sum(n for a, n in self._per_ip.items() if _in_net(a, ip))
         return self._per_ip.get(ip, 0)
 
     def idle_to(self, ip: str) -> int:
-        """Idle keep-alive connections whose peer is ``ip``."""
-        return sum(1 for conns in self._idle.values() for c in conns if c.ip == ip)
+        """Idle keep-alive connections to ``ip`` (an address or a network; an HTTP/2 session without
+        streams counts)."""
+        return (sum(1 for conns in self._idle.values() for c in conns if _in_net(c.ip, ip))
+                + sum(1 for s in self._h2_sessions.values() if not s.streams and _in_net(s.ip, ip)))
 
     def close_idle(self, ip: str | None = None) -> int:
-        """Close idle connections to ``ip`` (all idle ones if None); returns how many."""
-        victims = [c for conns in self._idle.values() for c in conns if ip is None or c.ip == ip]
+        """Close idle connections to ``ip`` (an address or a network; all idle ones if None); how many."""
+        victims = [c for conns in self._idle.values() for c in conns if ip is None or _in_net(c.ip, ip)]
+        victims += [s for s in self._h2_sessions.values() if not s.streams and (ip is None or _in_net(s.ip, ip))]
         for c in victims:
             c.close()
         return len(victims)
@@ -680,11 +803,19 @@ class Fetcher:
             "bytes": self._bytes,
             "h11_handovers": self._handovers,
             "errors": dict(self._errors),
+            "tls_versions": dict(self._tls_versions),
+            "alpn": dict(self._alpn),
+            "h2_sessions": len(self._h2_sessions),
+            "h2_requests": self._h2_requests,
+            "h2_fallback_hosts": len(self.h1_hosts),
+            "address_fallbacks": self._fallbacks,
         }
 
     async def close(self) -> None:
         """Close every connection; fetches in flight end with ``reset``."""
         self._closing = True
+        for s in list(self._h2_sessions.values()):
+            s.close()
         for c in list(self._live) + [c for cs in self._idle.values() for c in cs]:
             if c.connect_task is not None and not c.connect_task.done():
                 c.connect_task.cancel()
@@ -697,16 +828,22 @@ class Fetcher:
         await asyncio.sleep(0)  # let transports deliver connection_lost
 
     async def fetch(self, url: str, ip: str, port: int, *, method: str = "GET",
-                    extra_headers: Iterable[tuple] = (), cookie: bytes | None = None) -> FetchResult:
+                    extra_headers: Iterable[tuple] = (), cookie: bytes | None = None,
+                    addresses: Iterable[str] = ()) -> FetchResult:
         """Fetch ``url`` from ``ip:port``; never raises except CancelledError.
 
         ``cookie`` is a ``Cookie`` header's value (from the cookie jar), sent
         last; the site's kept headers and the fast path are used as without.
+        ``extra_headers`` (``(name, value)`` bytes: a ``site`` line's) are sent
+        after the base ones, each replacing a base header of its name
+        (``User-Agent``, ``Accept``...); h11 checks them.
+        ``addresses``: the host's other addresses, tried by Happy Eyeballs
+        (larbin_py.net.connect) when ``ip`` does not answer quickly.
         """
         started = self._clock()
         res = FetchResult(url, ip, started_at=started)
         try:
-            await self._fetch(res, url, ip, port, method, extra_headers, cookie)
+            await self._fetch(res, url, ip, port, method, extra_headers, cookie, addresses)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug here must not kill the engine
@@ -717,7 +854,7 @@ class Fetcher:
 
     # -- internals ---------------------------------------------------------
     async def _fetch(self, res: FetchResult, url: str, ip: str, port: int,
-                     method: str, extra_headers, cookie: bytes | None = None) -> None:
+                     method: str, extra_headers, cookie: bytes | None = None, addresses=()) -> None:
         if self._loop is None:
             self._loop = self._loop_arg or asyncio.get_running_loop()
             if self.bond_width > 0:
@@ -731,25 +868,22 @@ class Fetcher:
         except ValueError as exc:
             res.error, res.error_detail = "noConnection", str(exc)
             return
-        if self.proxy is not None:
-            if scheme == "https":
-                res.error = "noConnection"
-                res.error_detail = "https through a proxy (CONNECT) is not supported"
-                return
-            key = ("proxy", self.proxy[0], self.proxy[1])
-            ip, port = self.proxy
+        tls = scheme == "https"
+        proxy = self.proxy
+        if proxy is not None and self.no_proxy and self.no_proxy.bypass(sni):
+            proxy = None
+        if proxy is None:
+            key = ("https", ip, port, sni) if tls else ("http", ip, port)
+        elif tls:  # a tunnel to host:port through the proxy (CONNECT)
+            key = ("tunnel", proxy.host, proxy.port, ip, port, sni)
+        else:  # absolute-form requests to the proxy
+            key = ("proxy", proxy.host, proxy.port)
+        rule = self.auth.for_url(url) if self.auth is not None else None
+        headers, block, secrets, sent = self._request_headers(
+            host_header, method, target, extra_headers=extra_headers, cookie=cookie, rule=rule,
+            proxy=proxy if proxy is not None and not tls else None)
+        if proxy is not None and not tls:
             target = url.partition("#")[0]
-        elif scheme == "https":
-            key = ("https", ip, port, sni)
-        else:
-            key = ("http", ip, port)
-        if extra_headers:
-            headers = [(b"Host", _host_bytes(host_header)), *self._base_headers, *extra_headers]
-            block = None
-        else:
-            headers, block = self._headers_by_host.get(host_header) or self._host_headers(host_header)
-        if cookie is not None:
-            headers, block = _with_cookie(headers, block, cookie)
         target_bytes = target.encode("latin-1", "replace")
         head = None
         if self._fast and method == "GET" and block is not None and _TARGET.fullmatch(target_bytes):
@@ -763,22 +897,118 @@ class Fetcher:
                     block = _header_block(request.headers)
                 head = b"%s %s HTTP/1.1\r\n%s" % (request.method, request.target, block)
         self._requests += 1
+        if tls and self.http_version != "1.1":
+            session = self._h2_sessions.get(key)
+            if session is not None and session.can_take():
+                self._reuses += 1
+                res.conn_reused = True
+                return await self._h2_request(session, res, method, host_header, target, headers, rule, sent,
+                                              secrets)
         conn = self._take_idle(key)
         reused = conn is not None
         if conn is None:
-            conn = await self._connect(res, key, ip, port, scheme == "https", sni)
+            # CONNECT names the address the crawl resolved (its politeness is per IP); SNI and the
+            # certificate check name the host
+            authority = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+            conn = await self._connect(res, key, ip, port, tls, sni, addresses, proxy, authority)
             if conn is None:
                 return
+            if conn.h2:  # the server chose HTTP/2 by ALPN: the session takes the transport over
+                session = self._adopt_h2(conn)
+                return await self._h2_request(session, res, method, host_header, target, headers, rule, sent,
+                                              secrets)
         else:
             self._reuses += 1
         res.conn_reused = reused
-        waiter = conn.start(res, request, head)
+        res.ip = conn.peer
+        conn.auth_rule, conn.auth_sent = rule, sent
+        waiter = conn.start(res, request, head, secrets)
         try:
             await waiter
         except asyncio.CancelledError:
             conn.res = None
             conn.close(abort=True)
             raise
+
+    async def _h2_request(self, session, res: FetchResult, method: str, host_header: str, target: str, headers,
+                          rule, sent: bool, secrets=()) -> None:
+        """One request as a stream of ``session`` (larbin_py.net.h2conn).
+
+        With ``keep_raw`` the request is recorded as an HTTP/1.1-shaped
+        text (``GET /path HTTP/2``, then the headers), credentials as ``***``.
+        """
+        self._h2_requests += 1
+        res.ip = session.peer
+        if self.keep_raw:
+            raw = b"%s %s HTTP/2\r\n%s" % (method.encode(), target.encode("latin-1", "replace"),
+                                             _header_block(h11.Request(method=method, target=b"/",
+                                                                       headers=headers).headers))
+            for secret in secrets:
+                raw = raw.replace(secret, b"***")
+            res.raw_request = raw
+        await session.request(res, method, _h2_headers(method, host_header, target, headers), auth_rule=rule,
+                              auth_sent=sent, unauthorized=_unauthorized)
+        if session.broken and session.key[-1] not in self.h1_hosts:
+            self.h1_hosts.add(session.key[-1])  # the server broke HTTP/2: 1.1 for its host from now on
+
+    def _adopt_h2(self, conn: _Conn) -> "H2Session":
+        """A connection whose TLS chose h2 becomes an HTTP/2 session (it keeps the per-IP count)."""
+        conn.state = step(CONN_TRANSITIONS, conn.state, "close", "connection")
+        conn.closed = True
+        self._live.discard(conn)
+        session = H2Session(self, conn.key, conn.ip, conn.peer, conn.transport, early=conn.early)
+        old = self._h2_sessions.get(conn.key)
+        self._h2_sessions[conn.key] = session
+        if old is not None and not old.streams:
+            old.close()
+        self._arm()
+        return session
+
+    def _h2_closed(self, session) -> None:
+        """Bookkeeping when an HTTP/2 session closes."""
+        if self._h2_sessions.get(session.key) is session:
+            del self._h2_sessions[session.key]
+        n = self._per_ip.get(session.ip, 0) - 1
+        if n > 0:
+            self._per_ip[session.ip] = n
+        else:
+            self._per_ip.pop(session.ip, None)
+
+    def _request_headers(self, host_header: str, method: str, target: str, *, extra_headers=(),
+                         cookie: bytes | None = None, rule=None, proxy: ProxyConfig | None = None) -> tuple:
+        """Every header of one request, in one place: ``(headers, block, secrets, credentials_sent)``.
+
+        The site's kept headers (:meth:`_host_headers`), or those and
+        ``extra_headers`` checked anew (each replacing a base header of its name); then ``Authorization`` (the auth
+        ``rule`` of the URL, if it has credentials to send now),
+        ``Proxy-Authorization`` (absolute-form requests to a ``proxy`` with
+        credentials) and ``Cookie`` last.  ``block`` is their bytes when the
+        fast path may send them without h11 (else None); ``secrets`` the
+        credential bytes a record must not keep.
+        """
+        if extra_headers:  # a request's own headers replace the base ones of their names
+            names = {name.lower() for name, _ in extra_headers}
+            headers = [(b"Host", _host_bytes(host_header)),
+                       *(h for h in self._base_headers if h[0].lower() not in names), *extra_headers]
+            block = None
+        else:
+            headers, block = self._headers_by_host.get(host_header) or self._host_headers(host_header)
+        secrets: list[bytes] = []
+        sent = False
+        if rule is not None:
+            cred = rule.credential(method, target)
+            if cred is not None:
+                headers, block = _with_header(headers, block, b"Authorization", cred.value)
+                secrets.append(cred.secret)
+                sent = True
+        if proxy is not None:
+            auth = proxy.authorization()
+            if auth is not None:
+                headers, block = _with_header(headers, block, b"Proxy-Authorization", auth)
+                secrets.append(auth.partition(b" ")[2])
+        if cookie is not None:
+            headers, block = _with_header(headers, block, b"Cookie", cookie)
+        return headers, block, secrets, sent
 
     def _host_headers(self, host_header: str) -> tuple:
         """The request headers for ``host_header``, checked by h11 once, and their bytes; kept.
@@ -794,9 +1024,14 @@ class Fetcher:
         kept = self._headers_by_host[host_header] = (headers, _header_block(headers))
         return kept
 
-    async def _connect(self, res: FetchResult, key: tuple, ip: str, port: int,
-                       tls: bool, sni: str) -> _Conn | None:
-        """Open a connection for ``key``; on failure set ``res`` and return None."""
+    async def _connect(self, res: FetchResult, key: tuple, ip: str, port: int, tls: bool, sni: str,
+                       addresses, proxy: ProxyConfig | None, authority: str) -> _Conn | None:
+        """Open a connection for ``key``; on failure set ``res`` and return None.
+
+        The whole opening (Happy Eyeballs, the proxy's CONNECT, the TLS
+        handshake) is one task that the sweep cancels at the connect
+        deadline; the phase it was in names the failure.
+        """
         loop = self._loop
         conn = _Conn(self, key, ip)
         conn.deadline = self._clock() + self.connect_timeout
@@ -804,42 +1039,80 @@ class Fetcher:
         self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
         self._live.add(conn)
         self._arm()
-        if tls:
-            ctx = self._ssl_context
-            if ctx is None:
-                ctx = self._ssl_context = _ssl.create_default_context()
-            coro = loop.create_connection(lambda: conn, ip, port, ssl=ctx, server_hostname=sni)
-        else:
-            coro = loop.create_connection(lambda: conn, ip, port)
-        task = conn.connect_task = loop.create_task(coro)
+        task = conn.connect_task = loop.create_task(
+            self._open(conn, ip, port, tls, sni, addresses, proxy, authority))
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
-            if task.cancelled() and not task_cancel_was_ours(conn):
-                pass
-            if not task.done() or not task.cancelled() or not conn_timed_out(conn):
+            if not conn_timed_out(conn):  # our caller was cancelled
                 if not task.done():
                     task.cancel()
                 conn.close(abort=True)
                 raise
-        except (OSError, _ssl.SSLError, ValueError) as exc:
-            conn.close(abort=True)
-            res.error = "noConnection"
-            res.error_detail = _connect_detail(exc)
-            self._errors["noConnection"] = self._errors.get("noConnection", 0) + 1
-            return None
+            if conn.phase == "proxy":
+                return self._failed(conn, res, "proxyError", f"proxy {proxy.shown()} did not open the tunnel "
+                                                             f"within the connect timeout ({self.connect_timeout:g}s)")
+            what = "TLS handshake" if conn.phase == "tls" else "connect"
+            return self._failed(conn, res, "noConnection", f"{what} timeout ({self.connect_timeout:g}s)")
+        except ProxyError as exc:
+            return self._failed(conn, res, "proxyError", str(exc))
+        except _ssl.SSLError as exc:  # certificate refused, handshake refused: the server's TLS
+            return self._failed(conn, res, "tlsError", _tls.failure(exc))
+        except (OSError, ValueError) as exc:
+            detail = _connect_detail(exc)
+            if conn.phase == "tls":
+                detail = f"during the TLS handshake: {detail}"
+            return self._failed(conn, res, "noConnection", detail)
         conn.connect_task = None
-        if conn_timed_out(conn):
-            conn.close(abort=True)
-            res.error = "noConnection"
-            res.error_detail = f"connect timeout ({self.connect_timeout:g}s)"
-            self._errors["noConnection"] = self._errors.get("noConnection", 0) + 1
-            return None
         if conn.closed or conn.transport is None:
-            res.error, res.error_detail = "noConnection", "connection closed during connect"
-            self._errors["noConnection"] = self._errors.get("noConnection", 0) + 1
-            return None
+            return self._failed(conn, res, "noConnection", "connection closed during connect")
+        if tls:
+            version, alpn = _tls.negotiated(conn.transport)
+            if version:
+                self._tls_versions[version] = self._tls_versions.get(version, 0) + 1
+            if alpn:
+                self._alpn[alpn] = self._alpn.get(alpn, 0) + 1
+            conn.h2 = alpn == "h2" and H2_AVAILABLE
+        if conn.peer != ip:
+            self._fallbacks += 1
         return conn
+
+    async def _open(self, conn: _Conn, ip: str, port: int, tls: bool, sni: str, addresses,
+                    proxy: ProxyConfig | None, authority: str) -> None:
+        """Connect ``conn``: a socket (Happy Eyeballs, or the proxy), the tunnel, TLS."""
+        loop = self._loop
+        if proxy is not None:
+            conn.phase = "proxy"
+        sock, peer = await open_socket(loop, attempt_order(ip, addresses), port,
+                                       delay=self.happy_eyeballs_delay, proxy=proxy)
+        try:
+            if proxy is None:
+                conn.peer = peer
+            else:
+                if tls:
+                    await tunnel(loop, sock, authority, proxy, user_agent=self._base_headers[0][1],
+                                 max_head=self.max_header_size)
+                conn.phase = "connect"
+            if tls:
+                conn.phase = "tls"
+                ctx = self._ssl_context
+                if ctx is None:
+                    if self.tls is None:
+                        self.tls = _tls.TlsPolicy()
+                    ctx = self.tls.context(sni, _ALPN[self.http_version if self._h2_wanted(sni) else "1.1"])
+                await loop.create_connection(lambda: conn, sock=sock, ssl=ctx, server_hostname=sni)
+            else:
+                await loop.create_connection(lambda: conn, sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+
+    def _failed(self, conn: _Conn, res: FetchResult, error: str, detail: str) -> None:
+        """A connection that could not be opened: closed, and ``res`` says why."""
+        conn.close(abort=True)
+        res.error, res.error_detail = error, detail
+        self._errors[error] = self._errors.get(error, 0) + 1
+        return None
 
     def _take_idle(self, key: tuple) -> _Conn | None:
         conns = self._idle.get(key)
@@ -893,6 +1166,8 @@ class Fetcher:
         now = self._clock()
         per_byte = self._per_byte
         cap = self.max_page_size
+        for s in list(self._h2_sessions.values()):
+            s.expire(now)
         for c in list(self._live):
             if c.state == _ACTIVE:
                 body = c.body_in
@@ -906,19 +1181,19 @@ class Fetcher:
             stale = [c for cs in self._idle.values() for c in cs if c.idle_since < limit]
             for c in stale:
                 c.close()
-        if self._live or self._idle:
+        if self._live or self._idle or self._h2_sessions:
             self._arm()
 
     # -- bandwidth ---------------------------------------------------------
     def _pause_all(self) -> None:
-        for c in self._live:
+        for c in [*self._live, *self._h2_sessions.values()]:
             t = c.transport
             if t is not None and not c.bw_paused and not t.is_closing():
                 t.pause_reading()
                 c.bw_paused = True
 
     def _resume_all(self) -> None:
-        for c in self._live:
+        for c in [*self._live, *self._h2_sessions.values()]:
             if c.bw_paused:
                 c.bw_paused = False
                 t = c.transport
@@ -926,12 +1201,31 @@ class Fetcher:
                     t.resume_reading()
 
 
+def _unauthorized(rule, sent: bool, headers: list) -> tuple[str, str] | None:
+    """A 401's outcome: ``authRequired`` without credentials, ``authRetry`` for a digest challenge
+    to answer, None (an ordinary 4xx) when our credentials were refused (HTTP/1.1 and HTTP/2 alike)."""
+    if rule is None:
+        return ("authRequired", "401 and no auth rule for this URL")
+    challenges = parse_challenges(v for n, v in headers if n == b"www-authenticate")
+    if rule.answered_401(sent, challenges) == "retry":
+        return ("authRetry", "401 with a digest challenge: asked again with credentials")
+    if not sent:
+        return ("authRequired", f"401 and no {rule.scheme} credentials to send")
+    return None
+
+
 def conn_timed_out(conn: _Conn) -> bool:
     return conn.deadline == -_INF
 
 
-def task_cancel_was_ours(conn: _Conn) -> bool:
-    return conn_timed_out(conn)
+def _in_net(address: str, ip: str) -> bool:
+    """``address`` is ``ip``, or lies in the network ``ip`` (``2001:db8::/64``)."""
+    if "/" not in ip:
+        return address == ip
+    try:
+        return ipaddress.ip_address(address) in ipaddress.ip_network(ip, strict=False)
+    except ValueError:
+        return False
 
 
 def _connect_detail(exc: BaseException) -> str:

@@ -20,7 +20,6 @@ from .mirror import MirrorOutput
 from .paths import relpath_to_url, url_to_relpath
 from .save import SaveOutput
 from .stats import NoOutput, StatsOutput
-from .warc import WarcOutput
 
 __all__ = [
     "Document",
@@ -60,12 +59,23 @@ def open_output(mode: str, save_dir: str, *, files_per_dir: int = 2000,
     if mode == "save":
         return SaveOutput(save_dir, files_per_dir=files_per_dir, position=position)
     if mode == "warc":
+        from .warc import WarcOutput  # warcio (and email, six...) only for a WARC crawl
+
         return WarcOutput(save_dir, max_size=warc_max_size, position=position)
     if mode == "stats":
         return StatsOutput()
     if mode == "none":
         return NoOutput()
     raise OutputError(f"unknown output mode {mode!r} (expected one of {', '.join(MODES)})")
+
+
+def __getattr__(name: str):
+    """``WarcOutput``, imported on first use (PEP 562): warcio costs every other crawl's start."""
+    if name == "WarcOutput":
+        from .warc import WarcOutput
+
+        return WarcOutput
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_output(config, position: dict | None = None) -> Output:

@@ -81,6 +81,10 @@ class Document:
     #: ``body`` is the DOM rendered by the browser (dynamicPages), not the body fetched;
     #: the WARC then keeps the fetched answer as the response and adds a ``conversion`` record.
     rendered: bool = False
+    #: How the URL was found when not by a link: ``sitemap`` (larbin_py.sitemap_fetch), with the
+    #: ``<lastmod>`` the sitemap gave (W3C datetime, or ""): the WARC writes them on the response.
+    found_by: str = ""
+    lastmod: str = ""
 
 
 class OutputError(Exception):

@@ -290,6 +290,10 @@ class WarcOutput:
         headers = {"WARC-Date": _warc_date(doc.fetched_at)}
         if doc.ip:
             headers["WARC-IP-Address"] = doc.ip
+        if doc.found_by:  # how the URL was found, when not by a link (an extension field)
+            headers["WARC-Larbin-Found-By"] = doc.found_by
+            if doc.lastmod:
+                headers["WARC-Larbin-Lastmod"] = doc.lastmod
         response = writer.create_warc_record(
             doc.url, "response",
             payload=io.BytesIO(body), length=len(body),

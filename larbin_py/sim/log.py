@@ -44,6 +44,13 @@ class Request:
     status: int
     fault: str = ""
     late: float = 0.0
+    #: The request's headers but Host, ``(lower-case name, value)``, in order.
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def header(self, name: str) -> str | None:
+        """The value of header ``name`` (any case), or None."""
+        name = name.lower()
+        return next((v for n, v in self.headers if n == name), None)
 
     @property
     def url(self) -> str:

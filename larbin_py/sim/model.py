@@ -48,6 +48,18 @@ class Resource:
     js_needs: str = "none"
     #: Same-host paths the page's scripts request when it is rendered.
     js_fetches: tuple[str, ...] = ()
+    #: (sim.scope) The canonical URL the page's head names, its meta robots content.
+    canonical: str | None = None
+    robots_meta: str = ""
+    #: (sim.scope) A sitemap file's pages (paths on its host), the sitemaps it names, its off-site URLs.
+    sitemap_urls: tuple[str, ...] = ()
+    sitemap_files: tuple[str, ...] = ()
+    sitemap_offsite: tuple[str, ...] = ()
+
+    @property
+    def header_robots(self) -> str:
+        """The X-Robots-Tag header's value, lower case ("" when none)."""
+        return next((v.lower() for n, v in self.extra_headers if n.lower() == "x-robots-tag"), "")
 
     @property
     def is_html(self) -> bool:
@@ -89,6 +101,7 @@ class Host:
     trap: bool = False
     display: str = ""  # Unicode form for IDN hosts
     cname: str | None = None  # DNS: this name is a CNAME to that one
+    sitemap_flavour: str = "none"  # sim.scope: index, text, default or none
 
     def root(self, port: int) -> str:
         return base_url(self.name, port) + "/"

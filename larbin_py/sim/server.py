@@ -217,7 +217,7 @@ class _HTTPConn(asyncio.Protocol):
     """One server-side connection: parse, decide, answer, in order."""
 
     __slots__ = ("srv", "transport", "id", "ip", "client_port", "buf", "busy", "closed",
-                 "loop", "conn", "skip", "stalled", "sock", "arrived", "late", "fin_at")
+                 "loop", "conn", "skip", "stalled", "sock", "arrived", "late", "fin_at", "headers")
 
     def __init__(self, srv: SimServer):
         self.srv = srv
@@ -230,6 +230,7 @@ class _HTTPConn(asyncio.Protocol):
         self.arrived = 0.0  # monotonic arrival of the last bytes read (see read_late)
         self.late = 0.0  # how long after it they were read
         self.fin_at: float | None = None  # monotonic arrival of the client's FIN
+        self.headers: tuple = ()  # the current request's headers but Host (the log keeps them)
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -295,9 +296,12 @@ class _HTTPConn(asyncio.Protocol):
             return
         method, target, version = parts
         raw_host = accept = conn_hdr = ""
+        seen_headers = []
         for line in lines[1:]:
             name, _, value = line.partition(":")
             name = name.strip().lower()
+            if name and name != "host":
+                seen_headers.append((name, value.strip()))
             if name == "host":
                 raw_host = value.strip()
             elif name == "accept-encoding":
@@ -313,6 +317,7 @@ class _HTTPConn(asyncio.Protocol):
                 cut = min(n, len(self.buf))
                 self.buf = self.buf[cut:]
                 self.skip = n - cut
+        self.headers = tuple(seen_headers[:32])
         keep = ("close" not in conn_hdr) if version == "HTTP/1.1" else ("keep-alive" in conn_hdr)
         hostname = raw_host.rsplit(":", 1)[0] if not raw_host.endswith("]") else raw_host
         hostname = hostname.lower().rstrip(".")
@@ -402,7 +407,8 @@ class _HTTPConn(asyncio.Protocol):
 
     def _log(self, now, host, raw_host, method, target, status, fault) -> None:
         self.srv.log.add(Request(now, time.time() - self.late, self.id, self.client_port, self.ip,
-                                 self.srv.port, host, raw_host, method, target, status, fault, self.late))
+                                 self.srv.port, host, raw_host, method, target, status, fault, self.late,
+                                 self.headers))
 
     def _later(self, delay, host, h, b, keep, method, special, fault=None) -> None:
         if delay > 0:

@@ -32,6 +32,23 @@ case-insensitive) else ``*``; longest pattern wins, Allow on ties; ``*`` and
 ``$``; only the first 500 KiB count; 4xx -> allow all; 5xx, a timeout or a
 broken connection -> disallow all; redirects are followed.
 
+Scope (:mod:`larbin_py.sim.scope`'s pages): with ``sitemaps``, the first
+time a host's robots.txt is read (it answered, or 4xx: not 5xx nor
+silence) its sitemap files are: those its robots.txt names, else
+``/sitemap.xml``; a file robots.txt forbids is ``forbiddenRobots``, a
+missing one ``err40X``, a read one ``sitemap``; an index's files are read
+down to level 3; the pages a file lists (on its host) are met at depth
+``depth_in_site``, through the same rules as links.  With
+``respect_noindex`` a page whose meta robots or X-Robots-Tag (for the
+agent, or for all) says noindex is ``noindex`` (requested, not saved, its
+links followed); an X-Robots-Tag nofollow for the agent stops its links.
+With ``follow_canonical`` a page whose canonical names another URL is
+``canonicalised`` and its canonical is met at the page's depth, except two
+pages naming each other (``canonical_loops``: exactly one of them is
+saved, the other ``canonicalised``, whichever the crawl met first).
+``url_include``/``url_exclude`` (Python ``re`` here: the sim's patterns
+are simple) refuse a URL as ``notIncluded``/``excluded``.
+
 Transient faults are ignored (retries win).  With ``page_no_duplicate``,
 pages whose bytes are identical form ``duplicate_groups``: exactly one URL of
 each group is saved (whichever the crawler met first), the others end
@@ -79,6 +96,12 @@ class CrawlRules:
     #: The crawl's ``dynamicPages`` rules, ``(pattern, trigger)``: a page they render with the
     #: trigger it needs has its JavaScript links (sim.dynamic) followed too.
     dynamic_pages: tuple[tuple[str, str], ...] = ()
+    # Scope (see the module docstring).
+    sitemaps: bool = False
+    respect_noindex: bool = True
+    follow_canonical: bool = False
+    url_include: tuple[str, ...] = ()
+    url_exclude: tuple[str, ...] = ()
 
 
 @dataclass
@@ -99,6 +122,12 @@ class Truth:
     sub_requests: set[str] = field(default_factory=set)
     #: Dynamic pages (URL -> whether their JavaScript links are found).
     rendered: dict[str, bool] = field(default_factory=dict)
+    #: Sitemap files requested and read (each also in must_request, reason ``sitemap``).
+    sitemap_files: set[str] = field(default_factory=set)
+    #: Pages some sitemap read lists (whatever their fate).
+    listed: set[str] = field(default_factory=set)
+    #: Pairs of pages whose canonicals name each other: one saved, the other canonicalised.
+    canonical_loops: list[frozenset[str]] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------
@@ -220,6 +249,33 @@ def _ext_forbidden(pq: str, exts: tuple[str, ...]) -> bool:
     return any(path.endswith(e.lower()) for e in exts)
 
 
+def _says(value: str, agent: str, word: str) -> bool:
+    """Whether an X-Robots-Tag value (lower case) says ``word`` to ``agent``."""
+    applies = True
+    for part in value.split(","):
+        name, colon, rest = part.partition(":")
+        name = name.strip()
+        if colon and name not in ("unavailable_after", "max-snippet", "max-image-preview", "max-video-preview"):
+            applies = name == agent.lower()
+            name = rest.strip()
+        if applies and (name == word or (name == "none" and word in ("noindex", "nofollow"))):
+            return True
+    return False
+
+
+def _noindex(res, agent: str) -> bool:
+    meta = res.robots_meta.lower()
+    return "noindex" in meta or "none" in meta or _says(res.header_robots, agent, "noindex")
+
+
+def _pattern_refused(url: str, rules: CrawlRules) -> str | None:
+    if rules.url_include and not any(re.search(p, url) for p in rules.url_include):
+        return "notIncluded"
+    if any(re.search(p, url) for p in rules.url_exclude):
+        return "excluded"
+    return None
+
+
 def compute_truth(web: SimWeb, rules: CrawlRules, faults: FaultPlan | None = None) -> Truth:
     """Ground truth of a crawl of ``web`` under ``rules`` (see module docstring)."""
     D = rules.depth_in_site
@@ -244,7 +300,45 @@ def compute_truth(web: SimWeb, rules: CrawlRules, faults: FaultPlan | None = Non
         r = robots_cache.get(host.name)
         if r is None:
             r = robots_cache[host.name] = robots_rules(web, host, faults)
+            if rules.sitemaps and rules.obey_robots and host.robots.kind not in ("error", "timeout"):
+                discover(host, r)
         return r
+
+    sitemap_seen: set[str] = set()
+
+    def discover(host: Host, r: Rules) -> None:
+        """A host's robots.txt is read: its sitemap files, and what they list."""
+        named = [line.split(":", 1)[1].strip() for line in
+                 host.robots.effective_body.decode("utf-8", "replace").splitlines()
+                 if line.lower().startswith("sitemap:")] if host.robots.kind not in ("absent", "forbidden") else []
+        files = [(u, 0) for u in named] or [(web.url(host.name, "/sitemap.xml"), 0)]
+        while files:
+            furl, level = files.pop()
+            if furl in sitemap_seen:
+                continue
+            sitemap_seen.add(furl)
+            fhost_name, _p, fpq = split_url(furl)
+            fhost = web.hosts.get(fhost_name)
+            if fhost is None:
+                truth.expected_reason[furl] = "noDNS"
+                continue
+            if not robots_cache.setdefault(fhost_name, robots_rules(web, fhost, faults)).allowed(
+                    rules.user_agent, fpq):
+                truth.expected_reason[furl] = "forbiddenRobots"
+                continue
+            truth.must_request.add(furl)
+            res = web.resource(fhost, fpq)
+            if res is None or res.status >= 400:
+                truth.expected_reason[furl] = "err40X"
+                continue
+            truth.expected_reason[furl] = "sitemap"
+            truth.sitemap_files.add(furl)
+            for pq in res.sitemap_urls:
+                page = web.url(fhost_name, pq)
+                truth.listed.add(page)
+                push(page, D)
+            if level + 1 <= 3:
+                files.extend((web.url(fhost_name, pq), level + 1) for pq in res.sitemap_files)
 
     while heap:
         negd, url = heapq.heappop(heap)
@@ -255,7 +349,7 @@ def compute_truth(web: SimWeb, rules: CrawlRules, faults: FaultPlan | None = Non
         host = web.hosts.get(hostname)
         if _ext_forbidden(pq, rules.forbidden_extensions) or ("?" in pq and not rules.get_cgi):
             continue
-        if d < 0 or host is None:
+        if d < 0 or host is None or _pattern_refused(url, rules):
             continue
         if rules.obey_robots and not host_rules(host).allowed(rules.user_agent, pq):
             continue
@@ -272,6 +366,13 @@ def compute_truth(web: SimWeb, rules: CrawlRules, faults: FaultPlan | None = Non
         if not res.is_html:
             continue
         links = res.links
+        if _says(res.header_robots, rules.user_agent, "nofollow"):
+            links = ()
+        canonical = res.canonical if rules.follow_canonical and res.canonical not in (None, url) else None
+        if canonical is not None and not (rules.respect_noindex and _noindex(res, rules.user_agent)):
+            back = web.lookup(canonical)
+            if back is None or back.canonical != url:  # a loop keeps both requested, one saved
+                push(canonical, d)
         trigger = _dynamic_trigger(rules.dynamic_pages, url)
         if trigger is not None:
             found = res.js_needs == "none" or res.js_needs == trigger
@@ -308,6 +409,10 @@ def compute_truth(web: SimWeb, rules: CrawlRules, faults: FaultPlan | None = Non
         if "?" in pq and not rules.get_cgi:
             truth.expected_reason[url] = "cgi"
             continue
+        refused = _pattern_refused(url, rules)
+        if refused is not None:
+            truth.expected_reason[url] = refused
+            continue
         if d < 0:
             truth.expected_reason[url] = "tooDeep"
             continue
@@ -337,6 +442,16 @@ def compute_truth(web: SimWeb, rules: CrawlRules, faults: FaultPlan | None = Non
             truth.expected_reason[url] = "err40X" if status < 500 else "err50X"
         elif res.status != 200:
             truth.expected_reason[url] = "err30X"
+        elif res.is_html and rules.respect_noindex and _noindex(res, rules.user_agent):
+            truth.expected_reason[url] = "noindex"
+        elif res.is_html and rules.follow_canonical and res.canonical not in (None, url):
+            back = web.lookup(res.canonical)
+            if back is not None and back.canonical == url:
+                pair = frozenset((url, res.canonical))
+                if pair not in truth.canonical_loops:
+                    truth.canonical_loops.append(pair)
+            else:
+                truth.expected_reason[url] = "canonicalised"
         elif res.is_html:
             truth.saved[url] = res.body
         elif rules.any_type or (rules.get_images and res.content_type.startswith("image/")):

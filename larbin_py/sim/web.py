@@ -39,6 +39,7 @@ from html import escape
 
 from .links import LinkWriter, relative, render_attr
 from .model import ROBOTS_SIZE_LIMIT, Host, Link, Resource, RobotsProfile, base_url
+from .scope import add_scope
 from .trap import trap_page, trap_root
 
 __all__ = ["SimConfig", "SimWeb", "DEFAULT_ROBOTS_MIX", "ROBOTS_SIZE_LIMIT", "Host", "Link",
@@ -101,6 +102,11 @@ class SimConfig:
     load: dict[str, tuple[float, ...]] = field(default_factory=dict)
     seeds: int | None = None  # number of h{i} roots in sim.seeds (None = all)
     dynamic: bool = False  # js.sim.test: links written by JavaScript (sim.dynamic), its root a seed
+    #: Pages shaped like documentation (a generated manual's): the same links and
+    #: filler, but in a deep tree -- nested sections, a table of contents as nested
+    #: lists, tables, code blocks -- as Sphinx or Javadoc write them.
+    doc_pages: bool = False
+    scope: bool = False  # sim.scope: sitemaps, noindex and nofollow pages, canonical pairs on each h{i}
 
 
 DEFAULT_ROBOTS_MIX = {
@@ -319,6 +325,8 @@ class _Generator:
             if idx == 0 and kind in ("error", "timeout", "agent"):
                 kind = "absent"  # h0's root links the special hosts: keep it crawlable
             h.robots = self._robots(h, rng, kind)
+            if c.scope and idx < n:
+                add_scope(h, self.port, c.seed, hosts)
         web._max_layer = max((r.layer for h in all_hosts for r in h.resources.values()), default=0)
         return web
 
@@ -510,6 +518,9 @@ class _Generator:
             out.extend(f'<frame src="{render_attr(lk.raw)}">' for lk in links)
             out.append(f"<noframes>{escape(text)}</noframes></frameset></html>\n")
             return "".join(out)
+        if self.c.doc_pages:
+            self._render_doc(out, text, links, malformed, body_len, rng)
+            return "".join(out)
         out.append(f"<body><h1>{escape(text)}</h1>\n")
         per = max(1, body_len // (len(links) + 1))
         areas = []
@@ -531,6 +542,70 @@ class _Generator:
         else:
             out.append("<p>" + escape(text) + "</p></body></html>\n")
         return "".join(out)
+
+    def _render_doc(self, out: list[str], text: str, links: list[Link], malformed: bool, body_len: int,
+                    rng: random.Random) -> None:
+        """The body of a documentation-like page (``doc_pages``): a third of the
+        links in a table of contents of nested lists, the rest in sections nested
+        up to 12 deep (paragraphs with inline markup, definition tables, code
+        blocks); the DOM is about 20-30 elements deep, as a manual's."""
+        areas = [lk for lk in links if lk.kind == "area"]
+        inline = [lk for lk in links if lk.kind != "area"]
+        toc_n = len(inline) // 3
+        toc, body = inline[:toc_n], inline[toc_n:]
+        per = max(1, body_len // (len(links) + 1))
+        out.append('<body><div class="document"><div class="documentwrapper"><div class="bodywrapper">'
+                   '<div class="body" role="main">\n')
+        out.append('<div class="sphinxsidebar" role="navigation"><div class="sphinxsidebarwrapper">'
+                   '<h3>Table of contents</h3>\n')
+        depth = 0
+        for lk in toc:  # nested lists, going down and up as a manual's toctree does
+            want = rng.randint(1, 5)
+            while depth < want:
+                out.append("<ul>")
+                depth += 1
+            while depth > want:
+                out.append("</li></ul>")
+                depth -= 1
+            out.append('<li class="toctree-l%d">' % depth + self._anchor(lk, rng) + " "
+                       + _filler(rng, min(per, 40)) + "</li>\n")
+        out.append("</ul>" * depth + "</div></div>\n")
+        out.append(f'<div class="section" id="top"><h1>{escape(text)}</h1>\n')
+        depth = 1
+        for i, lk in enumerate(body):
+            want = rng.randint(1, 12)
+            if want > depth:
+                for _ in range(want - depth):
+                    depth += 1
+                    out.append(f'<div class="section" id="s{i}-{depth}"><h{min(depth, 6)}>'
+                               f'{_filler(rng, 30)}</h{min(depth, 6)}>\n')
+            elif want < depth and rng.random() < 0.5:
+                out.append("</div>\n" * (depth - want))
+                depth = want
+            shape = rng.random()
+            if shape < 0.6:
+                out.append("<p>" + _filler(rng, per // 3) + ' <span class="pre"><code>'
+                           + escape(_filler(rng, 20)) + "</code></span> <em>" + _filler(rng, per // 6)
+                           + "</em> " + self._anchor(lk, rng) + " " + _filler(rng, per // 3) + "</p>\n")
+            elif shape < 0.8:
+                out.append('<table class="docutils"><tbody><tr><td><p><strong>' + _filler(rng, 20)
+                           + "</strong></p></td><td><p>" + self._anchor(lk, rng) + " "
+                           + _filler(rng, max(1, per - 40)) + "</p></td></tr></tbody></table>\n")
+            else:
+                out.append('<dl class="function"><dt><code class="descname">' + escape(_filler(rng, 20))
+                           + "</code></dt><dd><p>" + self._anchor(lk, rng) + "</p>"
+                           + '<div class="highlight"><pre><span class="k">' + escape(_filler(rng, per // 2))
+                           + "</span></pre></div></dd></dl>\n")
+        if areas:
+            out.append('<map name="m">')
+            for lk in areas:
+                out.append(f'<area shape="rect" coords="0,0,9,9" href="{render_attr(lk.raw)}" alt="x">')
+            out.append("</map>")
+        if malformed:
+            out.append("<div><b>unclosed <i>mis</b>nested</i> broken &copy entity &#xZZ; "
+                       "and &nbsp stray < sign <table><tr><td>cell")
+        else:
+            out.append("</div>\n" * depth + "<p>" + escape(text) + "</p></div></div></div></div></body></html>\n")
 
     @staticmethod
     def _anchor(lk: Link, rng: random.Random) -> str:
