@@ -207,7 +207,7 @@ class AuthRule:
         parts = [f'username="{self.user}"', f'realm="{realm}"', f'nonce="{nonce}"', f'uri="{target}"']
         if "auth" in qops:
             response = H(f"{ha1}:{nonce}:{nc}:{cnonce}:auth:{ha2}")
-            parts += [f"qop=auth", f"nc={nc}", f'cnonce="{cnonce}"']
+            parts += ["qop=auth", f"nc={nc}", f'cnonce="{cnonce}"']
         else:
             response = H(f"{ha1}:{nonce}:{ha2}")
         parts.append(f'response="{response}"')

@@ -34,6 +34,7 @@ Everything here is sans-I/O and cheap enough for the per-page path.
 
 from __future__ import annotations
 
+import time
 import zlib
 
 try:  # optional: the "compression" extra
@@ -47,7 +48,7 @@ try:
 except ImportError:
     _zstd = None
 
-__all__ = ["BodyDecoder", "CODINGS", "DecodeError", "accept_encoding", "media_type", "parse_retry_after"]
+__all__ = ["BodyDecoder", "CODINGS", "DecodeError", "accept_encoding", "media_type", "parse_retry_after", "read_headers"]
 
 #: The content codings decoded here, in the order Accept-Encoding offers them.
 CODINGS: tuple[str, ...] = ("gzip", "deflate") + (("br",) if _brotli else ()) + (("zstd",) if _zstd else ())
@@ -233,3 +234,20 @@ def parse_retry_after(value: bytes, now_epoch: float) -> float | None:
 
         when = when.replace(tzinfo=datetime.timezone.utc)
     return max(0.0, when.timestamp() - now_epoch)
+
+
+def read_headers(res, headers) -> bytes | None:
+    """What the crawl reads of a response's ``headers`` (lower-cased names, as h11
+    and h2 give them), set on ``res``: its media type and charset, ``Location``,
+    ``Retry-After``.  Returns its ``Content-Encoding`` (None: none)."""
+    coding = None
+    for name, value in headers:
+        if name == b"content-type":
+            res.content_type, res.charset = media_type(value)
+        elif name == b"content-encoding":
+            coding = value
+        elif name == b"location":
+            res.location = value.decode("latin-1")
+        elif name == b"retry-after":
+            res.retry_after = parse_retry_after(value, time.time())
+    return coding

@@ -46,7 +46,6 @@ Bounds and outcomes, per stream unless said:
 from __future__ import annotations
 
 import asyncio
-import time
 
 import h2.config
 import h2.connection
@@ -55,7 +54,7 @@ import h2.exceptions
 import h2.settings
 from h2.errors import ErrorCodes
 
-from .decode import BodyDecoder, DecodeError, media_type, parse_retry_after
+from .decode import BodyDecoder, DecodeError, read_headers
 
 __all__ = ["H2Session", "request_headers", "STREAM_WINDOW"]
 
@@ -292,7 +291,6 @@ class H2Session(asyncio.Protocol):
         res.rtt = f._clock() - st.sent_at
         status = None
         out = []
-        coding = None
         for name, value in headers:
             if name == b":status":
                 status = int(value)
@@ -300,14 +298,7 @@ class H2Session(asyncio.Protocol):
             if name[:1] == b":":
                 continue
             out.append((name, value))
-            if name == b"content-type":
-                res.content_type, res.charset = media_type(value)
-            elif name == b"content-encoding":
-                coding = value
-            elif name == b"location":
-                res.location = value.decode("latin-1")
-            elif name == b"retry-after":
-                res.retry_after = parse_retry_after(value, time.time())
+        coding = read_headers(res, out)
         res.status = status
         res.headers = out
         if coding is not None:

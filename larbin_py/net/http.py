@@ -122,7 +122,7 @@ from . import tls as _tls
 from .auth import AuthRules, parse_challenges
 from .bandwidth import TokenBucket
 from .connect import attempt_order, open_socket, tunnel
-from .decode import BodyDecoder, DecodeError, accept_encoding, media_type, parse_retry_after
+from .decode import BodyDecoder, DecodeError, accept_encoding, read_headers
 from .fastread import BIG, DONE, H11, NEED, FastReader
 from .proxy import NoProxy, ProxyConfig, ProxyError
 
@@ -510,16 +510,7 @@ class _Conn(asyncio.Protocol):
         res.reason_phrase = reason.decode("latin-1")
         res.http_version = version
         res.headers = headers
-        coding = None
-        for name, value in headers:
-            if name == b"content-type":
-                res.content_type, res.charset = media_type(value)
-            elif name == b"content-encoding":
-                coding = value
-            elif name == b"location":
-                res.location = value.decode("latin-1")
-            elif name == b"retry-after":
-                res.retry_after = parse_retry_after(value, time.time())
+        coding = read_headers(res, headers)
         if coding is not None and not self.method_head:
             self.decoder = BodyDecoder(coding, f.max_page_size)
         if status == 407 and self.proxied:
