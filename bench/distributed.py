@@ -85,18 +85,39 @@ a private ZooKeeper (Debian's jars, as tests/zk_support.py starts it).
 ``--quick``: 20 hosts x 10 pages, one round, N = 1 and 2, leaseTtl 2 s, a
 takeover run (what CI runs through bench/run_all.py --quick; it keeps the script working,
 its figures judge nothing).  Ends with one JSON line.
+
+Issue 36's aims, two other runs:
+
+* ``--docs``: a web like documentation (3 sites on 3 IPs, ``--docs-pages``
+  tree pages each of 20-60 kB with 100-250 links, 12 layers deep, served by
+  nginx with its access log on), the embedded engine against
+  ``--workers 2``, turn by turn: wall at most 1.3 x the embedded engine's,
+  pages per CPU-second (every process, Redis included) at least 0.9 x, the
+  launcher's exit at most 1.5 s after the last request nginx logged, at
+  most 0.1 Redis round trips per page; and the smallest gap between two
+  request starts on one site as nginx logged them (``$msec -
+  $request_time``: millisecond resolution, and when nginx read the request,
+  not when it was sent; ``--docs-wait`` sets waitDuration).
+* ``--balance``: ``--workers 2`` on ``--balance-hosts`` sites, one worker
+  held to a quarter of a core from its start (a cgroup: cgroup v1's
+  ``cpu.cfs_quota_us`` or v2's ``cpu.max``; the bench stops if none is
+  writable), ``partitionShares equal`` against ``measured``: the measured
+  shares end the crawl at least 1.3 x sooner.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from common import children_of, median, process_cpu, report, table
@@ -464,6 +485,317 @@ async def takeover(web: SimWeb, dns_port: int, work: str, args, zk: Zk | None, v
         server.stop()
 
 
+# --- issue 36: pages like documentation -----------------------------------------------
+
+def docs_web(pages: int, hosts: int = 3) -> tuple[SimWeb, int]:
+    """A web like documentation trees: ``hosts`` sites on one IP each, ``pages``
+    tree pages a site (20-60 kB, 100-250 links, 12 layers deep), few links
+    across sites, no robots.txt; and the port nginx will serve it on."""
+    from throughput import NGINX, free_port as free_ip_port
+    from larbin_py.sim.web import SimConfig
+
+    if NGINX is None:
+        sys.exit("bench: nginx is needed (apt-get install nginx-light)")
+    ip_base = "127.0.6.1"
+    port = free_ip_port(ip_base)
+    cfg = SimConfig(seed=36, hosts=hosts, pages_per_host=(pages, pages), body_size=(20_000, 60_000),
+                    links_per_page=(100, 250), hosts_per_ip=1, ip_base=ip_base, max_layer=12,
+                    cross_host_ratio=0.01, extras=False, trap=False, p_loop=0.0, p_query=0.0,
+                    robots_mix={"absent": 1.0}, robots_agent="larbin_py")
+    return SimWeb.generate(cfg, port), port
+
+
+#: nginx's access log for the docs runs: when each request ended (s), how long it took, which site.
+ACCESS_FORMAT = "'$msec $request_time $host $remote_addr:$remote_port $request_uri'"
+
+
+@contextlib.asynccontextmanager
+async def served_logged(web: SimWeb, port: int):
+    """``served`` with nginx's access log on: yields ``(dns_port, log_path)``."""
+    from throughput import NGINX
+    from larbin_py.sim.dns import SimDNSServer
+    from larbin_py.sim.export import export
+
+    with tempfile.TemporaryDirectory(prefix="larbin-bench-docs-web-") as site_dir:
+        os.chmod(site_dir, 0o755)
+        export(web, site_dir)
+        conf_path = os.path.join(site_dir, "nginx.conf")
+        log = os.path.join(site_dir, "logs", "access.log")
+        with open(conf_path) as f:
+            conf = f.read()
+        conf = conf.replace("    access_log off;\n", f"    log_format lb {ACCESS_FORMAT};\n"
+                                                      f"    access_log {log} lb buffer=64k flush=100ms;\n")
+        with open(conf_path, "w") as f:
+            f.write(conf)
+        nginx = subprocess.Popen([NGINX, "-p", site_dir, "-e", os.path.join(site_dir, "logs", "error.log"),
+                                  "-c", conf_path, "-g", "daemon off;"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        dns = SimDNSServer(web.dns_records(), host="127.0.0.1", port=0)
+        await dns.start()
+        try:
+            first = next(iter(web.hosts.values()))
+            for _ in range(500):
+                try:
+                    socket.create_connection((first.ip, port), timeout=1).close()
+                    break
+                except OSError:
+                    await asyncio.sleep(0.02)
+            yield dns.port, log
+        finally:
+            await dns.close()
+            nginx.terminate()
+            nginx.wait()
+
+
+def access_entries(log: str, since: float) -> list[tuple[float, float, str, str, str]]:
+    """The access log's requests that ended after ``since`` (wall time):
+    ``(start, end, host, client, uri)`` each, by start."""
+    out = []
+    try:
+        with open(log) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 5:
+                    continue
+                end, took = float(parts[0]), float(parts[1])
+                if end >= since:
+                    out.append((end - took, end, parts[2].split(":")[0], parts[3], parts[4]))
+    except FileNotFoundError:
+        pass
+    return sorted(out)
+
+
+def min_gaps(entries) -> dict[str, float]:
+    """Per site, the smallest gap between two request starts (nginx's clock, ms resolution)."""
+    by_host: dict[str, list[float]] = {}
+    for start, _end, host, _client, _uri in entries:
+        by_host.setdefault(host, []).append(start)
+    return {h: min((b - a for a, b in zip(ts, ts[1:])), default=float("inf")) for h, ts in by_host.items()}
+
+
+def run_timed(args: list[str], cwd: str, setup=None) -> dict:
+    """``run_child`` that also notes the wall time (``time.time()``) the child ended;
+    ``setup(pid)`` runs right after the start."""
+    err = open(os.path.join(cwd, "child.err"), "w+")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+    if setup is not None:
+        setup(proc.pid)
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    ended = time.time()
+    err.seek(0)
+    return {"wall_s": time.monotonic() - t0, "ended_at": ended, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "code": os.waitstatus_to_exitcode(status), "stderr": err.read()}
+
+
+async def docs_crawl(web: SimWeb, dns_port: int, log: str, work: str, args, n: int, **changes) -> dict:
+    """One crawl of the docs web: embedded (``n`` 0) or ``--workers n`` on a private
+    redis-server (its CPU and round trips counted); the end seen from nginx's log."""
+    await asyncio.sleep(0.3)  # nginx's log buffer flushed (flush=100ms): the previous crawl's lines are out
+    since = time.time()
+    server = io = None
+    values = dict(wait_duration=args.docs_wait, **changes)
+    if n:
+        server = RedisServer(os.path.join(work, "redis")).start()
+        values["redis_url"] = server.url
+    try:
+        conf = write_config(web, dns_port, work, args, **values)
+        cmd = [sys.executable, "-m", "larbin_py", "-c", conf] + (["--workers", str(n)] if n else [])
+        if n:
+            io = await RedisIO(server.url, CRAWL, partitions=PARTITIONS).connect()
+            before = await redis_figures(io)
+        res = await asyncio.get_running_loop().run_in_executor(None, run_timed, cmd, work)
+        res["pages"] = pages_of(res)
+        res["crawler_cpu_s"] = res["cpu_s"]
+        if n:
+            after = await redis_figures(io)
+            res["redis_cpu_s"] = after["cpu_s"] - before["cpu_s"]
+            res["cpu_s"] += res["redis_cpu_s"]
+            res["trips_per_page"] = (after["reads"] - before["reads"] - 2) / res["pages"]
+        await asyncio.sleep(0.3)  # nginx's log flushed
+        entries = access_entries(log, since)
+        res["requests"] = len(entries)
+        res["last_request_end"] = max((e[1] for e in entries), default=res["ended_at"])
+        res["end_lag_s"] = res["ended_at"] - res["last_request_end"]
+        gaps = min_gaps(entries)
+        res["min_gap_s"] = min(gaps.values(), default=None)
+        return res
+    finally:
+        if io is not None:
+            await io.close()
+        if server is not None:
+            server.stop()
+
+
+async def docs_main(args) -> int:
+    """Issue 36's aims on the docs web: embedded against --workers 2, turn by turn."""
+    byte_compile()
+    if args.seen_buckets is None:
+        args.seen_buckets = 16
+    web, port = docs_web(args.docs_pages)
+    pages_total = web.page_count()
+    settings = [("embedded", 0, {}), ("N = 2", 2, {})]
+    runs: dict[str, list[dict]] = {label: [] for label, *_ in settings}
+    async with served_logged(web, port) as (dns_port, log):
+        for r in range(args.rounds):
+            for label, n, changes in settings:
+                with tempfile.TemporaryDirectory(prefix="larbin-bench-docs-") as work:
+                    res = await docs_crawl(web, dns_port, log, work, args, n, **changes)
+                runs[label].append(res)
+                print(f"round {r + 1}, {label}: {res['pages']} pages in {res['wall_s']:.1f} s, CPU {res['cpu_s']:.1f} s"
+                      f", ended {res['end_lag_s']:.2f} s after the last request, smallest gap "
+                      f"{res['min_gap_s'] * 1000:.0f} ms" + (f", {res['trips_per_page']:.3f} round trips/page" if n else ""),
+                      flush=True)
+    figures = {}
+    for label, n, _ in settings:
+        f = {k: median([x.get(k) for x in runs[label]])
+             for k in ("pages", "wall_s", "cpu_s", "redis_cpu_s", "trips_per_page", "end_lag_s", "min_gap_s")}
+        f["pages_per_cpu_s"] = f["pages"] / f["cpu_s"]
+        f["runs"] = [{k: v for k, v in x.items() if k != "stderr"} for x in runs[label]]
+        figures[label] = f
+    e, w = figures["embedded"], figures["N = 2"]
+    wall_ratio = w["wall_s"] / e["wall_s"]
+    cpu_ratio = w["pages_per_cpu_s"] / e["pages_per_cpu_s"]
+    print()
+    print(table(f"docs web: {len(web.hosts)} sites x {args.docs_pages} tree pages ({pages_total} HTML pages), "
+                f"waitDuration {args.docs_wait:g}, leaseTtl {args.lease_ttl:g} s ({args.rounds} rounds, medians)",
+                ["crawler", "pages", "wall s", "CPU s (all)", "pages/CPU-s", "end after last request s",
+                 "smallest gap ms", "Redis trips/page"],
+                [[label, int(f["pages"]), f["wall_s"], f["cpu_s"], f["pages_per_cpu_s"], f["end_lag_s"],
+                  f["min_gap_s"] * 1000, f["trips_per_page"]] for label, f in figures.items()]))
+    aims = {"wall_ratio": {"value": wall_ratio, "aim": 1.3, "met": wall_ratio <= 1.3},
+            "cpu_ratio": {"value": cpu_ratio, "aim": 0.9, "met": cpu_ratio >= 0.9},
+            "end_lag_s": {"value": w["end_lag_s"], "aim": 1.5, "met": w["end_lag_s"] <= 1.5},
+            "trips_per_page": {"value": w["trips_per_page"], "aim": 0.1, "met": w["trips_per_page"] <= 0.1}}
+    print(f"wall, N = 2 x embedded: {wall_ratio:.2f} (aim <= 1.3: {verdict(aims['wall_ratio']['met'])})")
+    print(f"pages per CPU-second, N = 2 x embedded: {cpu_ratio:.2f} (aim >= 0.9: {verdict(aims['cpu_ratio']['met'])})")
+    print(f"the launcher ended {w['end_lag_s']:.2f} s after the last request (aim <= 1.5 s: "
+          f"{verdict(aims['end_lag_s']['met'])})")
+    print(f"Redis round trips per page: {w['trips_per_page']:.3f} (aim <= 0.1: {verdict(aims['trips_per_page']['met'])})")
+    report("distributed_docs", {"pages_per_site": args.docs_pages, "wait_duration": args.docs_wait,
+                                "lease_ttl": args.lease_ttl, "rounds": args.rounds, "crawlers": figures, "aims": aims})
+    return 0
+
+
+# --- issue 36: load-aware shares against a worker starved of CPU --------------------
+
+CGROUP_CPU = "/sys/fs/cgroup/cpu"  # cgroup v1's cpu controller (cgroup v2: cpu.max)
+
+
+class QuarterCore:
+    """A cgroup holding one process to a quarter of a core (``cpu.cfs_quota_us`` 25 ms a
+    100 ms period: cgroup v1; ``cpu.max`` "25000 100000" on cgroup v2)."""
+
+    def __init__(self) -> None:
+        v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+        base = "/sys/fs/cgroup" if v2 else CGROUP_CPU
+        self.path = os.path.join(base, f"larbin-bench-{os.getpid()}")
+        try:
+            os.mkdir(self.path)
+            if v2:
+                with open(os.path.join(self.path, "cpu.max"), "w") as f:
+                    f.write("25000 100000")
+            else:
+                with open(os.path.join(self.path, "cpu.cfs_quota_us"), "w") as f:
+                    f.write("25000")
+        except OSError as exc:
+            sys.exit(f"bench: no writable cgroup cpu controller here ({exc}): --balance needs one")
+
+    def hold(self, pid: int) -> None:
+        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+
+    def close(self) -> None:
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+
+
+def starve_one_worker(cg: QuarterCore, launcher_pid: int, found: list[int]) -> None:
+    """Put the first worker of the launcher (a child of its zygote) in ``cg`` once it runs."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        for z in children_of(launcher_pid):
+            workers = sorted(children_of(z))
+            if len(workers) >= 2:
+                cg.hold(workers[0])
+                found.append(workers[0])
+                return
+        time.sleep(0.01)
+
+
+def balance_web(hosts: int, pages: int) -> tuple[SimWeb, int]:
+    """Many sites (partitions carry the work), pages like the docs web's, one IP every 4 sites."""
+    from throughput import NGINX, free_port as free_ip_port
+    from larbin_py.sim.web import SimConfig
+
+    if NGINX is None:
+        sys.exit("bench: nginx is needed (apt-get install nginx-light)")
+    ip_base = "127.0.7.1"
+    port = free_ip_port(ip_base)
+    cfg = SimConfig(seed=361, hosts=hosts, pages_per_host=(pages, pages), body_size=(20_000, 60_000),
+                    links_per_page=(100, 250), hosts_per_ip=4, ip_base=ip_base, max_layer=8,
+                    cross_host_ratio=0.01, extras=False, trap=False, p_loop=0.0, p_query=0.0,
+                    robots_mix={"absent": 1.0}, robots_agent="larbin_py")
+    return SimWeb.generate(cfg, port), port
+
+
+async def balance_crawl(web: SimWeb, dns_port: int, work: str, args, shares: str) -> dict:
+    """``--workers 2``, one worker held to a quarter core from its start, ``partitionShares shares``."""
+    server = RedisServer(os.path.join(work, "redis")).start()
+    cg = QuarterCore()
+    found: list[int] = []
+    try:
+        conf = write_config(web, dns_port, work, args, redis_url=server.url, partition_shares=shares,
+                            wait_duration=0.0)
+        cmd = [sys.executable, "-m", "larbin_py", "-c", conf, "--workers", "2"]
+        setup = lambda pid: threading.Thread(target=starve_one_worker, args=(cg, pid, found), daemon=True).start()
+        res = await asyncio.get_running_loop().run_in_executor(None, run_timed, cmd, work, setup)
+        res["pages"] = pages_of(res)
+        res["starved"] = bool(found)
+        res["per_worker"] = {m.group(1): int(m.group(2)) for m in
+                             re.finditer(r"^  worker (w\d+)\s.*?; (\d+) pages", res["stderr"], re.M)}
+        return res
+    finally:
+        server.stop()
+        cg.close()
+
+
+async def balance_main(args) -> int:
+    """Issue 36's balance aim: equal against measured shares, one worker on a quarter core."""
+    byte_compile()
+    if args.seen_buckets is None:
+        args.seen_buckets = 16
+    web, port = balance_web(args.balance_hosts, args.balance_pages)
+    runs: dict[str, list[dict]] = {"equal": [], "measured": []}
+    async with served_logged(web, port) as (dns_port, _log):
+        for r in range(args.rounds):
+            for shares in ("equal", "measured"):
+                with tempfile.TemporaryDirectory(prefix="larbin-bench-balance-") as work:
+                    res = await balance_crawl(web, dns_port, work, args, shares)
+                if not res["starved"]:
+                    sys.exit("bench: the worker to starve was not found")
+                runs[shares].append(res)
+                print(f"round {r + 1}, {shares} shares: {res['pages']} pages in {res['wall_s']:.1f} s "
+                      f"(per worker: {res['per_worker']})", flush=True)
+    walls = {k: median([x["wall_s"] for x in v]) for k, v in runs.items()}
+    ratio = walls["equal"] / walls["measured"]
+    print()
+    print(table(f"balance: {len(web.hosts)} sites x {args.balance_pages} pages, 2 workers, one on a quarter "
+                f"core, leaseTtl {args.lease_ttl:g} s ({args.rounds} rounds, medians)",
+                ["partitionShares", "pages", "wall s"],
+                [[k, int(median([x["pages"] for x in v])), walls[k]] for k, v in runs.items()]))
+    met = ratio >= 1.3
+    print(f"equal / measured wall: {ratio:.2f} (aim >= 1.3: {verdict(met)})")
+    report("distributed_balance", {"hosts": len(web.hosts), "pages_per_site": args.balance_pages,
+                                   "lease_ttl": args.lease_ttl, "rounds": args.rounds,
+                                   "runs": {k: [{kk: vv for kk, vv in x.items() if kk != "stderr"} for x in v]
+                                            for k, v in runs.items()},
+                                   "aim": {"value": ratio, "aim": 1.3, "met": met}})
+    return 0
+
+
 # --- the run ---------------------------------------------------------------------------
 
 def byte_compile() -> None:
@@ -631,6 +963,15 @@ def main() -> int:
     p.add_argument("--no-controls", dest="controls", action="store_false",
                    help="skip the control rows (two embedded crawls at once; N = 4 with leaseTtl 2)")
     p.add_argument("--profile", metavar="DIR", help="sample each worker with py-spy into DIR (figures not comparable)")
+    p.add_argument("--docs", action="store_true",
+                   help="issue 36's aims on a web like documentation: embedded against --workers 2")
+    p.add_argument("--docs-pages", type=int, default=800, help="tree pages per site of the docs web (default 800)")
+    p.add_argument("--docs-wait", type=float, default=0.0, help="waitDuration of the docs runs (default 0)")
+    p.add_argument("--balance", action="store_true",
+                   help="issue 36's balance aim: 2 workers, one held to a quarter core (a cgroup), "
+                        "equal against measured partition shares")
+    p.add_argument("--balance-hosts", type=int, default=64, help="sites of the balance web (default 64)")
+    p.add_argument("--balance-pages", type=int, default=60, help="pages per site of the balance web (default 60)")
     args = p.parse_args()
     if args.quick:
         args.rounds, args.hosts, args.pages = 1, 20, 10
@@ -646,7 +987,8 @@ def main() -> int:
 
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            return runner.run(main_async(args))
+            return runner.run(docs_main(args) if args.docs else balance_main(args) if args.balance
+                              else main_async(args))
     except RedisServerError as exc:
         print(f"distributed: {exc}", file=sys.stderr)
         return 2

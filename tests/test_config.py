@@ -207,6 +207,7 @@ NON_DEFAULTS = {
     "redis_flush_interval": 0.1,
     "redis_batch": 50,
     "respawn": False,
+    "partition_shares": "equal",
     "analysis_workers": 13,
     "analysis_share": False,
     "analyzers": (("pageinfo", "meta"), ("words", "urls=/doc/", "exec", "wc", "-w", "{input}")),

@@ -107,6 +107,46 @@ def test_an_ip_asked_in_a_failed_tick_is_asked_again_later_and_its_grant_waits_a
     assert ip.next_allowed == 5.0 and "10.0.0.1" not in ips.unclean
 
 
+def test_a_lease_let_go_before_any_request_here_passes_the_previous_holder_s_start_on():
+    """A worker granted an IP whose wait is not over, and letting it go before its first
+    request there (a stop, a contended lease), must hand on the previous holder's start:
+    handing on its own older one (or none) let the next holder start at once."""
+    wall, now = 1_700_000_000.0, 1.0
+    f = wanting_frontier(wait=2.0)
+    ips = IpLeases(f, wait_duration=2.0, ttl=10.0)
+    assert ips.asks(now) == ["10.0.0.1"]
+    previous = int((wall - 0.5) * 1000)  # the previous holder started a request 0.5 s ago
+    ips.answered("10.0.0.1", grant(last_start_ms=previous), now=now, wall=wall, retry_at=3.0)
+    assert f.ips["10.0.0.1"].next_allowed == now - 0.5 + 2.0
+    [(ip, start_ms, _pace)] = ips.releases(now + 0.2, wall + 0.2, every=True)  # a stop, nothing sent
+    assert ip == "10.0.0.1" and start_ms >= previous
+    # the next holder waits for that start plus the delay
+    start, _pace = not_before(grant(last_start_ms=start_ms), 70.0, wall + 0.3, 2.0, unclean=False)
+    assert start >= 70.0 - 0.8 + 2.0 - 1e-6
+    # a grant whose previous start is unknown counts as a start now: a full delay for the next one
+    f = wanting_frontier(wait=2.0)
+    ips = IpLeases(f, wait_duration=2.0, ttl=10.0)
+    ips.asks(now)
+    ips.answered("10.0.0.1", grant(clean=False), now=now, wall=wall, retry_at=3.0)
+    [(_ip, start_ms, _pace)] = ips.releases(now + 0.2, wall + 0.2, every=True)
+    assert start_ms >= int(wall * 1000)
+
+
+def test_a_released_start_is_rounded_up_by_the_loop_clock_s_step():
+    """loop.time() is cut to the millisecond: a start it dates at t may have happened up to
+    1 ms later, so the start handed on is rounded up by a step (never before the real one)."""
+    wall = 1_700_000_000.0
+    f = wanting_frontier(wait=0.02)
+    ips = IpLeases(f, wait_duration=0.02, ttl=10.0)
+    ips.asks(1.0)
+    ips.answered("10.0.0.1", grant(), now=1.0, wall=wall, retry_at=3.0)
+    req = f.next_request(1.0)
+    assert req is not None and f.ips["10.0.0.1"].last_start == 1.0
+    f.fetched_ok(req, 1.01)
+    [(_ip, start_ms, _pace)] = ips.releases(1.5, wall + 0.5, every=True)
+    assert start_ms >= int(wall * 1000) + 1
+
+
 def test_a_denied_ip_is_asked_again_at_the_retry_time():
     f = wanting_frontier(wait=1.0)
     ips = IpLeases(f, wait_duration=1.0, ttl=10.0)

@@ -20,14 +20,15 @@ def test_entry_record_round_trip():
     assert decode_entry(b"garbage") is None
 
 
-def test_sink_buffers_per_partition_of_the_host_and_wakes_at_the_batch():
+def test_sink_buffers_per_partition_of_the_host_and_wakes_at_its_first_link_and_at_the_batch():
     woke = []
     t = [10.0]
-    sink = RedisSink(64, retries=3, batch=3, wake=lambda: woke.append(1), clock=lambda: t[0])
+    sink = RedisSink(64, retries=3, batch=4, wake=lambda: woke.append(sink.pending), clock=lambda: t[0])
     sink.add_many(["http://a.test/1", "http://a.test:8080/2"], [5, 5])
-    assert sink.pending == 2 and sink.oldest == 10.0 and not woke
+    # the first links date the flush: the coordinator, asleep until its heartbeat, is told
+    assert sink.pending == 2 and sink.oldest == 10.0 and woke == [2]
     sink.add_many(["http://b.test/1"], [1], 2)
-    assert woke == [1]
+    assert woke == [2]  # neither the first links nor a full batch
     taken = sink.take()
     pa, pb = partition_of("a.test", 64), partition_of("b.test", 64)
     # a host's URLs, whatever the port, go to its one partition
@@ -37,7 +38,10 @@ def test_sink_buffers_per_partition_of_the_host_and_wakes_at_the_batch():
     t[0] = 11.0
     sink.put_back(taken)  # a tick that failed: the links wait for the next one
     assert sink.pending == 3 and sink.sent == 0 and sink.oldest == 11.0
-    assert sink.take() == taken
+    sink.add_many(["http://b.test/2"], [1])
+    assert woke == [2, 4]  # a full batch goes at once
+    back = sink.take()
+    assert back[pa] == taken[pa] and back[pb][:1] == taken[pb]
 
 
 def test_inbox_tags_records_and_drops_a_partitions_records():

@@ -596,6 +596,10 @@ class Config:
     respawn: bool = setting(
         Switch("respawn"), True,
         doc="--workers: start a worker again when it dies")
+    partition_shares: str = setting(
+        Choice("partitionShares", ("measured", "equal")), "measured",
+        doc="distributed mode: partitions per worker in proportion to each one's measured pages per second "
+            "(measured), or as many each (equal)")
 
     #: The file this configuration was read from (not a setting: ignored by ==).
     source: str | None = field(default=None, compare=False)

@@ -20,14 +20,15 @@ outcomes on their way, ``(partition, entry id, outcome)``:
     outcome is acked instead of the page fetched again (:meth:`orphan`).
     At most :data:`ORPHANS_MAX` are kept (beyond, pages are fetched again).
 
-**The cycle.**  :meth:`take_pending` takes the batch, the caller awaits the
-output's sync, then :meth:`made_durable` moves the batch to ``ready`` and
-records the output's position: :meth:`outpos_due` hands it to the tick that
-carries those acks, to be stored in ``outpos:<w>`` (a respawn continues
-its output from there), once per change.  Outcomes that end during the
-sync wait for the next cycle.  A sync that raises loses nothing but the
-batch's acks: the worker fails, and those entries stay pending in Redis
-for the partition's next owner.
+**The cycle.**  :meth:`take_pending` takes the batch (``syncing`` until
+then), the caller syncs the output (beside the ticks: links go on being
+sent meanwhile), then :meth:`made_durable` moves the batch to ``ready``
+and records the output's position: :meth:`outpos_due` hands it to the tick
+that carries those acks, to be stored in ``outpos:<w>`` (a respawn
+continues its output from there), once per change.  Outcomes that end
+during the sync wait for the next cycle.  A sync that raises loses nothing
+but the batch's acks: the worker fails, and those entries stay pending in
+Redis for the partition's next owner.
 
 **Faults.**  A tick that failed gives its acks back (:meth:`put_back`, in
 front: sent again, acking is idempotent).  A lease lost (:meth:`lost`)
@@ -64,6 +65,10 @@ class AckBuffer:
 
     def __init__(self, *, orphans_max: int = ORPHANS_MAX, now: float = 0.0) -> None:
         self.pending: list[Ack] = []
+        #: Taken for the sync under way (a drain waits for them too).
+        self.syncing: list[Ack] = []
+        #: Outcomes of the sync under way whose lease went meanwhile (orphans already).
+        self._dropped: set[Ack] = set()
         self.ready: list[Ack] = []
         self.orphans: dict[str, str] = {}
         self.orphans_max = orphans_max
@@ -77,8 +82,8 @@ class AckBuffer:
         self._pages_reported = 0
 
     def __bool__(self) -> bool:
-        """Outcomes still to send (pending or ready)."""
-        return bool(self.pending or self.ready)
+        """Outcomes still to send (pending, syncing or ready)."""
+        return bool(self.pending or self.syncing or self.ready)
 
     # --- outcomes in ------------------------------------------------------
     def add(self, p: int, entry: str, outcome: str) -> None:
@@ -97,18 +102,25 @@ class AckBuffer:
     def take_pending(self) -> list[Ack]:
         """The batch the next durable point covers (the caller then syncs the output)."""
         batch, self.pending = self.pending, []
+        self.syncing.extend(batch)
         return batch
 
     def made_durable(self, batch: list[Ack], position: dict | None, now: float) -> None:
-        """The output is durable up to ``position`` (None: no position to keep): ``batch`` is ready."""
+        """The output is durable up to ``position`` (None: no position to keep): ``batch`` is ready
+        (but for its outcomes whose lease went during the sync: orphans)."""
         if position is not None:
             self.outpos = json.dumps(position, sort_keys=True, separators=(",", ":"))
-        self.ready.extend(batch)
+        dropped = self._dropped
+        self.ready.extend(a for a in batch if a not in dropped)
+        if self.syncing or dropped:
+            done = set(batch)
+            self.syncing = [a for a in self.syncing if a not in done]
+            self._dropped = dropped - done
         self.last_cycle = now
 
     def waiting(self) -> set[int]:
         """Partitions with outcomes still waiting for a durable point (a drain waits for them)."""
-        return {p for p, _, _ in self.pending}
+        return {p for p, _, _ in self.pending} | {p for p, _, _ in self.syncing}
 
     def take_ready(self) -> tuple[list[Ack], dict[int, list[tuple[str, str]]]]:
         """What the tick sends: the acks taken (to :meth:`put_back` if it fails) and,
@@ -141,14 +153,16 @@ class AckBuffer:
         gone = set(parts)
         if not gone:
             return 0
-        before = len(self.pending) + len(self.ready)
+        before = len(self.pending) + len(self.ready) + len(self.syncing)
         if len(self.orphans) < self.orphans_max:
-            for p, entry, outcome in self.pending + self.ready:
+            for p, entry, outcome in self.pending + self.ready + self.syncing:
                 if p in gone:
                     self.orphans[make_tag(p, entry)] = outcome
         self.pending = [a for a in self.pending if a[0] not in gone]
         self.ready = [a for a in self.ready if a[0] not in gone]
-        return before - len(self.pending) - len(self.ready)
+        self._dropped.update(a for a in self.syncing if a[0] in gone)
+        self.syncing = [a for a in self.syncing if a[0] not in gone]
+        return before - len(self.pending) - len(self.ready) - len(self.syncing)
 
     def orphan(self, p: int, entry: str) -> str | None:
         """A claim brought ``entry`` back: the outcome it had here (then acked, not redone), or None."""
@@ -173,6 +187,8 @@ class AckBuffer:
         stay pending for the partitions' next owners)."""
         self.pending = []
         self.ready = []
+        self._dropped.update(self.syncing)
+        self.syncing = []
 
     # --- figures ----------------------------------------------------------------
     def pages_to_report(self) -> int:

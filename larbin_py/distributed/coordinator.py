@@ -22,12 +22,42 @@ tick is one pipeline (one round trip) carrying, in this order:
 5. IP lease requests and releases (``lb_ip_acquire`` / ``lb_ip_release``);
 6. the release of drained partitions (their site waits written first).
 
-A tick is sent when links reach ``redisBatch``, when the oldest link has
-waited ``redisFlushInterval``, when an ack cycle is due (``ack_interval``:
-acks wait for the output's sync anyway), when the frontier starves, when an
-IP lease is first wanted, and at every heartbeat (``leaseTtl / 5``), which
-also carries the re-asks of denied IP leases and the polls of partitions
-found empty: a worker at work sends a few ticks a second whatever its rate.
+**Own links consumed locally.**  A link of a partition this worker reads
+is enqueued in step 1 and read back in step 4 of the same tick (one
+MULTI/EXEC: Redis runs them in order), so Redis stays the one seen test
+and the stream entry the durable copy, acked when done, claimed by the
+next owner at a handover, and yet the link is in the frontier when the
+tick's answer is in.  A link of another worker's partition is enqueued
+and that worker is told (``news:<w>``, a set of partitions it takes with
+its next tick): it reads the partition then, instead of at its next poll.
+
+**When a tick goes.**  When links reach ``redisBatch``, when the oldest
+link has waited ``redisFlushInterval`` (at once, at most every
+:data:`STARVE_GAP`, while the frontier holds less than :data:`STARVE_AHEAD`
+seconds of work: its own links are its next work), when an ack cycle's
+sync has ended (the output is made durable beside the ticks, so links go
+on being sent meanwhile), when the frontier starves, when an IP lease is
+first wanted, and at every heartbeat (``leaseTtl / 5``), which also
+carries the re-asks of denied IP leases, the polls of partitions found
+empty, this worker's measured load and the shares.  Nothing left here
+(frontier idle, inbox empty): what is buffered goes at once.
+
+**The end seen at once.**  ``open`` in Redis counts the URLs accepted and
+not yet acked over the whole crawl, kept by the same calls that enqueue
+and ack; every tick reads it.  An idle worker ticks every
+:data:`END_POLL` s while it is at most :data:`OPEN_NEAR`, and once it is 0
+sends its idle report every :data:`END_WAVE` s: the termination's two
+quiet waves (the guard: the count alone decides nothing) come within a
+few tenths of a second of the last ack.
+
+**Load-aware partitions** (``partitionShares measured``).  Each heartbeat
+publishes this worker's rate, backlog and capacity
+(:class:`~larbin_py.distributed.shares.LoadMeter`, in ``loads``) and reads
+every worker's and the stored shares (``shares``); the map follows the
+shares (:meth:`MemberView.map`).  The first live member in name order
+computes the next shares (:func:`~larbin_py.distributed.shares.rebalance`)
+and writes them with a compare-and-set on their epoch (``lb_shares``);
+the partitions the new map gives away are drained as after a join.
 
 **Parts.**  The coordinator keeps the loop and the tick's I/O: it stages
 the operations, sends the pipeline and routes each answer.  What it
@@ -37,8 +67,9 @@ partitions' states (:mod:`~larbin_py.distributed.ownership`), the acks
 (:mod:`~larbin_py.distributed.ip_leases`), the frontier's gate
 (:mod:`~larbin_py.distributed.liveness`), the member view
 (:mod:`~larbin_py.distributed.member_view`), the robots.txt answers
-(:mod:`~larbin_py.distributed.robots_share`) and the pauses
-(:mod:`~larbin_py.distributed.pauses`).
+(:mod:`~larbin_py.distributed.robots_share`), the pauses
+(:mod:`~larbin_py.distributed.pauses`) and the shares
+(:mod:`~larbin_py.distributed.shares`).
 
 **Ownership.**  Partition -> worker is :func:`assign` over the live members
 (the same pure function in every worker).  Each partition's state lives in
@@ -51,7 +82,10 @@ requests still running to its sites end, their acks go out, its site waits
 are written and the lease is released with a fenced DEL.  A lost lease (the
 heartbeat or a fenced call says so) drops its URLs at once.  Joins take
 effect once the member view is stable for two heartbeats; expiries at once
-(the dead worker's leases expire with it).
+(the dead worker's leases expire with it).  A joiner acquires two
+heartbeats after it joined, or as soon as it sees every worker the
+launcher started with it (``expect``; it reads the members every
+:data:`SETTLE_POLL` s until then).
 
 **Safety.**  Fencing cannot stop a fetch: from ``renewed_at + leaseTtl -
 margin`` on (the Redis heartbeat's ``alive``), the coordinator suspends every
@@ -76,9 +110,11 @@ with its session, it resumes; rejoined with a new one, it acquires again.
 
 **Acks.**  ``on_done(record, outcome)`` buffers the outcome in the
 :class:`~larbin_py.distributed.acks.AckBuffer`; the ack cycle (every
-``ack_interval``, at a drain, when idle) first awaits ``durable()`` (the
-output synced: DistState), then sends the acks in the next tick, with the
-output's position they cover (``outpos:<w>``).
+``ack_interval``, at a drain, when idle) runs ``durable()`` (the output
+synced: DistState) in a task beside the ticks (a stop's final tick awaits
+it), then sends the acks in the next tick, with the output's position they
+cover (``outpos:<w>``).  A sync that raises ends :meth:`run` with its
+exception: the worker fails, those entries stay pending.
 
 **Redis failing.**  A tick that fails -- Redis unreachable, no answer in
 time, or any error reply (``-OOM``, ``-LOADING``, ``-READONLY``, ``-BUSY``,
@@ -137,6 +173,7 @@ from .partition import partition_of
 from .pauses import Pauses
 from .redisio import FENCED, DistError, RedisFailed, RedisIO
 from .robots_share import RobotsShare
+from .shares import LoadMeter, current as current_shares, rebalance
 from .sink import RedisSink, decode_entry
 from .termination import Termination
 
@@ -148,6 +185,20 @@ MIN_GAP = 0.02
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
 #: How long a stop keeps retrying its final tick while Redis fails (seconds).
 STOP_RETRY = 5.0
+#: How often a worker started with others (``expect``) reads the members until it sees them all.
+SETTLE_POLL = 0.05
+#: How often a worker with nothing to do looks at the crawl's open count once it is at most
+#: OPEN_NEAR (the end is near: seen within about a second), and reports idle once it is 0.
+END_POLL = 0.25
+OPEN_NEAR = 1000
+#: How often an idle worker reports idle (a termination wave) while nothing is open.
+END_WAVE = 0.1
+#: Links are sent without waiting for redisFlushInterval, and reads asked at once, while the
+#: frontier holds fewer URLs than it fetches in STARVE_AHEAD seconds (or STARVE_MIN): it would
+#: run dry before; links then go at most every STARVE_GAP seconds.
+STARVE_AHEAD = 0.5
+STARVE_MIN = 8
+STARVE_GAP = 0.1
 
 
 async def _nothing() -> None:
@@ -168,6 +219,7 @@ class Coordinator:
                  snapshot: Callable[[], dict] | None = None,
                  on_ip_release: Callable[[str], Any] | None = None,
                  membership: Membership | None = None,
+                 shares: str = "measured",
                  err=None) -> None:
         self.io = io
         self.fr = frontier
@@ -203,8 +255,9 @@ class Coordinator:
                             ttl=max(lease_ttl, wait_duration + 2 * self.hb_interval))
         self._mhb: asyncio.Task | None = None
         self.termination = Termination()
-        #: Each partition's state and record (larbin_py.distributed.ownership).
-        self.own = Ownership()
+        #: Each partition's state and record (larbin_py.distributed.ownership); a partition
+        #: found empty is read again at the heartbeats (the others' links come as news).
+        self.own = Ownership(poll=self.hb_interval)
         self._part_cache: dict[str, int] = {}
         #: The outcomes on their way to Redis (larbin_py.distributed.acks).
         self.acks = AckBuffer(now=clock())
@@ -219,6 +272,29 @@ class Coordinator:
         #: The members this worker acts on, and what the map gives it (larbin_py.distributed.member_view).
         self.view = MemberView(worker, self.partitions, settle=2 * self.hb_interval)
         self.acquire_now = False
+        #: The workers the launcher started with this one (``expect``): it acquires as soon as it
+        #: sees them all (empty: two heartbeats after it joined).
+        self.expected: frozenset[str] = frozenset()
+        #: ``partitionShares``: ``measured`` (load-aware) or ``equal``.
+        self.shares_mode = shares
+        #: This worker's rate, backlog and capacity (larbin_py.distributed.shares), and URLs done.
+        self.meter = LoadMeter(window=max(8 * self.hb_interval, 4.0))
+        self.done = 0
+        #: The shares record last read ``(epoch, at, shares)``, and the next one to write.
+        self.shares_record: tuple[int | None, int, dict[str, int]] = (None, 0, {})
+        self._loads: dict[str, tuple[float, int, float | None]] = {}
+        self._shares_out: tuple[int | None, int, int, dict[str, int]] | None = None
+        #: This worker's last share computation moved partitions (the move goes on to the target).
+        self._moving = False
+        #: The crawl's open count at the last tick (None: not read yet).
+        self.open: int | None = None
+        #: The output's sync under way beside the ticks, and its failure.
+        self._sync: asyncio.Task | None = None
+        self._sync_error: BaseException | None = None
+        self._last_starve = 0.0
+        #: URLs done per second here, smoothed over the ticks (what "about to run dry" means).
+        self.pace = 0.0
+        self._pace_at = (clock(), 0)
         #: URLs forgotten as workerCrash, to name in the crawl's list at the next tick.
         self.crashed_out: list[str] = []
         self._tick_lock = asyncio.Lock()
@@ -246,8 +322,10 @@ class Coordinator:
     def on_done(self, rec: UrlRecord, outcome: str) -> None:
         """A record ended (``fetched`` or a forget reason): ack it after the next durable point."""
         parsed = split_tag(rec.tag)
+        self.done += 1
         if parsed is not None:
             self.acks.add(parsed[0], parsed[1], outcome)
+        self._wake.set()  # the ack cycle's time, or the worker's last page: its acks go now
 
     def robots_answer(self, robots_url: str, when: float, body: bytes | None) -> None:
         """A robots.txt answer (``when``: wall time; ``body`` None: no restriction): shared at the
@@ -286,9 +364,16 @@ class Coordinator:
                     pass
                 raise
             self.membership.watch(self.members_changed)
+        t = self.io.tick()
+        i = t.get_expect()
+        try:
+            expected = (await t.execute())[i]
+        except RedisFailed:
+            expected = frozenset()  # two heartbeats then, as a worker started by hand
+        self.expected = expected if self.worker in expected else frozenset()
         now = self.clock()
         self.view.reset(self.membership.members(), now)
-        self.next_hb = now + self.hb_interval
+        self.next_hb = now + (SETTLE_POLL if self.expected else self.hb_interval)
 
     async def run(self) -> None:
         """Tick until :meth:`stop`.  A Redis failure pauses and is retried with
@@ -296,18 +381,17 @@ class Coordinator:
         run with it (see the module docstring)."""
         backoff = BACKOFF_FIRST
         while not self._stop:
-            delay = self._next_delay() if self.pauses.down is None else 0.0
-            if delay > 0:
+            if self._sync_error is not None:
+                raise self._sync_error  # the output could not be made durable (larbin_py.distributed.crawl_worker)
+            if self.pauses.down is None:
                 self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), delay)
-                except asyncio.TimeoutError:
-                    pass
-                if self._stop:
-                    break
-                gap = self._last_tick + MIN_GAP - self.clock()
-                if gap > 0:
-                    await asyncio.sleep(gap)
+                delay = max(self._next_delay(), self._last_tick + MIN_GAP - self.clock())
+                if delay > 0:  # a wake is not a tick: what is due is computed again
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), delay)
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
             try:
                 await self.tick()
             except RedisFailed as exc:
@@ -336,24 +420,52 @@ class Coordinator:
         return self.pauses.down is not None
 
     def _next_delay(self) -> float:
+        """Seconds until the next tick is due (see the module docstring, "When a tick goes")."""
         now = self.clock()
         t = self.next_hb
+        if self._sync_error is not None:
+            return 0.0
+        starving = self._starving()
+        done = self._done_here()
         if self.sink.pending:
             t = min(t, (self.sink.oldest or now) + self.flush_interval)
-            if self.sink.pending >= self.sink.batch:
+            if self.sink.pending >= self.sink.batch or done:
                 t = now
-        if self.acks.ready:
-            t = min(t, now)
-        if self.acks.pending:
-            t = min(t, self.acks.last_cycle + self.ack_interval)
+            elif starving:  # its own links are its next work: they come back in the tick
+                t = min(t, max(now, self._last_starve + STARVE_GAP))
+        if self.acks.ready:  # with the next tick, at the latest an ack interval after the sync
+            t = min(t, now if done or self.own.count((DRAINING,)) else self.acks.last_cycle + self.ack_interval)
+        if self.acks.pending and self._sync is None:
+            t = min(t, now if done else self.acks.last_cycle + self.ack_interval)
+        if self.idle() and (self.open is None or self.open <= OPEN_NEAR):
+            t = min(t, self._last_tick + (END_WAVE if self.open == 0 else END_POLL))
         ask = self.fr.ip_leases.next_ask()
         if ask is not None:
             t = min(t, now + max(0.0, ask - now))
-        if self._reads_wanted() or self.own.claims() or self.acquire_now:
+        if (starving and self._reads_wanted()) or self.own.claims() or self.acquire_now:
             t = min(t, now)
         if self.own.count((DRAINING,)):
             t = min(t, now + MIN_GAP * 5)
         return max(0.0, t - now)
+
+    def _starving(self) -> bool:
+        """The frontier is about to run dry: fewer URLs wait in it (the inbox included) than it
+        fetches in :data:`STARVE_AHEAD` seconds at its pace, or than :data:`STARVE_MIN`."""
+        return self.fr.queued < max(STARVE_MIN, self.pace * STARVE_AHEAD)
+
+    def _done_here(self) -> bool:
+        """Nothing left to fetch here: the frontier idle, the inbox empty (what is buffered,
+        links and outcomes, goes now: the crawl may be ending)."""
+        return self.is_idle() and not len(self.inbox)
+
+    def settled(self, now: float) -> bool:
+        """This worker may acquire: it is in its view, and it sees every worker started with it
+        (``expect``), or two heartbeats passed since it joined."""
+        if not self.view.joined():
+            return False
+        if self.expected and self.expected <= self.view.members:
+            return True
+        return now - self.started >= 2 * self.hb_interval
 
     def _reads_wanted(self) -> bool:
         """The frontier takes URLs, the inbox is at most half full, and a partition may hold more."""
@@ -370,7 +482,9 @@ class Coordinator:
         self._stop = True
         self._wake.set()
         try:
-            if ack:
+            if self._sync is not None:  # the sync under way ends first (its batch is then ready)
+                await asyncio.gather(self._sync, return_exceptions=True)
+            if ack and self._sync_error is None:
                 try:
                     self.acks.flush(await self.durable(), self.clock())
                 except OSError as exc:
@@ -418,31 +532,50 @@ class Coordinator:
         now = self.clock()
         self._last_tick = now
         self.ticks += 1
+        t0, d0 = self._pace_at
+        if now - t0 >= 0.5:  # URLs done per second, smoothed (a time constant of a few seconds)
+            self.pace += 0.3 * ((self.done - d0) / (now - t0) - self.pace)
+            self._pace_at = (now, self.done)
         if final:  # a stop: every partition still held is released by this tick
             self.own.events(self.own.where(ACTIVE), "drain")
         self._check_alive()
-        # The ack cycle: the output made durable first.
-        if self.acks.pending and (final or self.own.count((DRAINING,)) or
-                                  self.acks.cycle_late(now, self.ack_interval) or self.is_idle()):
-            batch = self.acks.take_pending()
-            position = await self.durable()
-            self.acks.made_durable(batch, position, self.clock())
+        # The ack cycle: the output made durable first, beside the ticks (the final one waits).
+        if self.acks.pending and self._sync is None and (
+                final or self.own.count((DRAINING,)) or self.acks.cycle_late(now, self.ack_interval)
+                or self.is_idle()):
+            if final:
+                batch = self.acks.take_pending()
+                position = await self.durable()
+                self.acks.made_durable(batch, position, self.clock())
+            else:
+                self._start_sync()
         t = self.io.tick()
         handlers: list[tuple[int, Callable[[Any], None]]] = []
-        # 1. enqueues
+        # 1. enqueues; the partitions held here are read in this same tick (step 4: their new
+        # links come back at once), the owners of the others are told (news)
         links = self.sink.take()
-        for p, items in links.items():
-            handlers.append((t.enqueue(p, items), lambda r, p=p: r and self.own.enqueued(p)))
+        self._stage_links(t, handlers, links, now)
+        if not final and self.fr.is_get:
+            handlers.append((t.take_news(self.worker), self._news))
+        handlers.append((t.get_open(), self._open_read))
         # 2. acks, with the output position they cover; robots.txt answers; crash names
         acks = self._stage_acks(t, handlers)
         prune = self._stage_robots(t, handlers)
         crashed, self.crashed_out = self.crashed_out, []
         if crashed:
             handlers.append((t.note_crashed(crashed), lambda r: None))
-        # 3. heartbeat, IP renewals, idle report, view
+        shares_out, self._shares_out = self._shares_out, None
+        if shares_out is not None and not final:
+            expected, epoch, at, shares = shares_out
+            handlers.append((t.put_shares(expected, epoch, at, shares),
+                             lambda ok, rec=(epoch, at, shares): self._shares_written(ok, rec)))
+        # 3. heartbeat, IP renewals, idle report, view (when idle); or, idle with nothing open in
+        # the whole crawl, the idle report and the view alone: the end is seen in a few ticks
         hb_sent = now if now >= self.next_hb or final else None
         if hb_sent is not None:
             self._stage_heartbeat(t, handlers, hb_sent, final)
+        elif self.open == 0 and not final and self.idle():
+            self._stage_report(t, handlers, final)
         # 4. takeovers, acquisitions, reads
         read_parts: list[int] = []
         if not final:
@@ -461,6 +594,54 @@ class Coordinator:
         for i, handler in handlers:
             handler(results[i])
         self.wake_engine()
+
+    def _start_sync(self) -> None:
+        """Make the output durable beside the ticks: its acks go with the tick after."""
+        batch = self.acks.take_pending()
+
+        async def sync() -> None:
+            try:
+                position = await self.durable()
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # the run loop raises it: the worker fails (crawl_worker)
+                self._sync_error = exc
+            else:
+                self.acks.made_durable(batch, position, self.clock())
+            finally:
+                self._sync = None
+                self._wake.set()
+        self._sync = asyncio.ensure_future(sync())
+
+    def _stage_links(self, t, handlers, links: dict, now: float) -> None:
+        """The enqueues; a partition read here is marked to read in this tick, the owner the
+        map gives each other partition is told (``news:<w>``)."""
+        if not links:
+            return
+        owners = None
+        told: dict[str, list[int]] = {}
+        for p, items in links.items():
+            handlers.append((t.enqueue(p, items), lambda r, p=p: r and self.own.enqueued(p)))
+            if self.own.state(p) in READABLE:
+                self.own.enqueued(p)
+                continue
+            if owners is None:
+                owners = self.view.map()
+            owner = owners.get(p)
+            if owner is not None and owner != self.worker:
+                told.setdefault(owner, []).append(p)
+        for owner, parts in told.items():
+            handlers.append((t.tell(owner, parts), lambda r: None))
+        if self._starving():
+            self._last_starve = now
+
+    def _news(self, parts: set[int]) -> None:
+        """Other workers queued URLs into these partitions: read them (the next tick)."""
+        for p in parts:
+            self.own.enqueued(p)
+
+    def _open_read(self, n: int) -> None:
+        self.open = n
 
     def _stage_acks(self, t, handlers) -> list:
         """The acks of held partitions (an ack of a partition no longer held is counted
@@ -494,7 +675,12 @@ class Coordinator:
         return prune
 
     def _stage_heartbeat(self, t, handlers, sent: float, final: bool) -> None:
-        self.hb_seq += 1
+        # this worker's load, and the shares (read before the heartbeat's answer acts on the map)
+        load = self.meter.sample(sent, self.done, self.fr.queued + len(self.inbox))
+        handlers.append((t.put_load(self.worker, load.rate, load.backlog, load.capacity), lambda r: None))
+        if self.shares_mode == "measured" and not final:
+            handlers.append((t.get_loads(), self._loads_read))
+            handlers.append((t.get_shares(), self._shares_read))
         self.leases.held = self.own.tokens()
         i = self.leases.stage(t)
         handlers.append((i, lambda r: self._heartbeat(r, sent)))
@@ -503,10 +689,7 @@ class Coordinator:
         for ip in self.ips.held():
             handlers.append((t.ip_acquire(ip, self.holder, self.ips.ttl),
                              lambda r, ip=ip: self.ips.renewed(ip, r, self.clock())))
-        idle = self.idle()
-        handlers.append((t.report(self.worker, self.hb_seq, idle), lambda r: None))
-        if idle and not final:
-            handlers.append((t.view(), self._view))
+        self._stage_report(t, handlers, final)
         pages, paused = self.acks.pages_to_report(), self.pauses.to_report()
         if pages or paused:  # as deltas: a dead worker's figures stay in Redis, a respawn adds to them
             handlers.append((t.add_figures(self.worker, pages, paused),
@@ -518,6 +701,14 @@ class Coordinator:
             except Exception:  # a snapshot is best effort
                 pass
 
+    def _stage_report(self, t, handlers, final: bool) -> None:
+        """This worker's idle report (a new sequence: the termination's waves), and the view when idle."""
+        self.hb_seq += 1
+        idle = self.idle()
+        handlers.append((t.report(self.worker, self.hb_seq, idle), lambda r: None))
+        if idle and not final:
+            handlers.append((t.view(), self._view))
+
     def _stage_ownership(self, t, handlers, now: float, heartbeat: bool) -> list[int]:
         """Claims (with the partition's site waits and robots.txt answers), acquisitions, reads:
         returns the partitions read."""
@@ -527,9 +718,9 @@ class Coordinator:
             handlers.append((t.claim(p, self.worker, token), lambda r, p=p: self._claimed(p, r)))
         if (heartbeat or self.acquire_now) and self.liveness.safe():
             self.acquire_now = False
-            # Not in the first heartbeats after joining: workers started together see each other first.
-            settled = now - self.started >= 2 * self.hb_interval and self.view.joined()
-            for p in self.own.to_acquire(self.view.mine()) if settled else []:
+            # Not before every worker started with it is seen (or two heartbeats after joining):
+            # workers started together see each other first.
+            for p in self.own.to_acquire(self.view.mine()) if self.settled(now) else []:
                 self.own.event(p, "acquire")
                 # None: still held by its previous owner (draining, or not yet expired)
                 handlers.append((t.acquire(p, self.worker, self.lease_ttl),
@@ -610,17 +801,54 @@ class Coordinator:
             # The frontier starts nothing past this (checked at every start, not only per tick).
             self.liveness.renewed(sent_at + self.lease_ttl - self.leases.margin)
         now = self.clock()
-        self.next_hb = sent_at + self.hb_interval
+        was_settled = self.settled(now)
         self._new_view(self.membership.members(), now)
+        settled = self.settled(now)
+        # Until it sees every worker started with it, a worker reads the members often.
+        self.next_hb = sent_at + (SETTLE_POLL if self.expected and not settled else self.hb_interval)
+        if settled and not was_settled:
+            self.acquire_now = True
+            self._wake.set()
         self._check_alive()
         if self.liveness.resume(now):
             self.wake_engine()
-        # Give away what the map gives others, once the view is stable for two heartbeats.
+        self._give_away(now)
+
+    def _give_away(self, now: float) -> None:
+        """Drain what the map now gives others, once the member view is stable for two heartbeats."""
         if self.view.stable(now) and self.liveness.safe():
             mine = self.view.mine()
             gone = [p for p in self.own.where(ACTIVE) if p not in mine]
             if gone:
                 self._start_drain(gone)
+
+    def _loads_read(self, loads: dict) -> None:
+        self._loads = loads
+
+    def _shares_read(self, record) -> None:
+        """The stored shares (read with each heartbeat): the map follows them; the first live
+        member in name order computes the next ones and writes them with the next tick."""
+        self._apply_shares(record)
+        epoch, _at, shares = record
+        members = self.view.members
+        if not members or min(members) != self.worker or len(members) < 2:
+            return
+        loads = self._loads
+        capacities = {w: loads[w][2] for w in members if w in loads}
+        new = rebalance(self.partitions, members, shares or None, capacities, moving=self._moving)
+        self._moving = new != current_shares(self.partitions, members, shares or None)
+        if self._moving:
+            self._shares_out = (epoch, (epoch or 0) + 1, int(self.wall() * 1000), new)
+            self._wake.set()
+
+    def _shares_written(self, ok: bool, record) -> None:
+        if ok:  # (else another worker wrote first: read at the next heartbeat)
+            self._apply_shares(record)
+            self._give_away(self.clock())
+
+    def _apply_shares(self, record) -> None:
+        self.shares_record = record
+        self.view.set_shares(record[2] or None)
 
     def _new_view(self, members: frozenset[str], now: float) -> None:
         if self.view.update(members, now):

@@ -305,6 +305,7 @@ class DistState:
             flush_interval=c.redis_flush_interval, wait_duration=c.wait_duration,
             ack_interval=min(1.0, c.checkpoint_interval), is_idle=self._locally_idle,
             on_end=self._ended, durable=self._durable, err=self.err, membership=self.membership,
+            shares=c.partition_shares,
             wake_engine=lambda: self._wake_engine() if self._wake_engine is not None else None)
         self.sink.wake = self.coordinator.wake
 

@@ -15,7 +15,10 @@ without I/O (times are arguments):
   ``clean``), or this worker asked in a tick that failed (the answer that
   carried the start may have been lost: the IP is *unclean* until its next
   grant).  The pace's ``retry_until`` (a wall time, the workers' clocks
-  share no origin) is turned into this worker's clock;
+  share no origin) is turned into this worker's clock.  That start
+  (:func:`previous_start`; "now" when unknown) becomes the IP's last start
+  here, so a lease let go before this worker sent anything on it passes
+  the previous holder's start on, not an older one of its own;
 * **a denial**: asked again at ``retry_at`` (the coordinator's next
   heartbeat); a tick that failed: its asks are denied until a heartbeat
   later, and marked unclean;
@@ -23,7 +26,11 @@ without I/O (times are arguments):
   more starts on that IP; granted with another worker waiting: the
   frontier lets the IP go sooner;
 * **releases** (``lb_ip_release``): the IPs the frontier lets go (every one
-  at a stop), with the last request's start and the pace in wall time.
+  at a stop), with the last request's start and the pace in wall time; the
+  start is rounded up to the millisecond, plus the loop clock's step
+  (:data:`CLOCK_STEP`: ``loop.time()`` is cut to the millisecond, so a
+  start it dates may have happened up to a step later), so the next holder
+  never counts from a start earlier than the real one.
 
 A pace that does not parse is taken as none.
 """
@@ -31,10 +38,14 @@ A pace that does not parse is taken as none.
 from __future__ import annotations
 
 import json
+import math
 
 from .redisio import IpGrant
 
-__all__ = ["IpLeases", "not_before"]
+__all__ = ["IpLeases", "not_before", "previous_start", "CLOCK_STEP"]
+
+#: How much later than the loop clock says a start may have happened (uvloop: 1 ms).
+CLOCK_STEP = 0.001
 
 
 def not_before(g: IpGrant, now: float, wall: float, wait_duration: float, unclean: bool) -> tuple[float, dict | None]:
@@ -59,6 +70,17 @@ def not_before(g: IpGrant, now: float, wall: float, wait_duration: float, unclea
     return now, pace
 
 
+def previous_start(g: IpGrant, now: float, wall: float, unclean: bool) -> float | None:
+    """The previous holder's last start in this worker's clock: ``now`` when it is not known
+    (as if a request had just started: the next holder waits a full delay), None when it
+    left none (the IP was never asked, or not for an hour)."""
+    if not g.clean or unclean:
+        return now
+    if g.last_start_ms:
+        return now + (g.last_start_ms / 1000.0 - wall)
+    return None
+
+
 class IpLeases:
     """The frontier's side of the IP leases, for one worker's ticks (see the module docstring)."""
 
@@ -81,7 +103,7 @@ class IpLeases:
         """``(ip, last start in wall ms (0: none), pace JSON)`` of the IPs to let go (``every``: a stop)."""
         out = []
         for ip, last_start, pace in self.fr.ip_leases.to_release(now, every=every):
-            wall_ms = int((wall + (last_start - now)) * 1000) if last_start >= 0 else 0
+            wall_ms = math.ceil((wall + (last_start - now) + CLOCK_STEP) * 1000) if last_start >= 0 else 0
             pace = dict(pace)
             if pace.get("retry_until"):
                 pace["retry_until"] = wall + (pace["retry_until"] - now)
@@ -93,9 +115,10 @@ class IpLeases:
         if not g.granted:
             self.fr.ip_leases.denied(ip, retry_at)
             return
-        start, pace = not_before(g, now, wall, self.wait_duration, ip in self.unclean)
+        unclean = ip in self.unclean
+        start, pace = not_before(g, now, wall, self.wait_duration, unclean)
         self.unclean.discard(ip)
-        self.fr.ip_leases.granted(ip, start, pace, now)
+        self.fr.ip_leases.granted(ip, start, pace, now, last_start=previous_start(g, now, wall, unclean))
         if g.wanted:
             self.fr.ip_leases.contended(ip)
 

@@ -34,6 +34,14 @@ key                      what it holds
                          paused it, by kind), for the launcher's summary
 ``crashed``              list: the URLs forgotten as workerCrash (newest
                          1,000)
+``open``                 URLs accepted and not yet acked, all partitions
+                         (lb_enqueue adds, lb_ack takes): 0 is the end's cue
+``news:<w>``             set: partitions of worker w that others queued
+                         URLs into since w last looked
+``expect``               the worker ids the launcher starts together
+``loads``                hash: worker → ``"<rate> <backlog> <capacity>"``
+``shares``               hash: epoch, at (Redis ms), ``w:<worker>`` → its
+                         partition share (load-aware partitions)
 =======================  ===================================================
 """
 
@@ -108,6 +116,30 @@ class Keys:
     @property
     def crashed(self) -> str:
         return self.prefix + "crashed"
+
+    @property
+    def open(self) -> str:
+        """URLs accepted and not yet acked, over every partition (lb_enqueue adds, lb_ack takes)."""
+        return self.prefix + "open"
+
+    def news(self, worker: str) -> str:
+        """Partitions of ``worker`` that other workers queued URLs into since it last looked."""
+        return f"{self.prefix}news:{worker}"
+
+    @property
+    def expect(self) -> str:
+        """The workers the launcher starts together (a worker acquires once it sees them all)."""
+        return self.prefix + "expect"
+
+    @property
+    def loads(self) -> str:
+        """Each worker's measured load (rate, backlog, capacity), written with its heartbeat."""
+        return self.prefix + "loads"
+
+    @property
+    def shares(self) -> str:
+        """The partition shares the map gives the workers (load-aware partitions)."""
+        return self.prefix + "shares"
 
     # per partition: the hash tag {p}
     def own(self, p: int) -> str:

@@ -4,8 +4,10 @@ The distributed crawl's functions (Redis Functions, Redis >= 7.0).
 
 Loaded once per connection by larbin_py/distributed/redisio.py (FUNCTION LOAD
 REPLACE).  Every function touches the keys of one partition (hash tag {p})
-or one IP ({X}), except lb_heartbeat, lb_join, lb_leave and lb_view, which
-touch crawl-wide keys: in Redis Cluster they are sent per slot.
+or one IP ({X}), except lb_heartbeat, lb_join, lb_leave, lb_shares and
+lb_view, which touch crawl-wide keys, and lb_enqueue and lb_ack, which
+also keep the crawl-wide open count: in Redis Cluster they would be sent
+per slot, the open count kept per slot and summed (not built).
 
 Fencing (docs/distributed-design.md, "Membership, leases and fencing"): every function that changes a partition's
 state checks first that own:{p} holds "<worker>:<token>", the caller's
@@ -50,9 +52,11 @@ local function lb_meta(keys, args)
   return {'created'}
 end
 
--- lb_enqueue(q, cnt, bucket...; (bucket index, fingerprint, record)...):
+-- lb_enqueue(q, cnt, open, bucket...; (bucket index, fingerprint, record)...):
 -- per item, SADD the fingerprint into its bucket and, only when it is new,
--- XADD the record to the partition's stream.  Answers how many were new.
+-- XADD the record to the partition's stream.  Counts the new ones in the
+-- partition's 'accepted' and in the crawl-wide open count (accepted less
+-- acked, every partition: the end seen at once).  Answers how many were new.
 local function lb_enqueue(keys, args)
   local q = keys[1]
   local new = 0
@@ -62,7 +66,10 @@ local function lb_enqueue(keys, args)
       new = new + 1
     end
   end
-  if new > 0 then redis.call('HINCRBY', keys[2], 'accepted', new) end
+  if new > 0 then
+    redis.call('HINCRBY', keys[2], 'accepted', new)
+    redis.call('INCRBY', keys[3], new)
+  end
   return new
 end
 
@@ -158,10 +165,11 @@ local function lb_crashed(keys, args)
   return n
 end
 
--- lb_ack(own, q, cnt, crash; owner, id, outcome, ...): XACK + XDEL of
+-- lb_ack(own, q, cnt, crash, open; owner, id, outcome, ...): XACK + XDEL of
 -- each entry, its crash count dropped, and its count under 'fetched' or
--- 'forgotten:<outcome>', in one fenced call.  An entry that is not pending
--- (acked before) counts nothing, so a retried ack keeps the counters exact.
+-- 'forgotten:<outcome>', in one fenced call; the crawl-wide open count
+-- lowered by the entries acked.  An entry that is not pending (acked
+-- before) counts nothing, so a retried ack keeps the counters exact.
 -- Answers how many were acked.
 local function lb_ack(keys, args)
   if not owns(keys[1], args[1]) then return fenced() end
@@ -178,6 +186,7 @@ local function lb_ack(keys, args)
     end
   end
   for field, c in pairs(counts) do redis.call('HINCRBY', keys[3], field, c) end
+  if n > 0 then redis.call('DECRBY', keys[5], n) end
   return n
 end
 
@@ -219,11 +228,26 @@ local function lb_heartbeat(keys, args)
   return {redis.call('ZRANGEBYSCORE', keys[1], ms(now), '+inf'), lost, now, dup}
 end
 
--- lb_leave(members, member:<w>, idle; worker, instance): a clean stop.
+-- lb_leave(members, member:<w>, idle, loads; worker, instance): a clean stop.
 local function lb_leave(keys, args)
   redis.call('ZREM', keys[1], args[1])
   if redis.call('GET', keys[2]) == args[2] then redis.call('DEL', keys[2]) end
   redis.call('HDEL', keys[3], args[1])
+  if keys[4] then redis.call('HDEL', keys[4], args[1]) end
+  return 1
+end
+
+-- lb_shares(shares; expected epoch, epoch, at ms, worker, share, ...): the
+-- partition shares (load-aware partitions), written only when the stored
+-- epoch is still the one the caller computed from ('' when none): of two
+-- workers computing the next shares from the same record, one writes.
+-- Answers 1 when written, 0 when another write came first.
+local function lb_shares(keys, args)
+  local cur = redis.call('HGET', keys[1], 'epoch') or ''
+  if cur ~= args[1] then return 0 end
+  redis.call('DEL', keys[1])
+  redis.call('HSET', keys[1], 'epoch', args[2], 'at', args[3])
+  for i = 4, #args, 2 do redis.call('HSET', keys[1], 'w:' .. args[i], args[i + 1]) end
   return 1
 end
 
@@ -342,6 +366,7 @@ redis.register_function('lb_ack', lb_ack)
 redis.register_function('lb_join', lb_join)
 redis.register_function('lb_heartbeat', lb_heartbeat)
 redis.register_function('lb_leave', lb_leave)
+redis.register_function('lb_shares', lb_shares)
 redis.register_function('lb_ip_acquire', lb_ip_acquire)
 redis.register_function('lb_ip_release', lb_ip_release)
 redis.register_function('lb_put', lb_put)

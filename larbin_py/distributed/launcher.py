@@ -199,6 +199,8 @@ class Launcher:
                 raise CrawlExists(f"a crawl named {c.crawl_name!r} already exists in Redis at "
                                   f"{self.io.url_shown}: start with --reload to continue it, "
                                   "or choose another crawlName")
+            # the workers started together: each acquires once it sees them all
+            await self.io.set_expect([w.wid for w in self.workers])
         except DistError as exc:
             self.say(str(exc))
             return EXIT_USAGE

@@ -12,6 +12,12 @@ member flickers, so (docs/distributed-worker.md, "Ownership"):
   the view has been the same for ``settle`` seconds (:meth:`stable`; two
   heartbeats), so every worker has seen the newcomer first.
 
+With load-aware partitions the map also follows the stored shares
+(:mod:`~larbin_py.distributed.shares`): :meth:`MemberView.set_shares` takes
+the record every worker reads, and :meth:`mine` gives this worker what the
+weighted map gives it; ``None`` shares (``partitionShares equal``, or no
+record yet) are the equal map.
+
 Times are arguments; the view keeps no clock.
 """
 
@@ -34,6 +40,8 @@ class MemberView:
         self.members: frozenset[str] = frozenset()
         #: When the view last changed.
         self.since = 0.0
+        #: The shares the map follows (worker -> partitions), None: equal shares.
+        self.shares: dict[str, int] | None = None
 
     def reset(self, members: Iterable[str], now: float) -> None:
         """The first view (at join)."""
@@ -58,6 +66,18 @@ class MemberView:
         """This worker is in its own view (it may acquire)."""
         return self.worker in self.members
 
+    def set_shares(self, shares: dict[str, int] | None) -> bool:
+        """The map follows ``shares`` from now on (None: equal); True when they changed."""
+        shares = dict(shares) if shares else None
+        if shares == self.shares:
+            return False
+        self.shares = shares
+        return True
+
+    def map(self) -> dict[int, str]:
+        """Partition -> worker for the members acted on (and the shares)."""
+        return assign(self.partitions, self.members, weights=self.shares)
+
     def mine(self) -> set[int]:
         """The partitions the map gives this worker."""
-        return {p for p, w in assign(self.partitions, self.members).items() if w == self.worker}
+        return {p for p, w in self.map().items() if w == self.worker}

@@ -140,8 +140,11 @@ class _Part:
 class Ownership:
     """The partitions of one worker and their states (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, poll: float = EMPTY_POLL) -> None:
         self._parts: dict[int, _Part] = {}
+        #: How often a readable partition found empty is read again (seconds): a safety
+        #: net when the news of other workers' links are told (the coordinator's news).
+        self.poll = poll
         #: Leases acquired (the coordinator's ``takeovers``).
         self.acquisitions = 0
 
@@ -224,8 +227,8 @@ class Ownership:
         return any(part.maybe_full for part in self._parts.values() if part.state in READABLE)
 
     def polls_due(self, now: float) -> bool:
-        """A readable partition found empty has not been read for EMPTY_POLL s."""
-        return any(now - part.polled >= EMPTY_POLL for part in self._parts.values()
+        """A readable partition found empty has not been read for :attr:`poll` s."""
+        return any(now - part.polled >= self.poll for part in self._parts.values()
                    if part.state in READABLE and not part.maybe_full)
 
     def reads(self, now: float, budget: int) -> list[tuple[int, int, int]]:
@@ -233,7 +236,7 @@ class Ownership:
         between the readable partitions that may hold more or whose poll is due (at most
         :data:`READ_MAX` each, at least 1); each is marked read at ``now``."""
         parts = [(p, part) for p, part in sorted(self._parts.items()) if part.state in READABLE
-                 and (part.maybe_full or now - part.polled >= EMPTY_POLL)]
+                 and (part.maybe_full or now - part.polled >= self.poll)]
         if budget <= 0 or not parts:
             return []
         each = max(1, min(READ_MAX, budget // len(parts)))
@@ -249,7 +252,8 @@ class Ownership:
             part.maybe_full = got >= asked
 
     def enqueued(self, p: int) -> None:
-        """New entries were queued in ``p``'s stream (this worker's links): read it again soon."""
+        """New entries may be queued in ``p``'s stream (this worker's links, or another
+        worker's news): read it again soon."""
         part = self._parts.get(p)
         if part is not None and part.state in READABLE:
             part.maybe_full = True

@@ -362,7 +362,7 @@ class Tick:
         """
         buckets = self.io.seen_buckets
         bucket_index: dict[int, int] = {}
-        keys = [self.keys.queue(p), self.keys.counts(p)]
+        keys = [self.keys.queue(p), self.keys.counts(p), self.keys.open]
         args: list[Any] = []
         for fp, record in items:
             b = bucket_of(fp, buckets)
@@ -427,7 +427,7 @@ class Tick:
         for entry_id, outcome in done:
             args.extend((entry_id, outcome))
         return self._fcall("lb_ack", [self.keys.own(p), self.keys.queue(p), self.keys.counts(p),
-                                      self.keys.crashes(p)], args,
+                                      self.keys.crashes(p), self.keys.open], args,
                            lambda r: FENCED if _is_fenced(r) else int(r))
 
     # --- leases ---------------------------------------------------------
@@ -459,8 +459,86 @@ class Tick:
         return self._fcall("lb_heartbeat", keys, args, parse)
 
     def leave(self, worker: str, instance: str | None = None) -> int:
-        return self._fcall("lb_leave", [self.keys.members, self.keys.member(worker), self.keys.idle],
-                           [worker, instance or worker], lambda r: True)
+        return self._fcall("lb_leave", [self.keys.members, self.keys.member(worker), self.keys.idle,
+                                        self.keys.loads], [worker, instance or worker], lambda r: True)
+
+    # --- the pace of the crawl: its end, the news, the expected workers, the shares ----
+    def get_open(self) -> int:
+        """URLs accepted and not yet acked over every partition (``open``; 0 when none
+        was ever accepted): an int."""
+        self._cmds.append(("GET", self.keys.open))
+        return self._add(lambda r: 0 if r is None else int(r))
+
+    def tell(self, worker: str, parts: Iterable[int]) -> int:
+        """Tell ``worker`` that URLs were queued into its partitions ``parts`` (``news:<w>``)."""
+        parts = sorted(set(parts))
+        if not parts:
+            return self._add_const(0)
+        self._cmds.append(("SADD", self.keys.news(worker), *parts))
+        return self._add(int)
+
+    def take_news(self, worker: str) -> int:
+        """The partitions others queued URLs into for ``worker`` since it last took them
+        (read and emptied in the tick's transaction): a set of ints."""
+        self._cmds.append(("SMEMBERS", self.keys.news(worker)))
+        i = self._add(lambda r: {int(x) for x in r})
+        self._cmds.append(("DEL", self.keys.news(worker)))
+        self._add(lambda r: True)
+        return i
+
+    def get_expect(self) -> int:
+        """The worker ids the launcher starts together (``expect``): a frozenset, empty when none."""
+        self._cmds.append(("GET", self.keys.expect))
+        return self._add(lambda r: frozenset(_s(r).split()) if r else frozenset())
+
+    def put_load(self, worker: str, rate: float, backlog: int, capacity: float | None) -> int:
+        """This worker's measured load, read by every worker's share computation."""
+        cap = "-" if capacity is None else f"{capacity:.3f}"
+        self._cmds.append(("HSET", self.keys.loads, worker, f"{rate:.3f} {int(backlog)} {cap}"))
+        return self._add(lambda r: True)
+
+    def get_loads(self) -> int:
+        """Every worker's last load: ``{worker: (rate, backlog, capacity or None)}``."""
+        self._cmds.append(("HGETALL", self.keys.loads))
+
+        def parse(r):
+            out = {}
+            for w, v in _hash(r).items():
+                try:
+                    rate, backlog, cap = _s(v).split()
+                    out[w] = (float(rate), int(backlog), None if cap == "-" else float(cap))
+                except ValueError:
+                    continue
+            return out
+        return self._add(parse)
+
+    def get_shares(self) -> int:
+        """The stored partition shares: ``(epoch or None, at ms, {worker: share})``."""
+        self._cmds.append(("HGETALL", self.keys.shares))
+
+        def parse(r):
+            h = _hash(r)
+            shares = {}
+            for k, v in h.items():
+                if k.startswith("w:"):
+                    try:
+                        shares[k[2:]] = int(v)
+                    except ValueError:
+                        continue
+            try:
+                epoch = int(h["epoch"]) if "epoch" in h else None
+                at = int(h.get("at", 0))
+            except ValueError:
+                epoch, at = None, 0
+            return epoch, at, shares
+        return self._add(parse)
+
+    def put_shares(self, expected: int | None, epoch: int, at_ms: int, shares: dict[str, int]) -> int:
+        """Store the next shares if the record is still epoch ``expected``: True when written."""
+        args: list[Any] = ["" if expected is None else str(expected), str(epoch), str(int(at_ms))]
+        for w in sorted(shares):
+            args.extend((w, int(shares[w])))
+        return self._fcall("lb_shares", [self.keys.shares], args, lambda r: bool(int(r)))
 
     # --- IP leases ------------------------------------------------------
     def ip_acquire(self, ip: str, holder: str, ttl: float) -> int:
@@ -922,6 +1000,12 @@ class RedisIO:
 
     async def view(self, rows: bool = False) -> View:
         return await self._one(lambda t: t.view(rows=rows))
+
+    async def set_expect(self, workers: Sequence[str]) -> None:
+        """Name the workers started together (the launcher): each acquires its partitions
+        as soon as it sees them all, instead of waiting two heartbeats."""
+        self.round_trips += 1
+        await self.client.set(self.keys.expect, " ".join(workers))
 
     # --- waiting for new entries (second connection) ------------------------
     async def wait_new(self, streams: dict[int, str], timeout: float) -> list[int]:

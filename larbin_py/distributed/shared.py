@@ -19,7 +19,7 @@ SHARED_KEYS = (
     "UserAgent", "waitDuration", "depthInSite", "depthBySite", "maxRedirects", "noExternalLinks",
     "getCGI", "getImage", "anyType", "specificSearch", "specificSet", "limitToDomain",
     "forbiddenExtensions", "punycode", "ignoreRobots", "maxUrlSize", "privateNetworks",
-    "pageNoDuplicate", "outputMode", "limitPage", "leaseTtl", "membership", "zkPath",
+    "pageNoDuplicate", "outputMode", "limitPage", "leaseTtl", "membership", "zkPath", "partitionShares",
 )
 
 

@@ -47,9 +47,10 @@ def decode_entry(data: bytes) -> tuple[str, int, int, int, str] | None:
 class RedisSink:
     """Admitted links buffered per partition until the next tick.
 
-    ``wake`` is called when the buffers reach ``batch`` links (the tick
-    sends them at once); ``clock`` (monotonic seconds) dates the oldest
-    buffered link, so the tick sends it within ``redisFlushInterval``.
+    ``wake`` is called when a link comes into empty buffers (the tick is
+    then due within ``redisFlushInterval``, sooner when the frontier runs
+    dry) and when the buffers reach ``batch`` links (the tick sends them at
+    once); ``clock`` (monotonic seconds) dates the oldest buffered link.
     """
 
     def __init__(self, partitions: int, *, retries: int = 0, batch: int = 1000,
@@ -84,11 +85,12 @@ class RedisSink:
             buf[p].append((fingerprint(link + seen_key), encode_entry(link, depth, retries, hops, via)))
             n += 1
         if n:
-            if self.oldest is None:
+            first = self.oldest is None
+            if first:
                 self.oldest = self.clock()
             self.pending += n
-            if self.pending >= self.batch and self.wake is not None:
-                self.wake()
+            if (first or self.pending >= self.batch) and self.wake is not None:
+                self.wake()  # the first link dates the flush; a full batch goes at once
 
     def take(self) -> dict[int, list[tuple[int, bytes]]]:
         """The buffers, emptied: ``{partition: [(fingerprint, record), ...]}``."""

@@ -146,14 +146,17 @@ class LeasePolicy:
                 out.append(key)
         return out
 
-    def granted(self, addr: str, not_before: float, pace: dict | None, now: float) -> None:
+    def granted(self, addr: str, not_before: float, pace: dict | None, now: float, *,
+                last_start: float | None = None) -> None:
         """The lease of ``addr`` was granted: requests to it may start from ``not_before``.
 
         ``not_before`` (loop time) is the previous holder's last start plus
         the delay (or a full delay after a lapsed lease); ``pace`` is the
         previous holder's :class:`~larbin_py.throttle.ServerPace` state, the
-        server's frequency control moving with the IP.  A renewal of an
-        EXPIRING lease is a grant too.
+        server's frequency control moving with the IP; ``last_start`` that
+        start (loop time), kept as the IP's last start when later than its
+        own: released before any request here, the lease passes it on.  A
+        renewal of an EXPIRING lease is a grant too.
         """
         ip = self._ips.get(addr) if self._ips is not None else None
         if ip is None:
@@ -166,6 +169,8 @@ class LeasePolicy:
         self._held[addr] = ip
         if not_before > ip.next_allowed:
             ip.next_allowed = not_before
+        if last_start is not None and last_start > ip.last_start:
+            ip.last_start = last_start
         if pace:
             p = ip.pace
             p.penalty = max(p.penalty, float(pace.get("penalty", 1.0)))
