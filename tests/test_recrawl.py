@@ -52,7 +52,7 @@ class Site:
                     save_dir=str(tmp_path / "save"), state_dir=str(tmp_path / "state"), http_port=0,
                     output_mode="mirror", wait_duration=0.0, timeout_page=5.0, forbidden_extensions=(),
                     get_cgi=True, depth_by_site=True, depth_in_site=web.max_depth(True) + 1, pages_connexions=40,
-                    recrawl_gone="delete")
+                    recrawl_gone="delete", dns_retry_delay=0.1)
         base.update(changes)
         from larbin_py.config import parse_config_text
 

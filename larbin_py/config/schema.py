@@ -310,6 +310,9 @@ class Config:
     dns_timeout: float = setting(
         Seconds("dnsTimeout", 0, 600, above=True), 5.0,
         doc="seconds to wait for a DNS answer before retrying")
+    dns_retry_delay: float = setting(
+        Seconds("dnsRetryDelay", 0, 3600, above=True), 2.0,
+        doc="seconds before a name that did not resolve is asked again, doubled at each failure")
     dns_valid_time: float = setting(
         Seconds("dnsValidTime", 0, 31_536_000), 172_800.0,
         doc="seconds a DNS answer is kept, at least (2 days, as Larbin)")
