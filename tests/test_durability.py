@@ -130,8 +130,10 @@ async def test_a_slow_disk_never_blocks_the_loop_and_the_gate_bounds_its_queue(t
         assert summary.failed is None
         assert summary.pages >= 40
         assert disk.threads == {"larbin-writer"}
-        # 40 writes of 0.1 s took 4 s; the loop never waited for one of them
-        assert max(gaps) < 0.08, max(gaps)
+        # 40 writes of 0.1 s took 4 s; the loop never waited for one of them: a write
+        # on the loop would stop its 5 ms ticker for 0.1 s each time, 40 times (a loaded
+        # machine may deschedule the loop as long a few times: not 40)
+        assert sum(g >= 0.1 for g in gaps) <= 3, sorted(gaps)[-10:]
         # the gate held: a request starts only while requests running plus outcomes not yet
         # committed are under pagesConnexions, so the writer holds at most that many
         # outcomes, each at most a page plus its commit's job (a loop too slow to group
