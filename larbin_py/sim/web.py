@@ -531,16 +531,7 @@ class _Generator:
             else:
                 out.append(self._anchor(lk, rng))
             out.append(" " + _filler(rng, per // 2) + ("</p>\n" if not malformed else "\n"))
-        if areas:
-            out.append('<map name="m">')
-            for lk in areas:
-                out.append(f'<area shape="rect" coords="0,0,9,9" href="{render_attr(lk.raw)}" alt="x">')
-            out.append("</map>")
-        if malformed:
-            out.append("<div><b>unclosed <i>mis</b>nested</i> broken &copy entity &#xZZ; "
-                       "and &nbsp stray < sign <table><tr><td>cell")
-        else:
-            out.append("<p>" + escape(text) + "</p></body></html>\n")
+        _page_end(out, areas, malformed, "<p>" + escape(text) + "</p></body></html>\n")
         return "".join(out)
 
     def _render_doc(self, out: list[str], text: str, links: list[Link], malformed: bool, body_len: int,
@@ -596,16 +587,8 @@ class _Generator:
                            + "</code></dt><dd><p>" + self._anchor(lk, rng) + "</p>"
                            + '<div class="highlight"><pre><span class="k">' + escape(_filler(rng, per // 2))
                            + "</span></pre></div></dd></dl>\n")
-        if areas:
-            out.append('<map name="m">')
-            for lk in areas:
-                out.append(f'<area shape="rect" coords="0,0,9,9" href="{render_attr(lk.raw)}" alt="x">')
-            out.append("</map>")
-        if malformed:
-            out.append("<div><b>unclosed <i>mis</b>nested</i> broken &copy entity &#xZZ; "
-                       "and &nbsp stray < sign <table><tr><td>cell")
-        else:
-            out.append("</div>\n" * depth + "<p>" + escape(text) + "</p></div></div></div></div></body></html>\n")
+        _page_end(out, areas, malformed,
+                  "</div>\n" * depth + "<p>" + escape(text) + "</p></div></div></div></div></body></html>\n")
 
     @staticmethod
     def _anchor(lk: Link, rng: random.Random) -> str:
@@ -711,3 +694,17 @@ class _Generator:
             raise ValueError(f"unknown robots profile {kind!r}")
         return RobotsProfile(kind, 200, text.encode(), crawl_delay=delay)
 
+
+def _page_end(out: list[str], areas: list, malformed: bool, closing: str) -> None:
+    """A page's last parts: its image map (``areas``' links), then the broken tail of a
+    ``malformed`` page, or ``closing``."""
+    if areas:
+        out.append('<map name="m">')
+        for lk in areas:
+            out.append(f'<area shape="rect" coords="0,0,9,9" href="{render_attr(lk.raw)}" alt="x">')
+        out.append("</map>")
+    if malformed:
+        out.append("<div><b>unclosed <i>mis</b>nested</i> broken &copy entity &#xZZ; "
+                   "and &nbsp stray < sign <table><tr><td>cell")
+    else:
+        out.append(closing)
