@@ -4,7 +4,6 @@ it, and its callers use nothing else of it, nor finish it by assignment."""
 from __future__ import annotations
 
 import ast
-import inspect
 import random
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from larbin_py.frontier.ip_leases import LeasePolicy
 from larbin_py.frontier.protocol import DistScheduler, Scheduler
 from larbin_py.testing.fakes import memory_stores
 
-from test_frontier_seams import _accepts
+from test_frontier_seams import _conforms
 
 PACKAGE = Path(larbin_py.__file__).parent
 
@@ -43,19 +42,6 @@ def members(proto) -> dict:
     return found
 
 
-def conformance(obj, proto) -> list[str]:
-    problems = []
-    for name, spec in members(proto).items():
-        if not hasattr(obj, name):
-            problems.append(f"{name} missing")
-        elif isinstance(spec, property):
-            if not isinstance(inspect.getattr_static(type(obj), name, None), property):
-                problems.append(f"{name} is not a property")
-        elif spec is not None:
-            problems += [f"{name}: {p}" for p in _accepts(getattr(type(obj), name), spec)]
-    return problems
-
-
 def frontier(**kw):
     return assemble(ram_urls=10, max_urls_by_site=5, max_requests=5, wait_duration=1.0, rng=random.Random(1),
                     stores=memory_stores(), **kw)
@@ -63,10 +49,10 @@ def frontier(**kw):
 
 def test_the_frontier_implements_the_scheduler_and_a_workers_the_dist_scheduler():
     fr = frontier()
-    assert isinstance(fr, Scheduler) and conformance(fr, Scheduler) == []
+    assert isinstance(fr, Scheduler) and _conforms(fr, Scheduler, members) == []
     worker = frontier(ip_leases=LeasePolicy(wait_duration=1.0),
                       frontier_class=lambda *a, **kw: DistFrontier(*a, ended=lambda: False, **kw))
-    assert isinstance(worker, DistScheduler) and conformance(worker, DistScheduler) == []
+    assert isinstance(worker, DistScheduler) and _conforms(worker, DistScheduler, members) == []
     assert not worker.idle() and worker.locally_idle()  # idle here, but the crawl has not ended
 
 
@@ -75,7 +61,7 @@ def test_the_conformance_check_sees_what_is_missing():
         def load(self, now):  # max_reads is missing
             return 0
 
-    problems = conformance(Half(), Scheduler)
+    problems = _conforms(Half(), Scheduler, members)
     assert "load: positional max_reads missing" in problems and "next_request missing" in problems
 
 

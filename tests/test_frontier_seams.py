@@ -61,9 +61,11 @@ def _accepts(impl, spec) -> list[str]:
     return problems
 
 
-def _conforms(obj, proto) -> list[str]:
+def _conforms(obj, proto, members=_members) -> list[str]:
+    """How ``obj`` fails to implement ``proto`` (empty: it does); ``members`` lists the
+    Protocol's members (its own by default)."""
     problems = []
-    for name, spec in _members(proto).items():
+    for name, spec in members(proto).items():
         if not hasattr(obj, name):
             problems.append(f"{name} missing")
         elif isinstance(spec, property):
