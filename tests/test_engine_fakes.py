@@ -191,3 +191,31 @@ def test_failures_keep_the_first_message_say_it_once_and_stop():
     assert late.message == "output failed: at close" and late.err.getvalue() == "" and len(stops) == 2
     late.fail("cannot open the output: x", stop=False)
     assert late.message == "output failed: at close" and len(stops) == 2
+
+
+async def test_a_name_that_does_not_resolve_is_asked_again_after_dnsRetryDelay_doubled(tmp_path):
+    """dnsRetryDelay reaches the frontier: a dead name is asked again 0.2 s, then 0.4 s
+    after its failures (never sooner), and its URL is forgotten noDNS once its retries
+    are spent; the default (2 s) would leave the crawl running for 6 s."""
+    import time
+
+    class DeadName(FakeResolver):
+        def __init__(self) -> None:
+            super().__init__()
+            self.times: list[float] = []
+
+        async def resolve(self, name: str) -> DNSAnswer:
+            if name != "dead.test":
+                return await super().resolve(name)
+            self.times.append(time.monotonic())
+            return DNSAnswer(name, (), "nxdomain", 0.0, False)
+
+    resolver = DeadName()
+    engine = Engine(config(tmp_path).replace(start_urls=("http://dead.test/",), dns_retry_delay=0.2, retries=2),
+                    resolver=resolver, fetcher=FakeFetcher(), stores=memory_stores(),
+                    out=open("/dev/null", "w"), err=open("/dev/null", "w"))
+    summary = await engine.run()
+    assert summary.forgotten == {"noDNS": 1}, summary.forgotten
+    gaps = [b - a for a, b in zip(resolver.times, resolver.times[1:])]
+    assert len(resolver.times) == 3, resolver.times
+    assert 0.2 <= gaps[0] < 0.2 + 1.5 and 0.4 <= gaps[1] < 0.4 + 1.5, gaps
