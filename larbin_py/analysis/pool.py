@@ -208,6 +208,9 @@ class WorkerPool:
             proc.stdin.write(self.setup_line)
             await asyncio.wait_for(asyncio.shield(proc.ready), START_TIMEOUT)
         except BaseException:
+            # Given up (a timeout, or the pool closing while it started): its ready line
+            # will fail when it dies, and nobody waits for it any more.
+            proc.ready.add_done_callback(lambda f: f.cancelled() or f.exception())
             proc.kill()
             raise
         return proc
