@@ -219,3 +219,42 @@ async def test_a_name_that_does_not_resolve_is_asked_again_after_dnsRetryDelay_d
     gaps = [b - a for a, b in zip(resolver.times, resolver.times[1:])]
     assert len(resolver.times) == 3, resolver.times
     assert 0.2 <= gaps[0] < 0.2 + 1.5 and 0.4 <= gaps[1] < 0.4 + 1.5, gaps
+
+
+async def test_the_first_checkpoint_is_written_beside_the_first_requests(tmp_path):
+    """Issue 37: the first request does not wait for the first checkpoint's
+    writes.  This state's first checkpoint finishes only once a request was
+    made: a start that awaited it before pumping would never fetch (the
+    wait_for's timeout).  The crawl still closes with both checkpoints
+    written, the first one whole before the last."""
+    import asyncio
+
+    from larbin_py.testing.state import MemoryState
+
+    class SlowFirstCheckpoint(MemoryState):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fetched = asyncio.Event()
+            self.finished: list[int] = []
+
+        async def checkpoint(self, frontier, now, section):
+            n = self.checkpoints + 1
+            written = await super().checkpoint(frontier, now, section)
+            if n == 1:
+                await self.fetched.wait()
+            self.finished.append(n)
+            return written
+
+    class SignallingFetcher(FakeFetcher):
+        async def fetch(self, url, ip, port, **kw):
+            state.fetched.set()
+            return await super().fetch(url, ip, port, **kw)
+
+    state = SlowFirstCheckpoint()
+    fetcher = SignallingFetcher()
+    engine = Engine(config(tmp_path).replace(can_reload=True), resolver=FakeResolver(), fetcher=fetcher,
+                    stores=memory_stores(), crawl_state=state, out=open("/dev/null", "w"),
+                    err=open("/dev/null", "w"))
+    summary = await asyncio.wait_for(engine.run(), timeout=10)
+    assert fetcher.requests and summary.pages == 5 and summary.failed is None
+    assert state.finished == [1, 2] and state.closed
