@@ -19,7 +19,6 @@ Both are no-ops where the C library is not glibc.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 __all__ = ["limit_retention", "trim", "heap_stats"]
 
@@ -29,8 +28,11 @@ MMAP_THRESHOLD = 256 * 1024
 
 
 def _libc():
+    # The process's own symbols (dlopen(NULL)): the C library the interpreter
+    # runs on.  ctypes.util.find_library ran ``ldconfig -p`` in a child
+    # process at every crawl's start (10-20 ms).
     try:
-        lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        lib = ctypes.CDLL(None)
     except OSError:
         return None
     return lib if hasattr(lib, "mallopt") and hasattr(lib, "malloc_trim") else None

@@ -134,11 +134,36 @@ def test_each_room_imports_only_what_its_docstring_allows():
 def test_a_crawl_starts_without_what_it_may_not_use():
     """Issue 37: what a crawl imports before its first request.  numpy (the seen
     stores' sorted arrays, from the first sealed chunk on), lxml (the analysis
-    processes parse), warcio (WARC output), Chromium's driver (dynamicPages) and
-    email (a Retry-After date) come at their first use."""
+    processes parse), warcio (WARC output), Chromium's driver (dynamicPages),
+    email (a Retry-After date), h2 (a TLS connection that chose HTTP/2),
+    zstandard (a zstd body), re2 (URL patterns), calendar (a cookie's Expires),
+    shutil (records removed), tempfile (an exec analyzer), secrets (a Digest
+    answer) and ctypes.util (which ran ldconfig in a child process) come at
+    their first use, or never."""
     code = ("import sys, larbin_py.cli, larbin_py.engine, larbin_py.runner, larbin_py.wiring; "
             "print(sorted(m for m in ('numpy', 'lxml', 'warcio', 'email', 'larbin_py.net.dynamic', "
-            "'larbin_py.net.browser', 'larbin_py.output.warc') if m in sys.modules))")
+            "'larbin_py.net.browser', 'larbin_py.output.warc', 'h2', 'larbin_py.net.h2conn', 'zstandard', "
+            "'re2', 'calendar', 'shutil', 'tempfile', 'secrets', 'ctypes.util') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_reading_a_configuration_imports_no_network_module():
+    """Issue 37: the command line and a configuration read (every check of
+    every key, a proxy, an auth line, a site line and TLS settings among them)
+    import neither the event loop, the network's protocols nor the crawl:
+    a configuration error or --print-config answers without them, and the
+    crawl's start imports them once, after the configuration is known."""
+    code = ("import sys, larbin_py.cli\n"
+            "from larbin_py.config import parse_config_text\n"
+            "parse_config_text('startUrl http://a.test/\\nproxy http://u:p@127.0.0.1:3128\\n'\n"
+            "                  'auth\\n http://a.test/ basic u p\\nend\\nsite\\n a.test waitDuration=2\\nend\\n'\n"
+            "                  'tlsCaMode add\\nhttpVersion auto\\nhttpParser h11\\n')\n"
+            "print(sorted(m for m in ('asyncio', 'uvloop', 'pycares', 'h11', 'h2', 'ssl', 'zstandard', 're2', "
+            "'lxml', 'numpy', 'secrets', 'calendar', 'larbin_py.net.http', 'larbin_py.net.tls', "
+            "'larbin_py.net.dns', 'larbin_py.engine', 'larbin_py.output', 'larbin_py.analysis', 'larbin_py.web') "
+            "if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"

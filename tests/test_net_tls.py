@@ -74,6 +74,19 @@ def test_only_mode_trusts_the_file_alone_and_add_keeps_the_system_cas(servers):
     assert only == 1 and added > 1
 
 
+def test_without_a_ca_file_the_system_cas_load_at_the_first_https_connection():
+    """Issue 37: loading the system's CAs cost 15-25 ms of every crawl's start,
+    http-only crawls included; the policy makes its first context when a
+    connection asks for it (a CA file is still loaded, and checked, at once)."""
+    import ssl
+
+    policy = TlsPolicy()
+    assert policy._contexts == {}
+    ctx = policy.context("secure.test")
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.cert_store_stats()["x509_ca"] > 0
+    assert policy.context("secure.test") is ctx and len(policy._contexts) == 1
+
+
 async def test_a_certificate_for_another_name_is_refused(servers):
     pki, ports, _ = servers
     res = await get(fetcher(tls=TlsPolicy(ca_file=pki.ca)), ports["other"])

@@ -30,11 +30,14 @@ import importlib
 import json
 import os
 import re
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 
+from ..lazyimport import LazyModule
 from .command import Tail, run_command
+
+# tempfile (5 ms of a crawl's start) is imported by the first exec analyzer's input.
+tempfile = LazyModule("tempfile", globals(), "tempfile")
 
 __all__ = ["AnalyzerError", "AnalyzerSpec", "AnalyzerTimeout", "KINDS", "PageView", "parse_analyzer", "run",
            "links_spec"]

@@ -68,7 +68,7 @@ text; :mod:`.reference` makes docs/configuration.md from the schema
 (``python -m larbin_py.config --markdown``); :mod:`.errors` the errors.
 
 May import the policy modules (``redact``, ``frontier.addresses``) and the
-vocabularies of the edge it checks values against (``net.http.PARSERS``,
+vocabularies of the edge it checks values against (``net.choices``,
 ``net.dynamic.parse_rule``); three keys import a room when a value needs
 checking: ``redisUrl`` the distributed mode's URL parser (never for an
 empty value or ``auto``: a single-process crawl does not import

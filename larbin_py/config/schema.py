@@ -41,10 +41,10 @@ from typing import Any, Callable, TypeVar, overload
 from .. import __version__
 from ..frontier.addresses import POLICIES as PRIVATE_NETWORKS
 from ..frontier.addresses import is_loopback
-from ..net.http import H2_AVAILABLE
-from ..net.http import HTTP_VERSIONS
-from ..net.http import PARSERS as HTTP_PARSERS
-from ..net.tls import CA_MODES as TLS_CA_MODES
+from ..net.choices import CA_MODES as TLS_CA_MODES
+from ..net.choices import H2_AVAILABLE
+from ..net.choices import HTTP_VERSIONS
+from ..net.choices import PARSERS as HTTP_PARSERS
 from ..site_settings import SiteRule
 from .errors import Bad, ConfigError
 from .keys import (

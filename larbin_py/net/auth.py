@@ -48,10 +48,14 @@ import base64
 import hashlib
 import os
 import re
-import secrets
 from dataclasses import dataclass, field
 
+from ..lazyimport import LazyModule
 from ..url import normalize
+
+# secrets (and the random and hmac modules it imports) is imported by the
+# first Digest answer: the configuration reads auth lines with this module.
+secrets = LazyModule("secrets", globals(), "secrets")
 
 __all__ = ["SCHEMES", "MAX_STALE", "AuthRule", "AuthRules", "Credential", "parse_rule", "parse_challenges"]
 

@@ -116,32 +116,27 @@ from typing import Callable, Iterable
 
 import h11
 
+from ..lazyimport import LazyModule
 from ..url import authority_of
 from ..transitions import step
 from . import tls as _tls
 from .auth import AuthRules, parse_challenges
+from .choices import H2_AVAILABLE, HTTP_VERSIONS, PARSERS
 from .bandwidth import TokenBucket
 from .connect import attempt_order, open_socket, tunnel
 from .decode import BodyDecoder, DecodeError, accept_encoding, read_headers
 from .fastread import BIG, DONE, H11, NEED, FastReader
 from .proxy import NoProxy, ProxyConfig, ProxyError
 
-try:  # optional: the "http2" extra
-    from .h2conn import H2Session, request_headers as _h2_headers
-except ImportError:  # no h2 package: HTTP/1.1 only
-    H2Session = None
+# HTTP/2 (the optional "http2" extra) is imported by the first connection
+# whose TLS chose h2: h2 and hpack cost 20-30 ms of a crawl's start, and the
+# default httpVersion 1.1 never offers h2.
+_h2conn = LazyModule("larbin_py.net.h2conn", globals(), "_h2conn")
 
 __all__ = ["Fetcher", "FetchResult", "ERRORS", "CONN_TRANSITIONS"]
 
 ERRORS = ("noConnection", "timeout", "reset", "tooBig", "badResponse", "headerTooBig", "proxyError", "tlsError",
           "authRequired", "authRetry")
-#: How responses are read: llhttp with h11 as the referee, or h11 alone (larbin.conf
-#: ``httpParser``; larbin_py.config takes its choices from here).
-PARSERS: tuple[str, ...] = ("httptools", "h11")
-#: ``httpVersion``: 1.1 only; h2 when the server offers it by ALPN (auto); h2 alone offered (2).
-HTTP_VERSIONS: tuple[str, ...] = ("1.1", "2", "auto")
-#: HTTP/2 can be spoken (the h2 package is installed).
-H2_AVAILABLE = H2Session is not None
 _ALPN = {"1.1": ("http/1.1",), "auto": ("h2", "http/1.1"), "2": ("h2",)}
 
 ACCEPT = b"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
@@ -937,7 +932,7 @@ class Fetcher:
             for secret in secrets:
                 raw = raw.replace(secret, b"***")
             res.raw_request = raw
-        await session.request(res, method, _h2_headers(method, host_header, target, headers), auth_rule=rule,
+        await session.request(res, method, _h2conn.request_headers(method, host_header, target, headers), auth_rule=rule,
                               auth_sent=sent, unauthorized=_unauthorized)
         if session.broken and session.key[-1] not in self.h1_hosts:
             self.h1_hosts.add(session.key[-1])  # the server broke HTTP/2: 1.1 for its host from now on
@@ -947,7 +942,7 @@ class Fetcher:
         conn.state = step(CONN_TRANSITIONS, conn.state, "close", "connection")
         conn.closed = True
         self._live.discard(conn)
-        session = H2Session(self, conn.key, conn.ip, conn.peer, conn.transport, early=conn.early)
+        session = _h2conn.H2Session(self, conn.key, conn.ip, conn.peer, conn.transport, early=conn.early)
         old = self._h2_sessions.get(conn.key)
         self._h2_sessions[conn.key] = session
         if old is not None and not old.streams:

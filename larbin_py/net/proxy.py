@@ -37,7 +37,11 @@ import ipaddress
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
-import h11
+from ..lazyimport import LazyModule
+
+# h11 is imported by the first CONNECT: the configuration reads proxy lines
+# with this module and does not need it.
+h11 = LazyModule("h11", globals(), "h11")
 
 __all__ = ["ProxyConfig", "ProxyError", "NoProxy", "ConnectReply", "connect_request"]
 

@@ -8,6 +8,9 @@ objects, made once and shared by every connection:
   (a crawl of an internal network signed by its own CA, a test server).
   A file that cannot be read or holds no certificate is a ValueError
   naming it, raised when the policy is made (the crawl does not start).
+  Without a file, the first context is made by the first https connection:
+  loading the system's CAs cost 15-25 ms of every crawl's start, before its
+  first request, http-only crawls included.
 * ``tlsVerify off HOST...``: no certificate check (neither chain nor name)
   for those hosts (``noProxy``'s patterns: a name and its subdomains, an
   address or range, ``*`` for all); every other host is verified.  There is
@@ -29,12 +32,11 @@ from __future__ import annotations
 
 import ssl
 
+from .choices import CA_MODES
 from .proxy import NoProxy
 
 __all__ = ["CA_MODES", "TlsPolicy", "failure", "negotiated"]
 
-#: ``tlsCaMode``: the file's CAs besides the system's, or instead of them.
-CA_MODES: tuple[str, ...] = ("add", "only")
 
 
 class TlsPolicy:
@@ -52,7 +54,8 @@ class TlsPolicy:
         self.insecure = NoProxy(insecure_hosts)
         # (verified, ALPN protocols) -> the context, made once
         self._contexts: dict[tuple[bool, tuple[str, ...]], ssl.SSLContext] = {}
-        self._make(True, ("http/1.1",))  # a CA file that does not load fails here, at once
+        if ca_file:  # a CA file that does not load fails here, at once
+            self._make(True, ("http/1.1",))
 
     def _make(self, verify: bool, alpn: tuple[str, ...]) -> ssl.SSLContext:
         ctx = self._contexts.get((verify, alpn))
