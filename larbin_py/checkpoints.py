@@ -6,10 +6,12 @@ checkpointer strategy) says *where* progress is kept: stateDir
 :class:`Checkpoints` says *when*, the same for all of them:
 
 * once as the crawl starts (the seeds and a ``--reload``'s state in it),
-  taken as a task (:meth:`first`): the first pump sends the first DNS
-  queries and requests, then the snapshot is taken on the loop, as every
-  periodic one is with requests in flight, and written meanwhile (the
-  first request waited 10-15 ms for its writes and fsyncs),
+  taken as a task (:meth:`first`) when the crawl state allows it
+  (``first_beside``: stateDir, a test's memory): the first pump sends the
+  first DNS queries and requests, then the snapshot is taken on the loop,
+  as every periodic one is with requests in flight, and written meanwhile
+  (the first request waited 10-15 ms for its writes and fsyncs); a
+  distributed worker's first one joins the crawl and is awaited first,
 * every ``checkpointInterval`` seconds while it runs, each timer armed once
   the last checkpoint is written (so two never overlap), and none armed
   when the state keeps nothing (``checkpoint`` returned False: canReload
@@ -71,12 +73,17 @@ class Checkpoints:
         self._started = loop.time()
         self._stopping = stopping
 
-    def first(self) -> None:
-        """The first checkpoint, as a task: its snapshot is taken when the
-        loop runs it (after the pump the seeds scheduled), its writing goes
-        on beside the crawl as every later one's; a failure stops the crawl
-        as theirs does, and :meth:`close` awaits it."""
-        self._task = self._loop.create_task(self.write())
+    async def first(self) -> None:
+        """The first checkpoint.  When the crawl state allows it
+        (``first_beside``), a task: its snapshot is taken when the loop runs
+        it (after the pump the seeds scheduled), its writing goes on beside
+        the crawl as every later one's; a failure stops the crawl as theirs
+        does, and :meth:`close` awaits it.  Otherwise (a worker joining the
+        distributed crawl) it is awaited before the crawl runs."""
+        if getattr(self.crawl_state, "first_beside", False):
+            self._task = self._loop.create_task(self.write())
+        else:
+            await self.write()
 
     def elapsed(self) -> float:
         """Crawl time so far, the runs before a --reload included."""

@@ -30,9 +30,11 @@ from_request, line)``    its reason) and its crawl log line; durable at the
 ``restore(...)``         ``--reload``: the frontier continued, the engine's
                          own section of the checkpoint returned; then
                          ``report_damage(err)`` says what was dropped
-``checkpoint(...)``      at the start, every ``checkpointInterval`` and at the
-                         end; False when it keeps nothing (canReload off);
-                         raises OSError / OutputError (the crawl stops)
+``checkpoint(...)``      at the start (beside the first requests when
+                         ``first_beside``, else before them), every
+                         ``checkpointInterval`` and at the end; False when it
+                         keeps nothing (canReload off); raises OSError /
+                         OutputError (the crawl stops)
 ``close_commits()``      at shutdown, before the outputs close
 ``close()``              at shutdown, after the writer thread ended
 ``abandon()``            a start that failed before the crawl began
@@ -82,6 +84,10 @@ class CrawlState(Protocol):
     links_on_loop: bool
     #: The analysis queue's folder under stateDir (one per worker in the distributed mode).
     analysis_queue: str
+    #: The first checkpoint may be written beside the crawl's first requests
+    #: (larbin_py.checkpoints); False when it must end before any request starts
+    #: (the distributed mode: the first one joins the crawl and starts the coordinator).
+    first_beside: bool
     #: None, or where each page request's start and end are written (the
     #: distributed mode: a worker's death counts a try against the requests it
     #: had running, larbin_py.distributed.inflight): ``start(tag) -> slot``, ``end(slot)``.
@@ -163,6 +169,7 @@ class LocalState:
         self._loop = None
         self.links_on_loop = False  # done() follows the links' offer or their durable analysis task
         self.analysis_queue = "analysis"
+        self.first_beside = True  # its snapshot is on the loop, its writes on the writer thread
         self.inflight = None
         if reload:
             self._doc, self._carry, bad_carry = read_checkpoint(state_dir)

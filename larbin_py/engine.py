@@ -372,7 +372,7 @@ class Engine:
         except OSError as exc:
             self.failures.write_failed(exc)
         if self.failures.message is None:
-            self.checkpoints.first()  # its snapshot before the first pump, written beside it
+            await self.checkpoints.first()  # beside the first requests when the crawl state allows it
         self.state = "running"
         if self.config.limit_time:
             self._loop.call_later(self.config.limit_time, self.request_stop, f"limitTime {self.config.limit_time:g} s reached")

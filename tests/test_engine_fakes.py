@@ -258,3 +258,25 @@ async def test_the_first_checkpoint_is_written_beside_the_first_requests(tmp_pat
     summary = await asyncio.wait_for(engine.run(), timeout=10)
     assert fetcher.requests and summary.pages == 5 and summary.failed is None
     assert state.finished == [1, 2] and state.closed
+
+    # A state whose first checkpoint must end before any request (a distributed
+    # worker joins the crawl in it): no request starts before it ended.
+    class JoinsFirst(MemoryState):
+        def __init__(self) -> None:
+            super().__init__()
+            self.first_beside = False
+            self.requests_at_first_end: int | None = None
+
+        async def checkpoint(self, frontier, now, section):
+            written = await super().checkpoint(frontier, now, section)
+            if self.checkpoints == 1:
+                await asyncio.sleep(0.05)  # a join's round trips: the pump would run meanwhile
+                self.requests_at_first_end = len(fetcher.requests)
+            return written
+
+    state, fetcher = JoinsFirst(), FakeFetcher()
+    engine = Engine(config(tmp_path / "2").replace(can_reload=True), resolver=FakeResolver(), fetcher=fetcher,
+                    stores=memory_stores(), crawl_state=state, out=open("/dev/null", "w"),
+                    err=open("/dev/null", "w"))
+    summary = await asyncio.wait_for(engine.run(), timeout=10)
+    assert state.requests_at_first_end == 0 and summary.pages == 5

@@ -221,6 +221,8 @@ class DistState:
         #: offered by then, so they are extracted on the loop (analysis processes run
         #: the user analyzers only; their tasks wait in this worker's stateDir).
         self.links_on_loop = True
+        #: The first checkpoint joins the crawl and starts the coordinator: it ends before any request.
+        self.first_beside = False
         #: Kept across restarts (the scratch folder is not): a worker restarted with
         #: --reload (the launcher's respawn) resumes its analysis tasks.
         self.analysis_queue = f"analysis-{worker}"

@@ -26,6 +26,7 @@ class MemoryState:
         self.damaged: dict[str, int] = {}
         self.links_on_loop = False
         self.analysis_queue = "analysis"
+        self.first_beside = True
         self.inflight = None
         #: ``(url, outcome, from_request)`` in the order told.
         self.outcomes: list[tuple[str, str, bool]] = []
