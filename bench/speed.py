@@ -23,6 +23,11 @@ crawl, from nginx's log and the child's start and exit:
   child's exit (the last page's outcome, the final checkpoint, the
   analysis processes' end, the interpreter's exit).
 
+Before the crawls, the imports of a crawl's start are timed apart: a fresh
+interpreter importing the command line, the engine and its wiring from
+each tree, the fastest of 15 runs turn by turn, beside ``python -c pass``
+(the start's floor on this machine).
+
 The table gives the medians, with a projection: the pages/s two free
 cores would give, the CPU being the only limit (the busiest of the crawler
 process, one analysis process, and the cores' share of the whole); then the aims (2 cores): analysisWorkers 1
@@ -122,6 +127,26 @@ def crawl(web: SimWeb, dns_port: int, work: str, workers: int, log: str, source:
     return res
 
 
+#: What a crawl imports before its first request (the command line, the engine and its wiring).
+START_IMPORTS = "import larbin_py.cli, larbin_py.engine, larbin_py.runner, larbin_py.wiring"
+
+
+def import_times(trees: dict[str, str | None], runs: int) -> dict[str, float]:
+    """The fastest of ``runs`` wall times (ms) of a fresh interpreter importing
+    :data:`START_IMPORTS` from each tree (None: this one), and of ``python -c
+    pass`` (``"python"``), turn by turn: the start's import cost without the
+    crawl's own noise (DNS, nginx, the first checkpoint)."""
+    best = {name: float("inf") for name in list(trees) + ["python"]}
+    for _ in range(runs):
+        for name, source in list(trees.items()) + [("python", None)]:
+            env = dict(os.environ, PYTHONPATH=os.path.abspath(source)) if source else None
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", "pass" if name == "python" else START_IMPORTS], env=env,
+                           check=True)
+            best[name] = min(best[name], (time.perf_counter() - t0) * 1000)
+    return best
+
+
 async def crawls(args, web: SimWeb, port: int) -> dict:
     settings = [("this", w) for w in args.workers]
     if args.baseline:
@@ -202,6 +227,11 @@ def main() -> None:
     links = sorted(len(r.links) for r in html)
     print(f"the web: {len(html)} HTML pages, median {sizes[len(sizes) // 2] / 1000:.0f} kB and "
           f"{links[len(links) // 2]} links (generated in {gen_s:.1f} s)")
+    trees = {"this": None} | ({"base": args.baseline} if args.baseline else {})
+    imports = import_times(trees, 3 if args.quick else 15)
+    print("imports before a crawl's first request (the fastest of the runs): "
+          + ", ".join(f"{name} {ms:.0f} ms" for name, ms in imports.items() if name != "python")
+          + f" (python -c pass: {imports['python']:.0f} ms)")
     runs = asyncio.run(crawls(args, web, port))
     figures, rows = {}, []
     for (tree, w), rs in runs.items():
@@ -256,7 +286,7 @@ def main() -> None:
     load1 = os.getloadavg()
     print(f"load average: {load0[0]:.1f} at the start, {load1[0]:.1f} {load1[1]:.1f} {load1[2]:.1f} at the end, "
           f"on {os.cpu_count()} cores (other work on the machine takes cores from the crawls: wall ratios suffer)")
-    report("speed", {"crawls": figures, "aims": aims, "hosts": args.hosts, "pages": args.pages, "rounds": args.rounds,
+    report("speed", {"crawls": figures, "aims": aims, "import_ms": imports, "hosts": args.hosts, "pages": args.pages, "rounds": args.rounds,
                      "html_pages": len(html), "median_kb": sizes[len(sizes) // 2] / 1000,
                      "median_links": links[len(links) // 2], "baseline": args.baseline, "loadavg_start": load0,
                      "loadavg_end": load1, "quick": args.quick})
