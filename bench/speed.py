@@ -286,8 +286,8 @@ def main() -> None:
     load1 = os.getloadavg()
     print(f"load average: {load0[0]:.1f} at the start, {load1[0]:.1f} {load1[1]:.1f} {load1[2]:.1f} at the end, "
           f"on {os.cpu_count()} cores (other work on the machine takes cores from the crawls: wall ratios suffer)")
-    report("speed", {"crawls": figures, "aims": aims, "import_ms": imports, "hosts": args.hosts, "pages": args.pages, "rounds": args.rounds,
-                     "html_pages": len(html), "median_kb": sizes[len(sizes) // 2] / 1000,
+    report("speed", {"crawls": figures, "aims": aims, "import_ms": imports, "hosts": args.hosts, "pages": args.pages,
+                     "rounds": args.rounds, "html_pages": len(html), "median_kb": sizes[len(sizes) // 2] / 1000,
                      "median_links": links[len(links) // 2], "baseline": args.baseline, "loadavg_start": load0,
                      "loadavg_end": load1, "quick": args.quick})
 

@@ -121,8 +121,8 @@ from ..url import authority_of
 from ..transitions import step
 from . import tls as _tls
 from .auth import AuthRules, parse_challenges
-from .choices import H2_AVAILABLE, HTTP_VERSIONS, PARSERS
 from .bandwidth import TokenBucket
+from .choices import H2_AVAILABLE, HTTP_VERSIONS, PARSERS
 from .connect import attempt_order, open_socket, tunnel
 from .decode import BodyDecoder, DecodeError, accept_encoding, read_headers
 from .fastread import BIG, DONE, H11, NEED, FastReader
@@ -130,7 +130,9 @@ from .proxy import NoProxy, ProxyConfig, ProxyError
 
 # HTTP/2 (the optional "http2" extra) is imported by the first connection
 # whose TLS chose h2: h2 and hpack cost 20-30 ms of a crawl's start, and the
-# default httpVersion 1.1 never offers h2.
+# default httpVersion 1.1 never offers h2.  (H2_AVAILABLE says the package is
+# there; an h2 whose own imports fail raises its ImportError at that first
+# connection, not at the start.)
 _h2conn = LazyModule("larbin_py.net.h2conn", globals(), "_h2conn")
 
 __all__ = ["Fetcher", "FetchResult", "ERRORS", "CONN_TRANSITIONS"]
@@ -932,8 +934,8 @@ class Fetcher:
             for secret in secrets:
                 raw = raw.replace(secret, b"***")
             res.raw_request = raw
-        await session.request(res, method, _h2conn.request_headers(method, host_header, target, headers), auth_rule=rule,
-                              auth_sent=sent, unauthorized=_unauthorized)
+        await session.request(res, method, _h2conn.request_headers(method, host_header, target, headers),
+                              auth_rule=rule, auth_sent=sent, unauthorized=_unauthorized)
         if session.broken and session.key[-1] not in self.h1_hosts:
             self.h1_hosts.add(session.key[-1])  # the server broke HTTP/2: 1.1 for its host from now on
 
