@@ -377,6 +377,10 @@ class Engine:
         if self.config.limit_time:
             self._loop.call_later(self.config.limit_time, self.request_stop, f"limitTime {self.config.limit_time:g} s reached")
         self._pump_soon()
+        if self.analysis is not None:
+            # After the first pump: its DNS queries' tasks are scheduled before the
+            # processes' start, which holds the loop while it forks and execs.
+            self._loop.call_soon(self.analysis.warm)
         try:
             await self._done
         finally:

@@ -180,7 +180,7 @@ class Edge:
                                          on_sub_request=pages.sub_request, jar=st.cookies)
         pages.start(self.fetcher, self.output, self.dynamic)
         if analysis is not None:
-            analysis.start(loop, eager=True)  # its processes start while the first DNS and robots.txt go
+            analysis.start(loop)  # its processes start after the first pump (Engine.run: warm)
             committer = getattr(st, "committer", None)
             if committer is not None:  # a checkpoint (and syncCommits) fsyncs the analysis queue too
                 committer.sync_also = analysis.queue.sync_paths

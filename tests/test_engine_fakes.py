@@ -280,3 +280,26 @@ async def test_the_first_checkpoint_is_written_beside_the_first_requests(tmp_pat
                     err=open("/dev/null", "w"))
     summary = await asyncio.wait_for(engine.run(), timeout=10)
     assert state.requests_at_first_end == 0 and summary.pages == 5
+
+
+async def test_the_analysis_processes_start_after_the_first_dns_queries(tmp_path):
+    """Issue 37: a process's start (fork and exec) holds the loop 5-15 ms; it
+    came before the first pump, so the first DNS queries waited for it.  Now
+    the first name is asked before any process was started, and the process
+    still starts and analyses the pages (links found by it or by the loop)."""
+    resolver = FakeResolver()
+    started_at_first_query: list[int] = []
+    ask = resolver.resolve
+
+    async def resolve(name):
+        if not started_at_first_query:
+            started_at_first_query.append(engine.analysis.pool.started)
+        return await ask(name)
+
+    resolver.resolve = resolve
+    engine = Engine(config(tmp_path).replace(analysis_workers=1), resolver=resolver, fetcher=FakeFetcher(),
+                    stores=memory_stores(), seen=MemorySeen(), out=open("/dev/null", "w"),
+                    err=open("/dev/null", "w"))
+    summary = await engine.run()
+    assert started_at_first_query == [0]
+    assert engine.analysis.pool.started == 1 and summary.pages == 5

@@ -156,14 +156,19 @@ class AnalysisStage:
         """The frontier links go to, the engine's counters, and its task spawner."""
         self.frontier, self.counts, self._spawn = frontier, counts, spawn
 
-    def start(self, loop, *, eager: bool = False) -> None:
-        """Get ready; ``eager``: start every process now, in the background (a
-        crawl: they import while the first DNS answers and robots.txt files come,
-        and nothing waits for them -- with ``share`` the loop parses the first
-        pages itself until one is ready); else the pool starts them as tasks come."""
+    def start(self, loop) -> None:
+        """Get ready; the pool starts the processes as tasks come, or all at
+        once at :meth:`warm`."""
         self._loop = loop
-        if eager:
-            self.pool.warm()
+
+    def warm(self) -> None:
+        """Start every process now, in the background (a crawl, once its first
+        DNS queries went: they import while the answers and the robots.txt
+        files come, and nothing waits for them -- with ``share`` the loop
+        parses the first pages itself until one is ready).  A process's start
+        holds the loop 5-15 ms (fork and exec): before the first pump it
+        delayed the first DNS queries by as much."""
+        self.pool.warm()
 
     # -- the loop's side --------------------------------------------------
     def full(self) -> bool:
