@@ -89,7 +89,7 @@ def test_the_head_is_read_in_its_first_256_kib_only():
 
 def test_a_short_head_costs_the_same_on_a_long_page_and_long_heads_are_read_across_pieces():
     """Issue 37: the loop reads every HTML page's head; a 100 kB page with a
-    head of a hundred bytes cost 6-9x a 700-byte page's read (the parser was
+    head of a hundred bytes cost 6-12x a 700-byte page's read (the parser was
     fed 16 KiB at once and built it all), now about the same: the pieces
     grow from 256 bytes.  CPU time, the best of 5 runs of 30 reads.
     Directives met across the pieces' bounds (256 bytes doubled up to 16 KiB,
