@@ -146,9 +146,25 @@ class Recrawl:
     def start(self, writer, output) -> None:
         self.writer, self.output = writer, output
 
-    def _count(self, verdict: str) -> str:
-        self.counts.recrawl[verdict] += 1
+    def _count(self, verdict: str, rec: UrlRecord | None = None, *more: str) -> str:
+        """Count ``verdict`` (and ``more``); a worker's crawl state is told them for ``rec``'s ack
+        (``verdict``: larbin_py.distributed.crawl_worker, the counts kept in Redis with the acks)."""
+        counts = self.counts.recrawl
+        counts[verdict] += 1
+        for name in more:
+            counts[name] += 1
+        tell = getattr(self.state, "verdict", None)
+        if tell is not None and rec is not None:
+            tell(rec, (verdict, *more))
         return verdict
+
+    def _visit(self, rec: UrlRecord) -> Visit | None:
+        """``rec``'s token; its links not known when they lie in a log this process cannot read
+        (the distributed mode: another machine's worker, docs/recrawl.md)."""
+        visit = decode_token(rec.prev)
+        if visit is not None and visit.source and not self.old.readable(visit.source):
+            visit.links = None
+        return visit
 
     # -- records of every crawl ---------------------------------------------
     def fetched(self, rec: UrlRecord, res, digest: str, links) -> str:
@@ -175,8 +191,8 @@ class Recrawl:
             return ""
         prev = decode_token(rec.prev) if rec.prev else None
         if prev is None:
-            return self._count("new")
-        return self._count("unchanged" if prev.digest == visit.digest else "changed")
+            return self._count("new", rec)
+        return self._count("unchanged" if prev.digest == visit.digest else "changed", rec)
 
     def settle(self) -> int:
         """(The crawl's end, before its last checkpoint.) The pages whose links never came
@@ -209,7 +225,7 @@ class Recrawl:
         """The validators to send for ``rec`` (none when its links are not known)."""
         if not (self.active and rec.prev):
             return ()
-        visit = decode_token(rec.prev)
+        visit = self._visit(rec)
         if visit is None or visit.links is None:
             return ()
         headers = []
@@ -225,7 +241,7 @@ class Recrawl:
         """Is ``res`` the answer of a page unchanged since the last crawl (with links known)?"""
         if not (self.active and rec.prev) or res.error is not None:
             return False
-        visit = decode_token(rec.prev)
+        visit = self._visit(rec)
         if visit is None or visit.links is None:
             return False
         if res.status == 304:
@@ -236,10 +252,10 @@ class Recrawl:
         """(Loop.) The stored links of ``rec`` and its mirror file's presence, read on the writer."""
         visit = decode_token(rec.prev)
         parts = url_to_parts(rec.url) if self.mirror else None
-        return await self.writer.call(self._read_stored, visit.links, parts)
+        return await self.writer.call(self._read_stored, visit.links, parts, visit.source)
 
-    def _read_stored(self, offset: int, parts) -> Stored:
-        found = self.old.links(offset)
+    def _read_stored(self, offset: int, parts, source: str = "") -> Stored:
+        found = self.old.links(offset, source)
         present = True
         if parts is not None:
             present = self.output.inner.exists(parts)
@@ -274,9 +290,10 @@ class Recrawl:
         visit.etag = etag_of(res.headers) or visit.etag
         visit.last_modified = last_modified_of(res.headers) or visit.last_modified
         self.state.record((rec, visit, old_links if old_links != NO_LINKS else None))
-        self._count("unchanged")
         if not_modified:
-            self._count("notModified")
+            self._count("unchanged", rec, "notModified")
+        else:
+            self._count("unchanged", rec)
         line = None
         if self.pages.logging:
             line = self.pages.line(rec, "notModified" if not_modified else "ok", res,
@@ -298,7 +315,7 @@ class Recrawl:
                                    content_type=visit.content_type or None, keep=keep, remove=not keep))
         if keep:
             self.state.record((rec, visit, visit.links if visit.links not in (None, NO_LINKS) else None))
-        return self._count("gone" if gone else "kept")
+        return self._count("gone" if gone else "kept", rec)
 
     # -- a recrawl's start ------------------------------------------------------
     async def seed(self) -> int:
