@@ -52,6 +52,14 @@ fetches it as a new one when a link leads there).  Records are *ops* handed to t
 (``record``), written by the group commit that covers the outcome
 (larbin_py.records.RecordsWriter).
 
+**The distributed mode** (larbin_py.distributed.records): a launcher's
+workers keep records as the crawl state here does (the worker's
+``DistState``); the launcher seeds (``seeding`` is False in a worker), a
+token names the worker whose links log holds its links (``Visit.source``)
+and a log this process cannot read leaves the page's links unknown (asked
+plainly: :meth:`_visit`); each verdict is told to the crawl state's
+``verdict`` when it has one, to be counted with the page's ack.
+
 Memory: nothing per URL is held (the tokens travel with the URL records
 through the frontier, on disk); the table of pages awaiting their links
 (at most :data:`PENDING_MAX`), one batch of records at seeding.

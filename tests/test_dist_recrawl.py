@@ -25,6 +25,7 @@ import pytest
 
 from larbin_py.distributed.launcher import Launcher
 from larbin_py.distributed.records import read_generation, worker_root
+from larbin_py.distributed.redisio import RedisIO
 from larbin_py.frontier.store import decode_record
 from larbin_py.records import links_path, records_path
 
@@ -152,16 +153,25 @@ async def test_a_worker_killed_mid_recrawl_hands_its_partitions_over_and_nothing
         run = asyncio.ensure_future(launcher.run())
         victim = launcher.workers[0]
 
-        def answered() -> int:
+        async def holding():
+            """w1 owns partitions with entries read and not acked, some of its pages acked."""
             assert not run.done(), out.getvalue()[-3000:]
-            return len(pages_of(srv.requests()))
-        await wait_for(lambda: victim.proc is not None and answered() >= len(fetched) // 4, 60,
-                       "the recrawl never got under way")
+            if victim.proc is None or not launcher.url:
+                return None
+            rio = await RedisIO(launcher.url, site.config.crawl_name, partitions=16).connect()
+            try:
+                rows = [r for r in (await rio.view(rows=True)).rows if r.owner == "w1"]
+            finally:
+                await rio.close()
+            held = sum(r.pending for r in rows)
+            return held if held >= 2 and sum(r.fetched for r in rows) >= 5 else None
+        held = await wait_for(holding, 60, "w1 never held entries read and not acked")
         victim.proc.send_signal(signal.SIGKILL)
         code = await asyncio.wait_for(run, 180)
         text = out.getvalue()
         assert code == 0, text[-3000:]
-        assert victim.exits == [-signal.SIGKILL], victim.exits
+        assert victim.exits == [-signal.SIGKILL], victim.exits  # not respawned: w2 took its partitions over
+        print(f"w1 held {held} entries read and not acked when killed")
         after = srv.requests()
         # every page reached again (some asked twice: those w1 held when it died)
         assert {r[0] for r in pages_of(after)} >= set(fetched)

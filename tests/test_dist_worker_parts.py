@@ -8,16 +8,34 @@ import os
 from larbin_py.distributed.inbox import RedisInbox, make_tag, split_tag
 from larbin_py.distributed.partition import partition_of
 from larbin_py.distributed.sink import RedisSink, decode_entry, encode_entry
+from larbin_py.records import NO_LINKS, Visit, decode_token, encode_token
 from larbin_py.distributed.crawl_worker import WORKERS_DIR, merge_index
 from larbin_py.url import fingerprint
 
 
 def test_entry_record_round_trip():
     data = encode_entry("http://a.test/x?y=1", 4, 2, 1)
-    assert decode_entry(data) == ("http://a.test/x?y=1", 4, 2, 1, "")
+    assert decode_entry(data) == ("http://a.test/x?y=1", 4, 2, 1, "", "")
     assert decode_entry(encode_entry("http://a.test/s.xml", 0, 2, 0, "m1@a.test")) == \
-        ("http://a.test/s.xml", 0, 2, 0, "m1@a.test")
+        ("http://a.test/s.xml", 0, 2, 0, "m1@a.test", "")
     assert decode_entry(b"garbage") is None
+
+
+def test_a_recrawl_token_travels_in_the_entry_with_the_worker_whose_links_log_it_names():
+    """A recrawl's token (larbin_py.records) rides in the stream entry, with or without ``via``,
+    and names the worker whose links log holds the page's links (``w2@1234``)."""
+    visit = Visit(1700000000, 1690000000, 1600000000, "ABC", 1234, 'W/"x@y,z"', "text/html", "w2")
+    token = encode_token(visit)
+    assert "w2@1234" in token
+    for via in ("", "s:2024"):
+        data = encode_entry("http://a.test/p", 3, 1, 0, via, token)
+        assert decode_entry(data) == ("http://a.test/p", 3, 1, 0, via, token)
+        rec = RedisInbox.record(5, "1-0", data)
+        assert rec.prev == token and rec.via == via
+    assert decode_token(token) == visit  # the ETag may hold '@' and ',': only the links field is split
+    for links, text in ((None, ""), (NO_LINKS, "-")):  # nothing to name: no worker written
+        visit.links = links
+        assert encode_token(visit).split(",")[4] == text
 
 
 def test_sink_buffers_per_partition_of_the_host_and_wakes_at_its_first_link_and_at_the_batch():
