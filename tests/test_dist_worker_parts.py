@@ -137,3 +137,43 @@ def test_the_inflight_file_outlives_a_sigkill_of_its_writer(tmp_path):
     assert proc.returncode == -signal.SIGKILL
     assert left_in(path) == ["2/20-0"]  # the request that was running when it died
     assert left_in(str(tmp_path / "none")) == []
+
+
+def test_a_worker_started_again_cuts_its_records_back_to_its_last_acks(tmp_path):
+    """A launcher's worker (generation.json) writes its records in its own folder; started
+    again with the records' position of its last acks (``outpos:<w>``) it cuts them back there
+    (the pages after it are fetched again and recorded again), and a fresh start empties them."""
+    from larbin_py.config import Config
+    from larbin_py.distributed.crawl_worker import DistState
+    from larbin_py.distributed.records import Generation, worker_root
+    from larbin_py.distributed.redisio import RedisIO
+    from larbin_py.frontier.store import UrlRecord, decode_record
+    from larbin_py.records import records_path
+
+    config = Config(state_dir=str(tmp_path / "state"), save_dir=str(tmp_path / "save"),
+                    redis_url="redis://127.0.0.1:1/0", output_mode="none", http_port=0)
+    rio = RedisIO(config.redis_url, "t", partitions=4)  # (never connected: nothing here asks Redis)
+
+    def page(n: int):
+        return (UrlRecord(f"http://a.test/{n}", 3, 0), Visit(100, 100, None, "D", None, "", "text/html"),
+                [f"http://a.test/{n + 1}"])
+    st = DistState(config, rio, "w1", generation=Generation(1))
+    assert st.keeps_records and st.old_records is None
+    st.record(page(1))
+    st.record(page(2))
+    acked = st._write_records(st._record_ops)
+    st._record_ops = [page(3)]
+    st._write_records(st._record_ops)
+    st._close_records()
+    path = records_path(worker_root(config.state_dir, "w1"), 1)
+
+    def urls() -> list[str]:
+        with open(path, "rb") as f:
+            return [decode_record(line).url for line in f]
+    assert urls() == ["http://a.test/1", "http://a.test/2", "http://a.test/3"]
+    DistState(config, rio, "w1", generation=Generation(1), records_position=acked)._close_records()
+    assert urls() == ["http://a.test/1", "http://a.test/2"]
+    DistState(config, rio, "w1", generation=Generation(1))._close_records()
+    assert urls() == []
+    hand = DistState(config, rio, "w9")  # a worker started by hand: no generation, no records
+    assert not hand.keeps_records and not os.path.exists(worker_root(config.state_dir, "w9"))
