@@ -186,3 +186,34 @@ async def test_a_worker_killed_mid_recrawl_hands_its_partitions_over_and_nothing
         r = t.recrawl
         assert r.get("changed", 0) == 10 and r.get("gone", 0) == 3, r
         assert r.get("unchanged", 0) == len(fetched) - 13 and r.get("new", 0) == 0, r
+
+
+@pytest.mark.async_timeout(240)
+async def test_a_recrawl_cut_short_while_seeding_is_refused_again_and_seeded_again_by_reload(tmp_path, monkeypatch):
+    web = tree(seed=25, hosts=2, pages=20)
+    async with served(web, web.port) as srv:
+        site = DistSite(tmp_path, web, srv)
+        await site.run()
+        index1 = site.index()
+        from larbin_py.distributed import launcher as launcher_mod
+
+        async def cut_short(*args, **kw):
+            raise OSError("seeding cut short")
+        monkeypatch.setattr(launcher_mod, "seed_records", cut_short)
+        launcher, out = site.launcher(recrawl=True)
+        assert await launcher.run() == 2
+        assert out.getvalue().count("\n") == 1 and "seeding cut short" in out.getvalue()
+        gen = read_generation(site.config.state_dir)
+        assert (gen.generation, gen.previous, gen.seeded, gen.finished) == (2, 1, False, False)
+        monkeypatch.undo()
+        launcher, out = site.launcher(recrawl=True)  # not finished: continue it first
+        assert await launcher.run() == 2 and "continue it with --reload" in out.getvalue()
+        srv.clear()
+        out = io.StringIO()
+        launcher = Launcher(site.config, 2, out=out, env=site.env, reload=True)
+        assert await launcher.run() == 0, out.getvalue()[-3000:]
+        assert f"recrawl of generation 1: {len(index1)} URLs queued again" in out.getvalue()
+        asked = {r[0]: r[2] for r in pages_of(srv.requests())}
+        assert all(asked[u] == 304 for u in index1)
+        assert launcher.final.recrawl == {"unchanged": len(index1), "notModified": len(index1)}
+        assert read_generation(site.config.state_dir).finished
