@@ -29,7 +29,10 @@ links to offer (not HTML, nofollow, a duplicate), empty when not known
 (for the mirror's index when the page is not fetched again; empty when it
 holds anything but ``a-z 0-9 . + - /``); ``etag``: the ETag as sent,
 kept only when it is a well-formed entity tag (``W/"..."`` or ``"..."``,
-printable ASCII, at most 256 bytes) or empty.
+printable ASCII, at most 256 bytes) or empty.  In a distributed recrawl's
+stream entry (never in a file) ``links`` is ``<worker>@<offset>``: the
+worker whose links log holds the entry (``Visit.source``,
+larbin_py.distributed.records).
 
 Both files are written by the writer thread in the group commit, before
 its journal line (:class:`RecordsWriter`: the loop hands it *ops*, the
