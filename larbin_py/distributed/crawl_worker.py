@@ -34,8 +34,8 @@ machine's saveDir is a whole mirror of what its workers saved.  ``warc``
 and ``save``: one series per worker in ``saveDir/<workerId>/``.
 
 **Records** (larbin_py.distributed.records): a worker of a launcher's crawl
-(``stateDir/workers/generation.json``) writes the record of each page it
-fetched to ``stateDir/workers/<workerId>/records/``, applied and synced on
+(``stateDir/.workers/.generation.json``) writes the record of each page it
+fetched to ``stateDir/.workers/<workerId>/records/``, applied and synced on
 its writer thread with the output's durable point, before the acks that
 point covers; their position goes with the output's (``outpos:<w>``) and a
 worker started again cuts them back to it.  In a recrawl it reads the

@@ -28,7 +28,7 @@ The launcher (docs/distributed.md, "Running it"):
    dead; a worker that exits 2 (a usage or configuration error) stops the
    crawl with exit 2;
 5. keeps the crawl's records for a recrawl (larbin_py.distributed.records):
-   a fresh start writes generation 1 in ``stateDir/workers/generation.json``,
+   a fresh start writes generation 1 in ``stateDir/.workers/.generation.json``,
    a crawl that ends is marked finished there; ``--recrawl`` (the private
    Redis only) empties Redis of the finished crawl, writes the next
    generation and queues every page of the last one again, with its

@@ -5,7 +5,7 @@ A crawl started by the launcher keeps, as a single process does
 the next crawl to ask again cheaply.  Here:
 
 **Where.**  Each worker writes its own pair of files, in its own folder
-``stateDir/workers/<workerId>/records/`` (``records-GGGGGGGG.log``,
+``stateDir/.workers/<workerId>/records/`` (``records-GGGGGGGG.log``,
 ``links-GGGGGGGG.log``), from its writer thread, with the sync that makes
 its output durable before its acks (larbin_py.distributed.crawl_worker): a
 page is acked only once its record is on disk.  The position of both files
@@ -16,7 +16,7 @@ fetched again by another worker after a takeover may still have a record
 in the dead worker's files (written, not acked): the recrawl queues each
 URL once, whichever record comes first, both being real answers.
 
-**The generation.**  ``stateDir/workers/generation.json`` says which
+**The generation.**  ``stateDir/.workers/.generation.json`` says which
 generation the crawl writes, which one it revisits (``previous``), whether
 its records were queued (``seeded``) and whether it finished
 (:class:`Generation`).  The launcher writes it: generation 1 at a fresh
@@ -43,7 +43,7 @@ with a stateDir of its own) asks the page plainly, without validators: the
 page is fetched whole and parsed (told unchanged by its digest, then not
 rewritten), never left without its links.
 
-Errors: an unreadable ``generation.json`` is a :class:`~larbin_py.state.StateError`
+Errors: an unreadable ``.generation.json`` is a :class:`~larbin_py.state.StateError`
 naming the file; a damaged links entry (CRC) makes its page asked plainly.
 """
 
@@ -61,9 +61,10 @@ from ..state import StateError
 __all__ = ["Generation", "PeerRecords", "WORKERS_RECORDS", "generation_path", "read_generation", "remove_previous",
            "reset", "seed", "worker_root", "workers_with", "write_generation"]
 
-#: The folder of the workers' records under stateDir.
-WORKERS_RECORDS = "workers"
-GENERATION = "generation.json"
+#: The folder of the workers' records under stateDir, and the generation file in it: both
+#: begin with a dot, which no workerId does (a worker's scratch folder is ``stateDir/<workerId>``).
+WORKERS_RECORDS = ".workers"
+GENERATION = ".generation.json"
 #: Records read per batch at seeding.
 SEED_BATCH = 1 << 20
 
@@ -79,7 +80,7 @@ def generation_path(state_dir: str) -> str:
 
 @dataclass
 class Generation:
-    """What ``generation.json`` says (see the module docstring)."""
+    """What ``.generation.json`` says (see the module docstring)."""
 
     generation: int = 1
     previous: int | None = None
@@ -102,7 +103,7 @@ def read_generation(state_dir: str) -> Generation | None:
 
 
 def write_generation(state_dir: str, gen: Generation) -> None:
-    """Write ``generation.json`` atomically (a temporary file synced, then renamed)."""
+    """Write ``.generation.json`` atomically (a temporary file synced, then renamed)."""
     from ..owner_only import makedirs, opener
 
     folder = os.path.join(state_dir, WORKERS_RECORDS)
@@ -123,7 +124,8 @@ def workers_with(state_dir: str, generation: int) -> list[str]:
         names = sorted(os.listdir(folder))
     except FileNotFoundError:
         return []
-    return [w for w in names if os.path.exists(records_path(worker_root(state_dir, w), generation))]
+    return [w for w in names if not w.startswith(".")
+            and os.path.exists(records_path(worker_root(state_dir, w), generation))]
 
 
 def remove_previous(state_dir: str, generation: int) -> None:
