@@ -37,11 +37,11 @@ a URL once.  Nothing per URL is held in memory.
 
 **The links of a 304** (:class:`PeerRecords`): the worker that owns the URL
 now reads the named worker's links log, on its writer thread, at the
-offset the token names.  On one machine every worker's folder is in the
-same stateDir; a worker that finds no such log (another machine, a worker
-with a stateDir of its own) asks the page plainly, without validators: the
-page is fetched whole and parsed (told unchanged by its digest, then not
-rewritten), never left without its links.
+offset the token names.  The launcher's workers share one stateDir, so
+each can read the others' logs; a worker that finds no such log (lost or
+removed; a worker whose stateDir is not the writer's) asks the page
+plainly, without validators: the page is fetched whole, parsed and saved
+again (its verdict told by its digest), never left without its links.
 
 Errors: an unreadable ``.generation.json`` is a :class:`~larbin_py.state.StateError`
 naming the file; a damaged links entry (CRC) makes its page asked plainly.
