@@ -58,7 +58,9 @@ workers keep records as the crawl state here does (the worker's
 token names the worker whose links log holds its links (``Visit.source``)
 and a log this process cannot read leaves the page's links unknown (asked
 plainly: :meth:`_visit`); each verdict is told to the crawl state's
-``verdict`` when it has one, to be counted with the page's ack.
+``verdict`` when it has one, to be counted with the page's ack; a page
+younger than revisitAfter is skipped by the worker that reads its entry
+(:meth:`divert`), acked as ``notDue``.
 
 Memory: nothing per URL is held (the tokens travel with the URL records
 through the frontier, on disk); the table of pages awaiting their links
@@ -67,6 +69,7 @@ through the frontier, on disk); the table of pages awaiting their links
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -147,6 +150,9 @@ class Recrawl:
         self.frontier = self.state = self.counts = self.pages = None
         self.writer = self.output = None
         self._pending: OrderedDict[str, tuple[UrlRecord, Visit]] = OrderedDict()
+        #: A worker's skips under way (:meth:`divert`): the worker is not idle meanwhile.
+        self.skipping = 0
+        self._tasks: set = set()
 
     def attach(self, frontier, crawl_state, counts, pages) -> None:
         self.frontier, self.state, self.counts, self.pages = frontier, crawl_state, counts, pages
@@ -376,9 +382,45 @@ class Recrawl:
         self.state.record((rec, visit, visit.links if visit.links not in (None, NO_LINKS) else None))
         self.output.write(Document(url=rec.url, status=0, headers=[], body=b"", keep=True,
                                    content_type=visit.content_type or None))
-        self._count("skipped")
+        self._count("skipped", rec)
         if self.pages.logging:
             self.state.log(self.pages.line(rec, "notDue", None, digest="sha1:" + visit.digest, recrawl="skipped"))
+
+    # -- a distributed recrawl: revisitAfter where the URL is read -------------------
+    def divert(self, rec: UrlRecord) -> bool:
+        """(A worker, on the loop.) A URL read from its partition's stream: True when it is
+        younger than revisitAfter, and skipped here instead of queued (see :meth:`_skip_later`).
+        A page whose links lie in a log this worker cannot read is not skipped: it is asked."""
+        if not (self.active and self.revisit_after and rec.prev):
+            return False
+        visit = self._visit(rec)
+        if visit is None or visit.links is None or self.wall() - visit.checked >= self.revisit_after:
+            return False
+        self.skipping += 1
+        task = asyncio.ensure_future(self._skip_later(rec, visit))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def _skip_later(self, rec: UrlRecord, visit: Visit) -> None:
+        """Its stored links read on the writer, then as :meth:`_skip` and its links offered; its
+        entry acked as ``notDue``.  Links that cannot be read (a damaged entry): the page is
+        queued to be asked plainly instead."""
+        try:
+            found = await self.writer.call(self.old.links, visit.links, visit.source)
+            fr = self.frontier
+            if found is None:
+                visit.etag, visit.last_modified, visit.links = "", None, None
+                rec.prev = encode_token(visit)
+                fr.admission.push_record(rec)
+                return
+            self._skip(rec, visit)
+            if found[0]:
+                fr.admission.offer(rec.url, rec.depth, found[0], embeds=found[1])
+            if fr.on_done is not None:
+                fr.on_done(rec, "notDue")
+        finally:
+            self.skipping -= 1
 
     def _skipped_links(self, offset: int, now: int) -> tuple[list, int]:
         """(Writer.) The records skipped from ``offset`` on, with their links."""

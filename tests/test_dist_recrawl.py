@@ -217,3 +217,40 @@ async def test_a_recrawl_cut_short_while_seeding_is_refused_again_and_seeded_aga
         assert all(asked[u] == 304 for u in index1)
         assert launcher.final.recrawl == {"unchanged": len(index1), "notModified": len(index1)}
         assert read_generation(site.config.state_dir).finished
+
+
+@pytest.mark.async_timeout(240)
+async def test_revisit_after_skips_young_pages_where_they_are_read_and_still_reaches_what_they_link_to(tmp_path):
+    """revisitAfter: the worker that reads a young page's entry asks nothing, keeps its file and
+    record, offers its stored links and acks it as notDue; the pages whose records were lost are
+    reached through those links (fetched as new)."""
+    web = tree(seed=26, hosts=2, pages=20)
+    async with served(web, web.port) as srv:
+        site = DistSite(tmp_path, web, srv)
+        await site.run()
+        index1 = site.index()
+        mtimes = site.mtimes()
+        # five records of w1 lost (their lines cut out): only the links of the others lead there
+        path = records_path(worker_root(site.config.state_dir, "w1"), 1)
+        with open(path, "rb") as f:
+            lines = f.readlines()
+        seeds = set(web.seeds)
+        lost = [line for line in lines if decode_record(line).url not in seeds][:5]
+        with open(path, "wb") as f:
+            f.writelines(line for line in lines if line not in lost)
+        lost_urls = {decode_record(line).url for line in lost}
+        site.config = site.config.replace(revisit_after=3600)
+        launcher, text, after = await site.run(recrawl=True)
+        asked = {r[0]: r for r in pages_of(after)}
+        # no page of the last crawl asked but the lost ones (what is no page, a redirect, a PDF not
+        # kept, is asked as in any crawl: the stored links lead there)
+        assert set(asked) & set(index1) == lost_urls
+        assert all(asked[u][2] == 200 and not asked[u][3] for u in lost_urls)
+        assert sorted(site.index()) == sorted(index1)
+        now = site.mtimes()
+        assert {u for u in now if now[u] != mtimes[u]} == lost_urls
+        t = launcher.final
+        assert t.recrawl == {"skipped": len(index1) - 5, "new": 5}, t.recrawl
+        assert t.forgotten.get("notDue") == len(index1) - 5 and t.balanced
+        # the skipped pages' records went on to the next generation, with their links
+        assert recorded(site.config.state_dir, "w1", 2) | recorded(site.config.state_dir, "w2", 2) == set(index1)

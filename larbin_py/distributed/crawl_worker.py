@@ -278,6 +278,8 @@ class DistState:
         self.records: RecordsWriter | None = None
         self.old_records: PeerRecords | None = None
         self.seeding = False  # (the launcher queued the records: larbin_py.distributed.records)
+        #: The engine's records and revisit (larbin_py.recrawl), once built (run_worker).
+        self.recrawl = None
         self._record_ops: list = []
         if generation is not None:
             root = worker_root(config.state_dir, worker)
@@ -318,7 +320,8 @@ class DistState:
 
     def _locally_idle(self) -> bool:
         """Nothing left in this worker: its frontier and its analysis stage (the idle report)."""
-        return self.frontier.locally_idle() and (self.analysis is None or self.analysis.idle())
+        return self.frontier.locally_idle() and (self.analysis is None or self.analysis.idle()) and \
+            (self.recrawl is None or not self.recrawl.skipping)
 
     def attach(self, frontier) -> None:
         self.frontier = frontier
@@ -335,6 +338,11 @@ class DistState:
             shares=c.partition_shares,
             wake_engine=lambda: self._wake_engine() if self._wake_engine is not None else None)
         self.sink.wake = self.coordinator.wake
+        self.coordinator.divert = self._divert
+
+    def _divert(self, rec) -> bool:
+        """A URL read from a stream and skipped by the recrawl (revisitAfter), not queued."""
+        return self.recrawl is not None and self.recrawl.divert(rec)
 
     def output_position(self) -> dict | None:
         return None
@@ -604,6 +612,7 @@ async def _run_worker(config, *, reload: bool, err, engine_kw: dict | None) -> i
         state.phase = lambda: engine.state
         state.fail = engine.failures.fail
         state.analysis = engine.analysis
+        state.recrawl = engine.recrawl
         state.coordinator.on_ip_release = \
             lambda ip: engine.edge.fetcher.close_idle(ip) if engine.edge.fetcher is not None else 0
         coordinator = state.coordinator

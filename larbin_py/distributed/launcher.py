@@ -269,8 +269,6 @@ class Launcher:
         if c.output_mode in ("save", "warc"):
             return (f"--recrawl with --workers keeps unchanged pages in a mirror: outputMode {c.output_mode} "
                     "is not recrawled in the distributed mode (docs/recrawl.md)")
-        if c.revisit_after:
-            return "revisitAfter is not applied in the distributed mode: set it to 0 for --recrawl with --workers"
         try:
             gen = read_generation(c.state_dir)
         except StateError as exc:

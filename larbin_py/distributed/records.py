@@ -35,6 +35,10 @@ partition then asks it conditionally.  Done again when a launcher stopped
 mid-way is run with ``--reload`` (``seeded`` false): ``lb_enqueue`` queues
 a URL once.  Nothing per URL is held in memory.
 
+**revisitAfter**: a young page is skipped by the worker that reads its
+entry (larbin_py.recrawl.Recrawl.divert): not asked, its record carried on,
+its stored links offered, its entry acked as ``notDue``.
+
 **The links of a 304** (:class:`PeerRecords`): the worker that owns the URL
 now reads the named worker's links log, on its writer thread, at the
 offset the token names.  The launcher's workers share one stateDir, so
