@@ -254,3 +254,19 @@ async def test_revisit_after_skips_young_pages_where_they_are_read_and_still_rea
         assert t.forgotten.get("notDue") == len(index1) - 5 and t.balanced
         # the skipped pages' records went on to the next generation, with their links
         assert recorded(site.config.state_dir, "w1", 2) | recorded(site.config.state_dir, "w2", 2) == set(index1)
+
+
+@pytest.mark.parametrize("changes,why", [
+    ({}, "no distributed crawl with records"),
+    ({"output_mode": "warc"}, "outputMode warc"),
+    ({"redis_url": "redis://127.0.0.1:1/0"}, "private Redis"),
+])
+async def test_what_a_distributed_recrawl_refuses_it_says_in_one_line(tmp_path, changes, why):
+    from larbin_py.config import parse_config_text
+
+    config = parse_config_text("", require_start_urls=False).replace(
+        state_dir=str(tmp_path / "state"), save_dir=str(tmp_path / "save"), http_port=0, **changes)
+    out = io.StringIO()
+    assert await Launcher(config, 2, out=out, recrawl=True).run() == 2
+    assert out.getvalue().count("\n") == 1 and why in out.getvalue(), out.getvalue()
+    assert not os.path.exists(tmp_path / "state" / "redis")  # refused before any Redis is started
