@@ -399,8 +399,15 @@ class Recrawl:
         self.skipping += 1
         task = asyncio.ensure_future(self._skip_later(rec, visit))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._skip_ended)
         return True
+
+    def _skip_ended(self, task) -> None:
+        """A skip that raised (its writer failed: the worker fails with it) leaves its entry
+        un-acked, pending for the partition's next owner: its error is retrieved here."""
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()
 
     async def _skip_later(self, rec: UrlRecord, visit: Visit) -> None:
         """Its stored links read on the writer, then as :meth:`_skip` and its links offered; its
