@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="continue the crawl saved in stateDir instead of starting anew")
     parser.add_argument("--recrawl", action="store_true",
                         help="crawl again the finished crawl in stateDir: every page it fetched, asked with "
-                             "its validators (docs/recrawl.md)")
+                             "its validators (with --workers N: the launcher's crawl; docs/recrawl.md)")
     parser.add_argument("--demo", action="store_true",
                         help="crawl the built-in synthetic web on loopback (no startUrl needed)")
     parser.add_argument("--seed", metavar="URL", action="append", default=[],
