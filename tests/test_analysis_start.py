@@ -10,6 +10,7 @@ Checked by the order of events, never by timings.
 from __future__ import annotations
 
 import asyncio
+import os
 
 from larbin_py import parse as parse_mod
 from larbin_py.analysis.pool import WorkerPool
@@ -87,3 +88,28 @@ async def test_once_a_process_is_ready_the_loop_parses_nothing(tmp_path, monkeyp
     assert parsed_on_loop == [] and st.inline == 0
     assert st.finished == 5 and st.pool.started == 1  # the links came from the process
     assert {url for kind, url in events if not url.endswith("robots.txt")} == FETCHED
+
+
+async def test_a_crawl_starts_one_process_a_core_with_itself_and_the_rest_as_tasks_wait(tmp_path, monkeypatch):
+    """analysisWorkers 64 on a 2-core machine: the crawl's start spawns 2 processes
+    (64 importing at once would only take the cores from the loop; a crawl of
+    nothing with every number at its maximum took 23 s for its 256); more start
+    only when tasks wait for a slot."""
+    from larbin_py.analysis import pool as pool_mod
+    assert pool_mod.warm_size(64) >= 1 and pool_mod.warm_size(1) == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    events: list = []
+    spawn = WorkerPool._spawn
+
+    async def noted_spawn(self):
+        events.append(("spawn",))
+        return await spawn(self)
+
+    monkeypatch.setattr(WorkerPool, "_spawn", noted_spawn)
+    engine = Engine(config(tmp_path).replace(analysis_workers=64, analysis_share=True), resolver=FakeResolver(),
+                    fetcher=OrderedFetcher(events), stores=memory_stores(), seen=MemorySeen(),
+                    out=open("/dev/null", "w"), err=open("/dev/null", "w"))
+    summary = await asyncio.wait_for(engine.run(), 30)
+    assert summary.pages == 5 and summary.failed is None
+    assert events[:2] == [("spawn",), ("spawn",)] and events[2] == ("fetch", "http://a.test/robots.txt")
+    assert events.count(("spawn",)) <= 5  # at most one more a page that waited

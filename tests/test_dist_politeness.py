@@ -67,7 +67,7 @@ async def test_politeness_holds_while_ip_leases_change_hands_before_their_holder
     # four workers all wanting one IP: a lease is granted, then given up at once to the next
     # waiter, its holder having sent nothing (before the fix: gaps of 0.19-0.28 s on the IP)
     wait = 0.3
-    async with Sim(sim_config(seed=38, hosts=16, pages_per_host=(3, 5), hosts_per_ip=16)) as sim:
+    async with Sim(sim_config(seed=38, hosts=8, pages_per_host=(2, 4), hosts_per_ip=8)) as sim:
         workers = Workers(tmp_path, sim, redis_server.url, 4, wait_duration=wait, lease_ttl=1.0,
                           ip_lease_hold=0.01)
         await workers.start_all()

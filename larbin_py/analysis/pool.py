@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import os
 import signal
 import sys
 
@@ -59,6 +60,15 @@ def describe_exit(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit status {code}"
+
+
+def warm_size(size: int) -> int:
+    """How many of ``size`` processes a crawl starts with itself: one a usable core."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return min(size, max(1, cores))
 
 
 class _Proc(asyncio.SubprocessProtocol):
@@ -186,10 +196,12 @@ class WorkerPool:
             self._adopt(proc)
 
     def warm(self) -> None:
-        """Start every missing process now, in the background (a crawl's start);
-        each is adopted when ready, and counts in :meth:`free` only then."""
+        """Start missing processes now, in the background (a crawl's start), at most
+        one a core (:func:`warm_size`: more would only compete with the loop for the
+        cores while they import; the pool grows to ``size`` as tasks wait,
+        :meth:`_grow`); each is adopted when ready, and counts in :meth:`free` only then."""
         self._loop = asyncio.get_running_loop()
-        while len(self.procs) + len(self._spawning) < self.size:
+        while len(self.procs) + len(self._spawning) < warm_size(self.size):
             self.replaced -= 1  # a first start, not a replacement
             self._replace()
 
