@@ -61,6 +61,9 @@ __all__ = ["AckBuffer", "Ack", "ORPHANS_MAX"]
 
 #: Most refused outcomes kept for partitions that may come back.
 ORPHANS_MAX = 100_000
+#: How far back among the pending outcomes a verdict looks for its own (it comes on the
+#: same turn of the loop as its outcome: only outcomes ended on the way can be after it).
+VERDICT_LOOKBACK = 64
 
 #: One outcome on its way: (partition, entry id, outcome).
 Ack = tuple[int, str, str]
@@ -105,10 +108,14 @@ class AckBuffer:
     def verdict(self, p: int, entry: str, verdicts) -> None:
         """A recrawl's ``verdicts`` of the entry whose outcome was just added, or is about to be."""
         joined = ",".join(verdicts)
-        last = self.pending[-1] if self.pending else None
-        if last is not None and last[0] == p and last[1] == entry and ";" not in last[2]:
-            self.pending[-1] = (p, entry, f"{last[2]};{joined}")
-        elif len(self._early) < ORPHANS_MAX:
+        pending = self.pending
+        for i in range(len(pending) - 1, max(-1, len(pending) - 1 - VERDICT_LOOKBACK), -1):
+            q, e, outcome = pending[i]
+            if q == p and e == entry:  # (the last one, but for outcomes that ended on the way)
+                if ";" not in outcome:
+                    pending[i] = (p, entry, f"{outcome};{joined}")
+                return
+        if len(self._early) < ORPHANS_MAX:
             self._early[(p, entry)] = joined
 
     def add_ready(self, p: int, entry: str, outcome: str) -> None:
