@@ -65,7 +65,7 @@ def build_frontier(config, crawl_state, *, rng, agent: str, rules, on_forget, st
         obey_robots=not c.ignore_robots, rng=rng, on_forget=on_forget, server_rtt_factor=c.server_rtt_factor,
         private_networks=c.private_networks, stores=stores, seen=crawl_state.seen, rules=rules,
         retries=c.retries, prune_after=c.prune_after, keep_sites=c.keep_sites, ipv6_prefix=c.ipv6_prefix,
-        dns_retry_base=c.dns_retry_delay,
+        dns_retry_base=c.dns_retry_delay, robots_retry_base=c.robots_retry_delay,
     )
     options["budget"] = site_budget(c)
     options["site_rules"] = SiteSettings(c.site)

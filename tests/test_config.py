@@ -161,6 +161,7 @@ NON_DEFAULTS = {
     "dns_valid_time": 0.0,
     "dns_timeout": 1e-3,
     "dns_retry_delay": 0.25,
+    "robots_retry_delay": 0.75,
     "dns_servers": (("127.0.0.2", 5353), ("::1", 53), ("10.0.0.1", 53)),
     "save_dir": "my save",
     "state_dir": "/var/lib/larbin/state",
@@ -558,6 +559,7 @@ def test_wait_jitter_is_a_fraction_from_zero_to_one():
 BAD_NUMBERS = [
     ("dnsTimeout", "3000000"), ("dnsTimeout", "1e308"), ("dnsTimeout", "0"), ("dnsTimeout", "inf"),
     ("dnsRetryDelay", "0"), ("dnsRetryDelay", "3601"), ("dnsRetryDelay", "nan"),
+    ("robotsRetryDelay", "0"), ("robotsRetryDelay", "3601"),
     ("waitDuration", "1e308"), ("waitDuration", "3601"), ("waitDuration", "-inf"), ("waitDuration", "nan"),
     ("dnsValidTime", "1e12"), ("dnsValidTime", "-1"), ("connectTimeout", "601"), ("connectTimeout", "0"),
     ("timeoutPage", "1e9"), ("timeoutPage", "NaN"), ("limitTime", "1e308"), ("limitTime", "31536001"),

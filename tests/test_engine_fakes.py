@@ -193,6 +193,36 @@ def test_failures_keep_the_first_message_say_it_once_and_stop():
     assert late.message == "output failed: at close" and len(stops) == 2
 
 
+async def test_a_robots_txt_answering_503_is_asked_again_after_robotsRetryDelay_doubled(tmp_path):
+    """robotsRetryDelay reaches the frontier: a robots.txt answering 503 is asked
+    again 0.2 s, then 0.4 s after its failures (never sooner), and after the third
+    the site's page is forgotten forbiddenRobots (never asked); the default (1 s)
+    would take 3 s."""
+    import time
+
+    class Unavailable(FakeFetcher):
+        def __init__(self) -> None:
+            super().__init__()
+            self.times: list[float] = []
+
+        async def fetch(self, url, ip, port, **kw):
+            if url != "http://a.test/robots.txt":
+                return await super().fetch(url, ip, port, **kw)
+            self.requests.append((url, ip, port))
+            self.times.append(time.monotonic())
+            return FetchResult(url, ip, status=503, headers=[], body=b"busy", content_type=HTML, rtt=0.001,
+                               bytes_read=4)
+
+    fetcher = Unavailable()
+    engine = Engine(config(tmp_path).replace(robots_retry_delay=0.2), resolver=FakeResolver(), fetcher=fetcher,
+                    stores=memory_stores(), out=open("/dev/null", "w"), err=open("/dev/null", "w"))
+    summary = await engine.run()
+    assert summary.forgotten == {"forbiddenRobots": 1}, summary.forgotten
+    assert [u for u, _, _ in fetcher.requests] == ["http://a.test/robots.txt"] * 3
+    gaps = [b - a for a, b in zip(fetcher.times, fetcher.times[1:])]
+    assert 0.2 <= gaps[0] < 0.2 + 0.8 and 0.4 <= gaps[1] < 0.4 + 0.8, gaps
+
+
 async def test_a_name_that_does_not_resolve_is_asked_again_after_dnsRetryDelay_doubled(tmp_path):
     """dnsRetryDelay reaches the frontier: a dead name is asked again 0.2 s, then 0.4 s
     after its failures (never sooner), and its URL is forgotten noDNS once its retries

@@ -488,6 +488,10 @@ class Config:
     ignore_robots: bool = setting(
         Switch("ignoreRobots"), False,
         doc="do not read robots.txt (only for sites that are yours)")
+    robots_retry_delay: float = setting(
+        Seconds("robotsRetryDelay", 0, 3600, above=True), 1.0,
+        doc="seconds before a robots.txt that answered 5xx or 429, or no answer, is asked again, "
+            "doubled at each failure")
     page_no_duplicate: bool = setting(
         Switch("pageNoDuplicate"), False,
         doc="do not keep a page whose body is the same as one already kept (among the last 100000)")

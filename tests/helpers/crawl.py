@@ -48,6 +48,7 @@ def make_config(tmp_path, sim: Sim, **changes):
         pages_connexions=100,
         dns_connexions=20,
         dns_retry_delay=0.1,  # the sim's dead names given up in 0.7 s, not 14
+        robots_retry_delay=0.1,  # a robots.txt answering 5xx given up in 0.3 s, not 3
     )
     values.update(changes)
     return base.replace(**values)
