@@ -94,12 +94,14 @@ def test_print_config_of_the_shipped_file(tmp_path):
 
 
 SIGINT_SCRIPT = """
-import os, signal, sys
+import signal, sys, threading, time
 import larbin_py.cli as cli
 def crawl_main(config, *, reload=False, demo=False, **kw):
-    os.kill(os.getpid(), signal.SIGINT)
-    signal.pause()  # the KeyboardInterrupt arrives from the handler
-    return 0
+    # to this thread: os.kill(getpid()) may land on another thread (pycares keeps one),
+    # whose flag the main thread can miss just before a signal.pause() that then never ends
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+    while True:  # a crawl under way; the KeyboardInterrupt arrives from the handler
+        time.sleep(0.05)
 cli.crawl_main = crawl_main
 from larbin_py.__main__ import main
 raise SystemExit(main(sys.argv[1:]))
