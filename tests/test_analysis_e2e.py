@@ -25,7 +25,7 @@ from larbin_py.output import INDEX_NAME
 from larbin_py.output.base import parse_index_line
 from larbin_py.sim import Sim, SimConfig
 
-from helpers.crawl import check_conservation, crawl, make_config, page_requests
+from helpers.crawl import TEST_CRAWL_DELAY, check_conservation, crawl, make_config, page_requests
 from helpers.state import start_crawler, write_conf
 
 pytestmark = pytest.mark.slow
@@ -78,7 +78,7 @@ def mods(tmp_path, monkeypatch):
 
 def small_sim(seed: int = 22, hosts: int = 30) -> SimConfig:
     return SimConfig(seed=seed, hosts=hosts, pages_per_host=(3, 10), hosts_per_ip=6, dns=True,
-                     robots_agent="larbin_py", trap=False, extras=False)
+                     robots_agent="larbin_py", trap=False, extras=False, crawl_delay=TEST_CRAWL_DELAY)
 
 
 def jsonl(path) -> list[dict]:

@@ -37,7 +37,7 @@ from larbin_py.statelock import StateLocked, lock_state_dir, lock_worker
 from conftest import require_service
 from test_cookies import CookieSite, crawl_config
 from test_dist_zygote import process_tree
-from helpers.crawl import ROBOTS_PATHS, make_config
+from helpers.crawl import ROBOTS_PATHS, TEST_CRAWL_DELAY, make_config
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -148,7 +148,8 @@ def sim_config(seed: int, hosts: int = 20) -> SimConfig:
     """A small sim.  The crawls here run with 30 s timeouts, so that a SIGSTOP of
     a few seconds times nothing out."""
     return SimConfig(seed=seed, hosts=hosts, pages_per_host=(3, 8), hosts_per_ip=4, dns=True,
-                     robots_agent="larbin_py", trap=False, extras=False, robots_mix=ROBOTS_MIX)
+                     robots_agent="larbin_py", trap=False, extras=False, robots_mix=ROBOTS_MIX,
+                     crawl_delay=TEST_CRAWL_DELAY)
 
 
 def page_requests(sim) -> list[str]:

@@ -27,6 +27,12 @@ def page_requests(sim) -> list:
 #: after a connect or a write the crawler does not control.
 SLACK = 0.015
 
+#: The Crawl-delay of the sim's "delay" robots.txt in the tests' webs (the sim's own
+#: 0.3-0.5 s made such a host of 30 pages the last one crawled, 15 s; still above the
+#: tests' waitDuration, so the delay is what spaces those hosts).  test_e2e checks
+#: the delay's spacing with the sim's own range.
+TEST_CRAWL_DELAY = (0.12, 0.2)
+
 
 def make_config(tmp_path, sim: Sim, **changes):
     base = parse_config_text("", require_start_urls=False)

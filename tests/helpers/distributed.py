@@ -21,7 +21,7 @@ from larbin_py.distributed.crawl_worker import merge_index
 from larbin_py.output.base import INDEX_NAME
 from larbin_py.sim import Sim, SimConfig
 from larbin_py.sim.web import DEFAULT_ROBOTS_MIX
-from helpers.crawl import SLACK, make_config, page_requests, check_politeness as e2e_politeness
+from helpers.crawl import SLACK, TEST_CRAWL_DELAY, make_config, page_requests, check_politeness as e2e_politeness
 from helpers.zookeeper import TICK_MS
 
 
@@ -61,7 +61,7 @@ ROBOTS_MIX = {k: v for k, v in DEFAULT_ROBOTS_MIX.items() if k not in ("error", 
 
 def sim_config(**kw) -> SimConfig:
     base = dict(seed=7, hosts=32, pages_per_host=(2, 5), hosts_per_ip=4, dns=True, robots_agent="larbin_py",
-                trap=False, p_dup=0.0, robots_mix=ROBOTS_MIX)
+                trap=False, p_dup=0.0, robots_mix=ROBOTS_MIX, crawl_delay=TEST_CRAWL_DELAY)
     base.update(kw)
     return SimConfig(**base)
 

@@ -10,7 +10,7 @@ import os
 import sys
 from larbin_py.config import format_config
 from larbin_py.sim import SimConfig
-from helpers.crawl import ROBOTS_PATHS, read_index
+from helpers.crawl import ROBOTS_PATHS, TEST_CRAWL_DELAY, read_index
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def sim_config(seed: int) -> SimConfig:
     return SimConfig(seed=seed, hosts=60, pages_per_host=(5, 15), hosts_per_ip=4, dns=True,
-                     robots_agent="larbin_py", trap=False, extras=False)
+                     robots_agent="larbin_py", trap=False, extras=False, crawl_delay=TEST_CRAWL_DELAY)
 
 
 def page_requests(log) -> list[str]:
