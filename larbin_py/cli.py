@@ -256,6 +256,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             _say(lock.warning)
     if signal.getsignal(signal.SIGINT) is signal.SIG_DFL:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # A mask inherited blocked (a parent that held them across its fork) would make the
+    # crawl deaf to the signals that stop it cleanly.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM))
     try:
         if args.worker:
             from .distributed.launcher import worker_main
