@@ -140,13 +140,18 @@ def test_a_crawl_starts_without_what_it_may_not_use():
     shutil (records removed), tempfile (an exec analyzer), secrets (a Digest
     answer) and ctypes.util (which ran ldconfig in a child process) come at
     their first use, or never."""
-    code = ("import sys, larbin_py.cli, larbin_py.engine, larbin_py.runner, larbin_py.wiring; "
-            "print(sorted(m for m in ('numpy', 'lxml', 'warcio', 'email', 'larbin_py.net.dynamic', "
-            "'larbin_py.net.browser', 'larbin_py.output.warc', 'h2', 'larbin_py.net.h2conn', 'zstandard', "
-            "'re2', 'calendar', 'shutil', 'tempfile', 'secrets', 'ctypes.util') if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert imported_by("import larbin_py.cli, larbin_py.engine, larbin_py.runner, larbin_py.wiring",
+                       ("numpy", "lxml", "warcio", "email", "larbin_py.net.dynamic", "larbin_py.net.browser",
+                        "larbin_py.output.warc", "h2", "larbin_py.net.h2conn", "zstandard", "re2", "calendar",
+                        "shutil", "tempfile", "secrets", "ctypes.util")) == []
+
+
+def imported_by(code: str, modules) -> list[str]:
+    """Which of ``modules`` a fresh interpreter has imported after running ``code``."""
+    probe = f"{code}\nimport sys\nprint(' '.join(sorted(m for m in {tuple(modules)!r} if m in sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]"
+    return proc.stdout.split()
 
 
 def test_reading_a_configuration_imports_no_network_module():
@@ -155,18 +160,14 @@ def test_reading_a_configuration_imports_no_network_module():
     import neither the event loop, the network's protocols nor the crawl:
     a configuration error or --print-config answers without them, and the
     crawl's start imports them once, after the configuration is known."""
-    code = ("import sys, larbin_py.cli\n"
+    code = ("import larbin_py.cli\n"
             "from larbin_py.config import parse_config_text\n"
             "parse_config_text('startUrl http://a.test/\\nproxy http://u:p@127.0.0.1:3128\\n'\n"
             "                  'auth\\n http://a.test/ basic u p\\nend\\nsite\\n a.test waitDuration=2\\nend\\n'\n"
-            "                  'tlsCaMode add\\nhttpVersion auto\\nhttpParser h11\\n')\n"
-            "print(sorted(m for m in ('asyncio', 'uvloop', 'pycares', 'h11', 'h2', 'ssl', 'zstandard', 're2', "
-            "'lxml', 'numpy', 'secrets', 'calendar', 'larbin_py.net.http', 'larbin_py.net.tls', "
-            "'larbin_py.net.dns', 'larbin_py.engine', 'larbin_py.output', 'larbin_py.analysis', 'larbin_py.web') "
-            "if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]"
+            "                  'tlsCaMode add\\nhttpVersion auto\\nhttpParser h11\\n')")
+    assert imported_by(code, ("asyncio", "uvloop", "pycares", "h11", "h2", "ssl", "zstandard", "re2", "lxml", "numpy",
+                              "secrets", "calendar", "larbin_py.net.http", "larbin_py.net.tls", "larbin_py.net.dns",
+                              "larbin_py.engine", "larbin_py.output", "larbin_py.analysis", "larbin_py.web")) == []
 
 
 def test_a_lazy_module_is_imported_at_first_use_then_is_the_module():
