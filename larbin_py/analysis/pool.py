@@ -201,7 +201,8 @@ class WorkerPool:
         cores while they import; the pool grows to ``size`` as tasks wait,
         :meth:`_grow`); each is adopted when ready, and counts in :meth:`free` only then."""
         self._loop = asyncio.get_running_loop()
-        while len(self.procs) + len(self._spawning) < warm_size(self.size):
+        target = warm_size(self.size)
+        while len(self.procs) + len(self._spawning) < target:
             self.replaced -= 1  # a first start, not a replacement
             self._replace()
 
