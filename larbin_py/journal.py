@@ -413,6 +413,11 @@ class Committer:
         self._want_durable = False
         self._handle = None
         self._last_start = -1e9
+        #: Commit jobs handed to the writer (loop) / ended there (writer): while one
+        #: runs and another waits, the next is not handed over but grows (a slow disk
+        #: gets fewer, larger commits, and its queue holds at most two of them).
+        self._jobs_sent = 0
+        self._jobs_ended = 0
         #: Per store, the first segment that may hold bytes not yet synced.
         self._synced_seg: dict[str, int] = {}
         self._fd = -1  # the journal file (writer thread)
@@ -522,6 +527,9 @@ class Committer:
         self._handle = None
         if not self._pending and not self._lines and not self._ops:
             return
+        if self._jobs_sent - self._jobs_ended >= 2:  # the writer is behind: this one waits and grows
+            self._handle = self._loop.call_later(self.interval, self._commit)
+            return
         self._last_start = self._loop.time()
         done, n, lines = self._take()
         try:
@@ -532,7 +540,8 @@ class Committer:
                 self.on_error(exc)
             return
         pages = self._take_pages()
-        self.writer.submit(self._commit_job, done, positions, seen, paths, n, None, pages, lines,
+        self._jobs_sent += 1
+        self.writer.submit(self._queued_commit_job, done, positions, seen, paths, n, pages, lines,
                            weight=1 + len(pages), on_error=self.on_error)  # lines: (crawl log lines, records)
 
     def _take_pages(self) -> list:
@@ -604,6 +613,12 @@ class Committer:
             self._want_durable = False
             if self.on_durable is not None:
                 self.writer._post(self.on_durable)
+
+    def _queued_commit_job(self, done, stores, seen, paths, n, pages, extra) -> None:
+        try:
+            self._commit_job(done, stores, seen, paths, n, None, pages, extra)
+        finally:
+            self._jobs_ended += 1
 
     def _commit_job(self, done: list, stores: dict, seen: int, paths: list[str], n: int,
                     sync: bool | None = None, pages: list | None = None,

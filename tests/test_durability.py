@@ -135,11 +135,11 @@ async def test_a_slow_disk_never_blocks_the_loop_and_the_gate_bounds_its_queue(t
         # machine may deschedule the loop as long a few times: not 40)
         assert sum(g >= 0.1 for g in gaps) <= 3, sorted(gaps)[-10:]
         # the gate held: a request starts only while requests running plus outcomes not yet
-        # committed are under pagesConnexions, so the writer holds at most that many
-        # outcomes, each at most a page plus its commit's job (a loop too slow to group
-        # them commits each alone: 13 was seen under load), plus a checkpoint and the
-        # cookie jar; the 4-job gate (MAX_BACKLOG) closes below that
-        assert max(backlog) <= 2 * config.pages_connexions + 2, max(backlog)
+        # committed are under pagesConnexions, so the writer holds at most that many pages;
+        # commits that find the writer behind (one running, one waiting) wait and grow
+        # instead of queueing (records and crawl-log lines made one job each, 16 was seen);
+        # plus a checkpoint and the cookie jar; the 4-job gate (MAX_BACKLOG) closes below that
+        assert max(backlog) <= config.pages_connexions + 4, max(backlog)
 
 
 def _commits(state_dir) -> list[dict]:
