@@ -80,6 +80,22 @@ def test_a_lost_lease_keeps_its_outcomes_as_orphans_for_the_partition_s_return()
     assert b.orphans == {}
 
 
+def test_an_ack_refused_as_fenced_keeps_its_outcomes_as_orphans():
+    """The lease went while the ack was on its way (a pause longer than it): if the
+    partition comes back here, its claim acks the entries instead of fetching them again."""
+    b = AckBuffer(now=0.0)
+    b.add(1, "1-1", "fetched")
+    b.add(1, "1-2", "err40X")
+    b.made_durable(b.take_pending(), None, now=0.1)
+    _acks, by_part = b.take_ready()
+    b.refused(1, by_part[1])  # the tick's lb_ack answered fenced
+    assert not b
+    assert b.orphan(1, "1-1") == "fetched" and b.orphan(1, "1-2") == "err40X"
+    b2 = AckBuffer(orphans_max=1)
+    b2.refused(3, [("3-1", "fetched"), ("3-2", "fetched")])
+    assert b2.orphans == {"3/3-1": "fetched"}  # bounded as the others
+
+
 def test_orphans_are_bounded():
     b = AckBuffer(orphans_max=3)
     for i in range(5):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import re
 import signal
 import time
 from collections import Counter
@@ -270,7 +271,7 @@ async def test_every_error_reply_pauses_the_workers_who_say_so_and_resume_by_the
     async with Sim(sim_config(seed=17, hosts=30, pages_per_host=(6, 12))) as sim:
         workers = Workers(tmp_path, sim, redis_server.url, 2, lease_ttl=6.0, wait_duration=0.25)
         await workers.start_all()
-        windows = []
+        windows, ends = [], {}  # ends: how long each fault lasted from its start (LOADING's restart aside)
         for k, fault in enumerate(FAULTS):
             rio = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
             try:
@@ -280,6 +281,7 @@ async def test_every_error_reply_pauses_the_workers_who_say_so_and_resume_by_the
             f = fault()
             r = aredis.from_url(redis_server.url)
             try:
+                started = time.monotonic()
                 await f.start(r, redis_server)
                 await wait_logs(workers, workers.names, f"refused a tick: {f.kind}", 20)
                 paused = time.monotonic()
@@ -290,6 +292,7 @@ async def test_every_error_reply_pauses_the_workers_who_say_so_and_resume_by_the
             finally:
                 await r.aclose()
             windows.append((f.kind, paused, lifted))
+            ends[f.kind] = (lifted if not isinstance(f, Busy) else started + 3.0) - started
             await both_resumed(workers, k + 1)
             if f.kind == "BUSY":  # the library flushed twice between two faults: the workers load it again
                 r = aredis.from_url(redis_server.url)
@@ -311,6 +314,13 @@ async def test_every_error_reply_pauses_the_workers_who_say_so_and_resume_by_the
             for kind, _, _ in windows:
                 assert f"Redis at {redis_server.url} refused a tick: {kind}" in log, (kind, log[-2000:])
             assert log.count("; fetching paused, retrying") >= len(FAULTS), log[-3000:]
+            # a worker retries at least once a heartbeat (leaseTtl/5) while paused: back within one
+            # of the fault's end, its leases renewed in time (a backoff doubling to 5 s came back
+            # 2.6 s after a 3 s BUSY, past the leases: pages were then fetched twice)
+            hb = workers.configs[w].lease_ttl / 5
+            for lasted, kind in re.findall(r"Redis is back after ([\d.]+) s \((\w+)\)", log):
+                if kind in ("OOM", "READONLY", "BUSY"):
+                    assert float(lasted) <= ends[kind] + hb + 1.0, (w, kind, lasted, ends[kind])
         # nothing started while both were paused (0.1 s: a request sent just before)
         for kind, paused, lifted in windows:
             during = [q.url for q in sim.log.requests if paused + 0.1 < q.t < lifted]

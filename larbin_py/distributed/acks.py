@@ -164,6 +164,14 @@ class AckBuffer:
         self.syncing = [a for a in self.syncing if a[0] not in gone]
         return before - len(self.pending) - len(self.ready) - len(self.syncing)
 
+    def refused(self, p: int, pairs: Iterable[tuple[str, str]]) -> None:
+        """An ack of ``p`` refused (fenced: the lease went) or not sent (``p`` no longer held):
+        its outcomes become orphans, acked if ``p`` comes back here with these entries."""
+        for entry, outcome in pairs:
+            if len(self.orphans) >= self.orphans_max:
+                return
+            self.orphans[make_tag(p, entry)] = outcome
+
     def orphan(self, p: int, entry: str) -> str | None:
         """A claim brought ``entry`` back: the outcome it had here (then acked, not redone), or None."""
         if not self.orphans:

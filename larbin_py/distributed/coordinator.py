@@ -122,7 +122,10 @@ time, or any error reply (``-OOM``, ``-LOADING``, ``-READONLY``, ``-BUSY``,
 by the tick itself) -- is a *pause*: :attr:`paused` holds every request
 start (the crawl state's gate), one line names the error and the Redis URL
 (password hidden), and the tick is retried with backoff (0.1 s doubling to
-5 s) until Redis answers; then one line says how long it lasted.  The failed
+5 s, or to the heartbeat interval, leaseTtl/5, when shorter: a fault that
+ends before the leases lapse finds the worker back in time to renew them)
+until Redis answers; then one line says how long it lasted.  An ack that
+comes back fenced (the lease went meanwhile) keeps its outcomes as orphans.  The failed
 tick's links and acks are kept and sent again (both idempotent), its IP
 requests asked again (a grant that follows waits a full delay: the answer
 that carried the last holder's start may have been lost), the partitions
@@ -228,6 +231,9 @@ class Coordinator:
         self.worker = worker
         self.lease_ttl = lease_ttl
         self.hb_interval = lease_ttl / 5
+        #: The longest wait between two tries of a failing tick: no longer than a heartbeat's,
+        #: so a fault shorter than the lease costs no lease (Redis back, renewed within it).
+        self.backoff_max = min(BACKOFF_MAX, self.hb_interval)
         self.flush_interval = flush_interval
         self.wait_duration = wait_duration
         self.ack_interval = ack_interval
@@ -405,7 +411,7 @@ class Coordinator:
                     await asyncio.wait_for(self._wake.wait(), backoff)
                 except asyncio.TimeoutError:
                     pass
-                backoff = min(BACKOFF_MAX, backoff * 2)
+                backoff = min(self.backoff_max, backoff * 2)
                 continue
             if self.pauses.down is not None:
                 lasted, kind = self.pauses.resumed(self.clock())
@@ -651,6 +657,7 @@ class Coordinator:
             token = self.own.token(p)
             if token is None:
                 self.fenced += len(pairs)
+                self.acks.refused(p, pairs)
                 continue
             handlers.append((t.ack(p, self.worker, token, pairs),
                              lambda r, p=p, pairs=pairs: self._acked(p, r, pairs)))
@@ -786,6 +793,8 @@ class Coordinator:
     # ------------------------------------------------------------------
     def _acked(self, p: int, r, pairs) -> None:
         if r is FENCED:
+            self.fenced += len(pairs)
+            self.acks.refused(p, pairs)
             self._lost([p])
             return
         self.acked += int(r)
