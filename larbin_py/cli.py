@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="continue the crawl saved in stateDir instead of starting anew")
     parser.add_argument("--recrawl", action="store_true",
                         help="crawl again the finished crawl in stateDir: every page it fetched, asked with "
-                             "its validators (docs/recrawl.md)")
+                             "its validators (with --workers N: the launcher's crawl; docs/recrawl.md)")
     parser.add_argument("--demo", action="store_true",
                         help="crawl the built-in synthetic web on loopback (no startUrl needed)")
     parser.add_argument("--seed", metavar="URL", action="append", default=[],
@@ -232,9 +232,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.recrawl and args.reload:
         _say("--recrawl starts a new crawl and --reload continues one: they exclude each other (try --help)")
         return EXIT_USAGE
-    if args.recrawl and (args.demo or args.worker or args.workers is not None or config.redis_url):
-        _say("--recrawl is for a single-process crawl: not with --demo, --worker, --workers or redisUrl "
-             "(docs/recrawl.md)")
+    if args.recrawl and (args.demo or args.worker or
+                         (config.redis_url and (config.redis_url != "auto" or args.workers is None))):
+        _say("--recrawl is for a crawl of one process or of --workers N on their private Redis: not with "
+             "--demo, --worker, or a redisUrl shared by workers started by hand (docs/recrawl.md)")
         return EXIT_USAGE
 
     if args.print_config:  # for a person to read: secrets as ***
@@ -272,7 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 from .distributed.launcher import launch_main
 
-                code = launch_main(config, args.workers, reload=args.reload, cli_main=main)
+                code = launch_main(config, args.workers, reload=args.reload, recrawl=args.recrawl,
+                                   cli_main=main)
         else:
             code = crawl_main(config, reload=args.reload, demo=args.demo, recrawl=args.recrawl)
     except KeyboardInterrupt:

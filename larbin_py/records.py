@@ -29,7 +29,10 @@ links to offer (not HTML, nofollow, a duplicate), empty when not known
 (for the mirror's index when the page is not fetched again; empty when it
 holds anything but ``a-z 0-9 . + - /``); ``etag``: the ETag as sent,
 kept only when it is a well-formed entity tag (``W/"..."`` or ``"..."``,
-printable ASCII, at most 256 bytes) or empty.
+printable ASCII, at most 256 bytes) or empty.  In a distributed recrawl's
+stream entry (never in a file) ``links`` is ``<worker>@<offset>``: the
+worker whose links log holds the entry (``Visit.source``,
+larbin_py.distributed.records).
 
 Both files are written by the writer thread in the group commit, before
 its journal line (:class:`RecordsWriter`: the loop hands it *ops*, the
@@ -64,7 +67,7 @@ from .state import CHECKPOINT, FRONTIER_DIR, ROBOTS_LOG, SEEN_LOG, StateError, r
 
 __all__ = ["NO_LINKS", "RECORDS_DIR", "OldRecords", "RecordsWriter", "RecrawlStart", "Visit", "clean_etag", "clean_type",
            "cut_records", "decode_links", "decode_token", "encode_links", "encode_token", "links_path",
-           "prepare_recrawl", "records_path", "remove_generation", "remove_marker"]
+           "prepare_recrawl", "read_entry", "records_path", "remove_generation", "remove_marker", "whole_entry"]
 
 # shutil (and the lzma and bz2 modules it imports: 7 ms of a crawl's start)
 # is imported by the first generation of records removed.
@@ -100,6 +103,9 @@ class Visit:
     links: int | None = None
     etag: str = ""
     content_type: str = ""
+    #: The distributed mode: the worker whose links log holds ``links`` ("" for this
+    #: crawl state's own; larbin_py.distributed.records).  Never written in a records file.
+    source: str = ""
 
 
 _TYPE = re.compile(r"[a-z0-9.+\-]+/[a-z0-9.+\-]+")
@@ -120,6 +126,8 @@ def clean_etag(value: str | None) -> str:
 
 def encode_token(v: Visit) -> str:
     links = "" if v.links is None else ("-" if v.links == NO_LINKS else str(v.links))
+    if v.source and v.links is not None and v.links >= 0:
+        links = f"{v.source}@{links}"  # (a stream entry's token: whose links log)
     lm = "" if v.last_modified is None else str(v.last_modified)
     return f"{v.checked},{v.captured},{lm},{v.digest},{links},{v.content_type},{v.etag}"
 
@@ -130,10 +138,11 @@ def decode_token(token: str) -> Visit | None:
     if len(parts) != 7:
         return None
     checked, captured, lm, digest, links, ctype, etag = parts
+    source, _, links = links.rpartition("@")
     try:
         return Visit(int(checked), int(captured), int(lm) if lm else None, digest,
                      None if links == "" else (NO_LINKS if links == "-" else int(links)), clean_etag(etag),
-                     clean_type(ctype))
+                     clean_type(ctype), source)
     except ValueError:
         return None
 
@@ -159,7 +168,7 @@ def decode_links(payload: bytes) -> tuple[list[str], frozenset]:
     return links, frozenset(embeds)
 
 
-def _read_entry(fd: int, offset: int) -> bytes | None:
+def read_entry(fd: int, offset: int) -> bytes | None:
     """The payload of the links entry at ``offset`` of the file ``fd``; None when damaged."""
     head = os.pread(fd, _HEADER.size, offset)
     if len(head) < _HEADER.size:
@@ -169,6 +178,11 @@ def _read_entry(fd: int, offset: int) -> bytes | None:
     if len(payload) != length or zlib.crc32(payload) != crc:
         return None
     return payload
+
+
+def whole_entry(payload: bytes) -> bytes:
+    """A links entry (header and payload) of ``payload``, to copy into another log."""
+    return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
 
 
 def _append(fd: int, data: bytes) -> None:
@@ -184,13 +198,15 @@ class OldRecords:
     checkpoint gave (what lies beyond was never committed).
     """
 
-    def __init__(self, state_dir: str, generation: int, end) -> None:
+    def __init__(self, state_dir: str, generation: int, end, *, links: bool = True) -> None:
         self.generation = generation
         self.records_end, self.links_end = int(end[0]), int(end[1])
         self.damaged = 0
+        self._links = -1  # (``links`` False: the records only, as a distributed recrawl's seeding reads them)
         try:
             self._records = os.open(records_path(state_dir, generation), os.O_RDONLY | os.O_CLOEXEC)
-            self._links = os.open(links_path(state_dir, generation), os.O_RDONLY | os.O_CLOEXEC)
+            if links:
+                self._links = os.open(links_path(state_dir, generation), os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             raise StateError(f"cannot read the records of the crawl to revisit: {exc}") from None
 
@@ -214,30 +230,36 @@ class OldRecords:
             records.append(rec)
         return records, offset + end
 
-    def links(self, offset: int | None) -> tuple[list[str], frozenset] | None:
+    def readable(self, source: str) -> bool:
+        """Can the links log of ``source`` be read here (one process: only its own, "")?"""
+        return not source
+
+    def links(self, offset: int | None, source: str = "") -> tuple[list[str], frozenset] | None:
         """The links (and embeds) of the entry at ``offset``: ``([], ...)`` for NO_LINKS, None when
-        not known or damaged."""
-        if offset is None:
+        not known or damaged (or in another worker's log: ``source``)."""
+        if offset is None or source:
             return None
         if offset == NO_LINKS:
             return [], frozenset()
         if offset >= self.links_end:
             return None
-        payload = _read_entry(self._links, offset)
+        payload = read_entry(self._links, offset)
         if payload is None:
             self.damaged += 1
             return None
         return decode_links(payload)
 
-    def raw(self, offset: int) -> bytes | None:
+    def raw(self, offset: int, source: str = "") -> bytes | None:
         """The whole links entry at ``offset`` (header and payload), to copy; None when damaged."""
-        if offset < 0 or offset >= self.links_end:
+        if source or offset < 0 or offset >= self.links_end:
             return None
-        payload = _read_entry(self._links, offset)
-        return None if payload is None else _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+        payload = read_entry(self._links, offset)
+        return None if payload is None else whole_entry(payload)
 
     def close(self) -> None:
         for fd in (self._records, self._links):
+            if fd < 0:
+                continue
             try:
                 os.close(fd)
             except OSError:
@@ -280,7 +302,7 @@ class RecordsWriter:
         for rec, visit, links in ops:
             if links is not None:
                 if isinstance(links, int):
-                    entry = self.old.raw(links) if self.old is not None else None
+                    entry = self.old.raw(links, visit.source) if self.old is not None else None
                 else:
                     entry = encode_links(*links) if isinstance(links, tuple) else encode_links(links)
                 if entry is None:  # a damaged entry of the old generation: not known any more
@@ -289,6 +311,7 @@ class RecordsWriter:
                     visit.links = links_at
                     links_at += len(entry)
                     entries.append(entry)
+            visit.source = ""  # the entry is in this writer's own log now (or none is named)
             rec = UrlRecord(rec.url, rec.depth, 0, rec.hops, "", rec.via, rec.found, rec.ref, encode_token(visit))
             lines.append(encode_record(rec))
         self._write(1, b"".join(entries))  # the links first: a record never names a missing entry

@@ -52,6 +52,16 @@ fetches it as a new one when a link leads there).  Records are *ops* handed to t
 (``record``), written by the group commit that covers the outcome
 (larbin_py.records.RecordsWriter).
 
+**The distributed mode** (larbin_py.distributed.records): a launcher's
+workers keep records as the crawl state here does (the worker's
+``DistState``); the launcher seeds (``seeding`` is False in a worker), a
+token names the worker whose links log holds its links (``Visit.source``)
+and a log this process cannot read leaves the page's links unknown (asked
+plainly: :meth:`_visit`); each verdict is told to the crawl state's
+``verdict`` when it has one, to be counted with the page's ack; a page
+younger than revisitAfter is skipped by the worker that reads its entry
+(:meth:`divert`), acked as ``notDue``.
+
 Memory: nothing per URL is held (the tokens travel with the URL records
 through the frontier, on disk); the table of pages awaiting their links
 (at most :data:`PENDING_MAX`), one batch of records at seeding.
@@ -59,6 +69,7 @@ through the frontier, on disk); the table of pages awaiting their links
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -139,6 +150,9 @@ class Recrawl:
         self.frontier = self.state = self.counts = self.pages = None
         self.writer = self.output = None
         self._pending: OrderedDict[str, tuple[UrlRecord, Visit]] = OrderedDict()
+        #: A worker's skips under way (:meth:`divert`): the worker is not idle meanwhile.
+        self.skipping = 0
+        self._tasks: set = set()
 
     def attach(self, frontier, crawl_state, counts, pages) -> None:
         self.frontier, self.state, self.counts, self.pages = frontier, crawl_state, counts, pages
@@ -146,9 +160,25 @@ class Recrawl:
     def start(self, writer, output) -> None:
         self.writer, self.output = writer, output
 
-    def _count(self, verdict: str) -> str:
-        self.counts.recrawl[verdict] += 1
+    def _count(self, verdict: str, rec: UrlRecord | None = None, *more: str) -> str:
+        """Count ``verdict`` (and ``more``); a worker's crawl state is told them for ``rec``'s ack
+        (``verdict``: larbin_py.distributed.crawl_worker, the counts kept in Redis with the acks)."""
+        counts = self.counts.recrawl
+        counts[verdict] += 1
+        for name in more:
+            counts[name] += 1
+        tell = getattr(self.state, "verdict", None)
+        if tell is not None and rec is not None:
+            tell(rec, (verdict, *more))
         return verdict
+
+    def _visit(self, rec: UrlRecord) -> Visit | None:
+        """``rec``'s token; its links not known when they lie in a log this process cannot read
+        (the distributed mode: another machine's worker, docs/recrawl.md)."""
+        visit = decode_token(rec.prev)
+        if visit is not None and visit.source and not self.old.readable(visit.source):
+            visit.links = None
+        return visit
 
     # -- records of every crawl ---------------------------------------------
     def fetched(self, rec: UrlRecord, res, digest: str, links) -> str:
@@ -175,8 +205,8 @@ class Recrawl:
             return ""
         prev = decode_token(rec.prev) if rec.prev else None
         if prev is None:
-            return self._count("new")
-        return self._count("unchanged" if prev.digest == visit.digest else "changed")
+            return self._count("new", rec)
+        return self._count("unchanged" if prev.digest == visit.digest else "changed", rec)
 
     def settle(self) -> int:
         """(The crawl's end, before its last checkpoint.) The pages whose links never came
@@ -209,7 +239,7 @@ class Recrawl:
         """The validators to send for ``rec`` (none when its links are not known)."""
         if not (self.active and rec.prev):
             return ()
-        visit = decode_token(rec.prev)
+        visit = self._visit(rec)
         if visit is None or visit.links is None:
             return ()
         headers = []
@@ -225,7 +255,7 @@ class Recrawl:
         """Is ``res`` the answer of a page unchanged since the last crawl (with links known)?"""
         if not (self.active and rec.prev) or res.error is not None:
             return False
-        visit = decode_token(rec.prev)
+        visit = self._visit(rec)
         if visit is None or visit.links is None:
             return False
         if res.status == 304:
@@ -236,10 +266,10 @@ class Recrawl:
         """(Loop.) The stored links of ``rec`` and its mirror file's presence, read on the writer."""
         visit = decode_token(rec.prev)
         parts = url_to_parts(rec.url) if self.mirror else None
-        return await self.writer.call(self._read_stored, visit.links, parts)
+        return await self.writer.call(self._read_stored, visit.links, parts, visit.source)
 
-    def _read_stored(self, offset: int, parts) -> Stored:
-        found = self.old.links(offset)
+    def _read_stored(self, offset: int, parts, source: str = "") -> Stored:
+        found = self.old.links(offset, source)
         present = True
         if parts is not None:
             present = self.output.inner.exists(parts)
@@ -274,9 +304,10 @@ class Recrawl:
         visit.etag = etag_of(res.headers) or visit.etag
         visit.last_modified = last_modified_of(res.headers) or visit.last_modified
         self.state.record((rec, visit, old_links if old_links != NO_LINKS else None))
-        self._count("unchanged")
         if not_modified:
-            self._count("notModified")
+            self._count("unchanged", rec, "notModified")
+        else:
+            self._count("unchanged", rec)
         line = None
         if self.pages.logging:
             line = self.pages.line(rec, "notModified" if not_modified else "ok", res,
@@ -298,7 +329,7 @@ class Recrawl:
                                    content_type=visit.content_type or None, keep=keep, remove=not keep))
         if keep:
             self.state.record((rec, visit, visit.links if visit.links not in (None, NO_LINKS) else None))
-        return self._count("gone" if gone else "kept")
+        return self._count("gone" if gone else "kept", rec)
 
     # -- a recrawl's start ------------------------------------------------------
     async def seed(self) -> int:
@@ -351,9 +382,52 @@ class Recrawl:
         self.state.record((rec, visit, visit.links if visit.links not in (None, NO_LINKS) else None))
         self.output.write(Document(url=rec.url, status=0, headers=[], body=b"", keep=True,
                                    content_type=visit.content_type or None))
-        self._count("skipped")
+        self._count("skipped", rec)
         if self.pages.logging:
             self.state.log(self.pages.line(rec, "notDue", None, digest="sha1:" + visit.digest, recrawl="skipped"))
+
+    # -- a distributed recrawl: revisitAfter where the URL is read -------------------
+    def divert(self, rec: UrlRecord) -> bool:
+        """(A worker, on the loop.) A URL read from its partition's stream: True when it is
+        younger than revisitAfter, and skipped here instead of queued (see :meth:`_skip_later`).
+        A page whose links lie in a log this worker cannot read is not skipped: it is asked."""
+        if not (self.active and self.revisit_after and rec.prev):
+            return False
+        visit = self._visit(rec)
+        if visit is None or visit.links is None or self.wall() - visit.checked >= self.revisit_after:
+            return False
+        self.skipping += 1
+        task = asyncio.ensure_future(self._skip_later(rec, visit))
+        self._tasks.add(task)
+        task.add_done_callback(self._skip_ended)
+        return True
+
+    def _skip_ended(self, task) -> None:
+        """A skip that raised (its writer failed: the worker fails with it) leaves its entry
+        un-acked, pending for the partition's next owner: its error is retrieved here."""
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()
+
+    async def _skip_later(self, rec: UrlRecord, visit: Visit) -> None:
+        """Its stored links read on the writer, then as :meth:`_skip` and its links offered; its
+        entry acked as ``notDue``.  Links that cannot be read (a damaged entry): the page is
+        queued to be asked plainly instead."""
+        try:
+            found = await self.writer.call(self.old.links, visit.links, visit.source)
+            fr = self.frontier
+            if found is None:
+                visit.etag, visit.last_modified, visit.links = "", None, None
+                rec.prev = encode_token(visit)
+                fr.admission.push_record(rec)
+                return
+            self._skip(rec, visit)
+            if found[0]:
+                fr.admission.offer(rec.url, rec.depth, found[0], embeds=found[1])
+            if fr.on_done is not None:
+                fr.on_done(rec, "notDue")
+        finally:
+            self.skipping -= 1
 
     def _skipped_links(self, offset: int, now: int) -> tuple[list, int]:
         """(Writer.) The records skipped from ``offset`` on, with their links."""

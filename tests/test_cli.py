@@ -155,17 +155,25 @@ def fake_engine(monkeypatch, tmp_path):
     return install
 
 
-def test_recrawl_reaches_crawl_main_and_excludes_reload_and_the_distributed_mode(fake_engine, tmp_path, capsys):
+def test_recrawl_reaches_crawl_main_or_the_launcher_and_excludes_reload_demo_and_a_shared_redis(
+        fake_engine, tmp_path, capsys, monkeypatch):
     fake = fake_engine(result=0)
     conf = tmp_path / "c.conf"
     conf.write_text("stateDir st\n")  # a recrawl needs no start URL: the last crawl's are in stateDir
     assert main(["-c", str(conf), "--recrawl"]) == 0 and fake.recrawl is True
-    for extra, why in ((["--reload"], "exclude each other"), (["--workers", "2"], "single-process"),
-                       (["--demo"], "single-process")):
-        assert main(["-c", str(conf), "--recrawl", *extra]) == 2
+    from larbin_py.distributed import launcher
+
+    launched = []
+    monkeypatch.setattr(launcher, "launch_main", lambda config, n, **kw: launched.append((n, kw["recrawl"])) or 0)
+    assert main(["-c", str(conf), "--recrawl", "--workers", "2"]) == 0 and launched == [(2, True)]
+    shared = tmp_path / "shared.conf"
+    shared.write_text("stateDir st\nredisUrl redis://127.0.0.1:1/0\n")
+    for conf_path, extra, why in ((conf, ["--reload"], "exclude each other"), (conf, ["--demo"], "--demo"),
+                                  (conf, ["--worker"], "--worker"), (shared, ["--workers", "2"], "shared")):
+        assert main(["-c", str(conf_path), "--recrawl", *extra]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and why in err, err
-    assert len(fake.calls) == 1
+    assert len(fake.calls) == 1 and len(launched) == 1
 
 
 def test_entry_point_is_the_cli_main():

@@ -138,3 +138,24 @@ def test_pages_are_reported_as_deltas():
     assert b.pages_to_report() == 0
     b.acked([("1-4", "fetched")])
     assert b.pages_to_report() == 1
+
+
+def test_a_recrawl_s_verdicts_ride_with_their_outcome_told_before_or_after_it():
+    """The verdicts of a page join its outcome (``fetched;unchanged,notModified``) whether the
+    recrawl tells them just after the outcome was added or just before; the pages acked
+    are still counted by their outcome."""
+    b = AckBuffer()
+    b.add(1, "1-1", "fetched")
+    b.verdict(1, "1-1", ("unchanged", "notModified"))  # after (a 304: the page is done first)
+    b.verdict(2, "2-1", ("gone",))  # before (a forget's verdict)
+    b.add(2, "2-1", "err40X")
+    b.add(1, "1-2", "fetched")  # no verdict: a first crawl's page
+    b.add(3, "3-1", "fetched")
+    b.add(3, "3-2", "err40X")  # (a URL forgotten on the way, before 3-1's verdict came)
+    b.verdict(3, "3-1", ("changed",))
+    b.made_durable(b.take_pending(), None, 1.0)
+    acks, by_part = b.take_ready()
+    assert by_part == {1: [("1-1", "fetched;unchanged,notModified"), ("1-2", "fetched")],
+                       2: [("2-1", "err40X;gone")], 3: [("3-1", "fetched;changed"), ("3-2", "err40X")]}
+    b.acked(by_part[1])
+    assert b.pages_to_report() == 2

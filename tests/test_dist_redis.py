@@ -502,3 +502,23 @@ async def test_a_redis_that_lost_the_library_gets_it_again(redis_server):
     assert io.round_trips - before == 3  # the tick, the library, the tick again
     assert await io.enqueue(0, [(1, b"u"), (2, b"v")]) == 1
     await io.close()
+
+
+async def test_a_recrawl_s_verdicts_are_counted_with_the_ack_once(redis_server):
+    """``fetched;unchanged,notModified``: the outcome counted as ``fetched`` and each verdict
+    under ``recrawl:``, in the same fenced call; an ack repeated (a tick sent again) counts
+    nothing more, and a fenced one nothing at all."""
+    io = await connect(redis_server)
+    await io.enqueue(2, [(i, b"u") for i in range(1, 5)])
+    tok = await io.acquire(2, "w1", 5)
+    entries = await io.read(2, "w1", tok, 4)
+    done = [(entries[0].id, "fetched;unchanged,notModified"), (entries[1].id, "fetched;changed"),
+            (entries[2].id, "err40X;gone"), (entries[3].id, "fetched")]
+    assert await io.ack(2, "w2", tok, done) is FENCED
+    assert (await io.view()).totals.recrawl == {}
+    assert await io.ack(2, "w1", tok, done) == 4
+    assert await io.ack(2, "w1", tok, done[:2]) == 0
+    t = (await io.view()).totals
+    assert t.fetched == 3 and t.forgotten == {"err40X": 1} and t.balanced
+    assert t.recrawl == {"unchanged": 1, "notModified": 1, "changed": 1, "gone": 1}
+    await io.close()

@@ -8,16 +8,34 @@ import os
 from larbin_py.distributed.inbox import RedisInbox, make_tag, split_tag
 from larbin_py.distributed.partition import partition_of
 from larbin_py.distributed.sink import RedisSink, decode_entry, encode_entry
+from larbin_py.records import NO_LINKS, Visit, decode_token, encode_token
 from larbin_py.distributed.crawl_worker import WORKERS_DIR, merge_index
 from larbin_py.url import fingerprint
 
 
 def test_entry_record_round_trip():
     data = encode_entry("http://a.test/x?y=1", 4, 2, 1)
-    assert decode_entry(data) == ("http://a.test/x?y=1", 4, 2, 1, "")
+    assert decode_entry(data) == ("http://a.test/x?y=1", 4, 2, 1, "", "")
     assert decode_entry(encode_entry("http://a.test/s.xml", 0, 2, 0, "m1@a.test")) == \
-        ("http://a.test/s.xml", 0, 2, 0, "m1@a.test")
+        ("http://a.test/s.xml", 0, 2, 0, "m1@a.test", "")
     assert decode_entry(b"garbage") is None
+
+
+def test_a_recrawl_token_travels_in_the_entry_with_the_worker_whose_links_log_it_names():
+    """A recrawl's token (larbin_py.records) rides in the stream entry, with or without ``via``,
+    and names the worker whose links log holds the page's links (``w2@1234``)."""
+    visit = Visit(1700000000, 1690000000, 1600000000, "ABC", 1234, 'W/"x@y,z"', "text/html", "w2")
+    token = encode_token(visit)
+    assert "w2@1234" in token
+    for via in ("", "s:2024"):
+        data = encode_entry("http://a.test/p", 3, 1, 0, via, token)
+        assert decode_entry(data) == ("http://a.test/p", 3, 1, 0, via, token)
+        rec = RedisInbox.record(5, "1-0", data)
+        assert rec.prev == token and rec.via == via
+    assert decode_token(token) == visit  # the ETag may hold '@' and ',': only the links field is split
+    for links, text in ((None, ""), (NO_LINKS, "-")):  # nothing to name: no worker written
+        visit.links = links
+        assert encode_token(visit).split(",")[4] == text
 
 
 def test_sink_buffers_per_partition_of_the_host_and_wakes_at_its_first_link_and_at_the_batch():
@@ -119,3 +137,43 @@ def test_the_inflight_file_outlives_a_sigkill_of_its_writer(tmp_path):
     assert proc.returncode == -signal.SIGKILL
     assert left_in(path) == ["2/20-0"]  # the request that was running when it died
     assert left_in(str(tmp_path / "none")) == []
+
+
+def test_a_worker_started_again_cuts_its_records_back_to_its_last_acks(tmp_path):
+    """A launcher's worker (generation.json) writes its records in its own folder; started
+    again with the records' position of its last acks (``outpos:<w>``) it cuts them back there
+    (the pages after it are fetched again and recorded again), and a fresh start empties them."""
+    from larbin_py.config import Config
+    from larbin_py.distributed.crawl_worker import DistState
+    from larbin_py.distributed.records import Generation, worker_root
+    from larbin_py.distributed.redisio import RedisIO
+    from larbin_py.frontier.store import UrlRecord, decode_record
+    from larbin_py.records import records_path
+
+    config = Config(state_dir=str(tmp_path / "state"), save_dir=str(tmp_path / "save"),
+                    redis_url="redis://127.0.0.1:1/0", output_mode="none", http_port=0)
+    rio = RedisIO(config.redis_url, "t", partitions=4)  # (never connected: nothing here asks Redis)
+
+    def page(n: int):
+        return (UrlRecord(f"http://a.test/{n}", 3, 0), Visit(100, 100, None, "D", None, "", "text/html"),
+                [f"http://a.test/{n + 1}"])
+    st = DistState(config, rio, "w1", generation=Generation(1))
+    assert st.keeps_records and st.old_records is None
+    st.record(page(1))
+    st.record(page(2))
+    acked = st._write_records(st._record_ops)
+    st._record_ops = [page(3)]
+    st._write_records(st._record_ops)
+    st._close_records()
+    path = records_path(worker_root(config.state_dir, "w1"), 1)
+
+    def urls() -> list[str]:
+        with open(path, "rb") as f:
+            return [decode_record(line).url for line in f]
+    assert urls() == ["http://a.test/1", "http://a.test/2", "http://a.test/3"]
+    DistState(config, rio, "w1", generation=Generation(1), records_position=acked)._close_records()
+    assert urls() == ["http://a.test/1", "http://a.test/2"]
+    DistState(config, rio, "w1", generation=Generation(1))._close_records()
+    assert urls() == []
+    hand = DistState(config, rio, "w9")  # a worker started by hand: no generation, no records
+    assert not hand.keeps_records and not os.path.exists(worker_root(config.state_dir, "w9"))

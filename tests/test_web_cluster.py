@@ -134,3 +134,28 @@ async def test_the_dashboard_shows_the_membership_and_a_redis_banner_as_text(tmp
         del src.data["cluster"]
         dom = await dump_dom(browser, url, tmp_path)
         assert re.search(r'id="cluster-card"[^>]*hidden', dom) and re.search(r'id="redis-banner"[^>]*hidden', dom)
+
+
+async def test_a_recrawl_s_verdicts_in_the_cluster_stats_are_redis_s_counted_with_the_acks(redis_server):
+    """/stats.json's ``recrawl`` and /metrics' larbin_recrawl_pages_total of the launcher: the
+    verdicts counted by lb_ack (a dead worker's included), not the live workers' own counts."""
+    io = await RedisIO(redis_server.url, "web", partitions=8).connect()
+    try:
+        await io.enqueue(3, [(i, b"u") for i in range(1, 4)])
+        tok = await io.acquire(3, "w1", 5)
+        entries = await io.read(3, "w1", tok, 3)
+        await io.ack(3, "w1", tok, [(entries[0].id, "fetched;unchanged,notModified"),
+                                    (entries[1].id, "fetched;changed"), (entries[2].id, "err40X;gone")])
+        snap = worker_snapshot("w2", "redis", ["w2"], None)
+        snap["recrawl"] = {"unchanged": 7}  # a live worker's own count: not the crawl's
+        t = io.tick()
+        t.put_stats("w2", snap, ttl=30)
+        await t.execute()
+        source = ClusterSource(io, workers=["w1", "w2"])
+        await source.refresh()
+        assert source.snapshot()["recrawl"] == {"unchanged": 1, "notModified": 1, "changed": 1, "gone": 1}
+        async with running(StatsServer(source, port=0)) as srv:
+            status, _h, body = await http(srv.port, get("/metrics"))
+            assert status == 200 and b'larbin_recrawl_pages_total{verdict="gone"} 1' in body, body[-2000:]
+    finally:
+        await io.close()

@@ -38,6 +38,12 @@ either flushes everything pending with the last durable point
 drops every outcome not yet sent (:meth:`drop`): their entries stay
 pending for the next owner, who fetches them again.
 
+**Recrawl verdicts.**  A recrawl's verdicts for a page (``unchanged``,
+``gone``...: larbin_py.recrawl) travel in its outcome, ``fetched;unchanged``
+(:meth:`verdict`, told just before or just after the outcome on the same
+turn of the loop), and ``lb_ack`` counts them with the ack, once: a page
+fetched again after a takeover is counted by the ack that removes it.
+
 **Figures.**  The ``fetched`` outcomes acked are counted (:attr:`pages`)
 and reported as deltas to the crawl's ``figures`` hash
 (:meth:`pages_to_report`, :meth:`pages_reported`).
@@ -55,6 +61,9 @@ __all__ = ["AckBuffer", "Ack", "ORPHANS_MAX"]
 
 #: Most refused outcomes kept for partitions that may come back.
 ORPHANS_MAX = 100_000
+#: How far back among the pending outcomes a verdict looks for its own (it comes on the
+#: same turn of the loop as its outcome: only outcomes ended on the way can be after it).
+VERDICT_LOOKBACK = 64
 
 #: One outcome on its way: (partition, entry id, outcome).
 Ack = tuple[int, str, str]
@@ -80,6 +89,8 @@ class AckBuffer:
         #: ``fetched`` outcomes acked, and how many of them the figures have.
         self.pages = 0
         self._pages_reported = 0
+        #: Verdicts told before their outcome came (:meth:`verdict`), by (partition, entry).
+        self._early: dict[tuple[int, str], str] = {}
 
     def __bool__(self) -> bool:
         """Outcomes still to send (pending, syncing or ready)."""
@@ -88,7 +99,24 @@ class AckBuffer:
     # --- outcomes in ------------------------------------------------------
     def add(self, p: int, entry: str, outcome: str) -> None:
         """A record ended: acked once the output is durable."""
+        if self._early:
+            verdicts = self._early.pop((p, entry), None)
+            if verdicts is not None:
+                outcome = f"{outcome};{verdicts}"
         self.pending.append((p, entry, outcome))
+
+    def verdict(self, p: int, entry: str, verdicts) -> None:
+        """A recrawl's ``verdicts`` of the entry whose outcome was just added, or is about to be."""
+        joined = ",".join(verdicts)
+        pending = self.pending
+        for i in range(len(pending) - 1, max(-1, len(pending) - 1 - VERDICT_LOOKBACK), -1):
+            q, e, outcome = pending[i]
+            if q == p and e == entry:  # (the last one, but for outcomes that ended on the way)
+                if ";" not in outcome:
+                    pending[i] = (p, entry, f"{outcome};{joined}")
+                return
+        if len(self._early) < ORPHANS_MAX:
+            self._early[(p, entry)] = joined
 
     def add_ready(self, p: int, entry: str, outcome: str) -> None:
         """An entry with no output to wait for (``badUrl``, ``workerCrash``): sent with the next tick."""
@@ -141,7 +169,7 @@ class AckBuffer:
     # --- answers and faults ---------------------------------------------------
     def acked(self, pairs: Iterable[tuple[str, str]]) -> None:
         """A tick's ack of ``pairs`` was applied (not fenced)."""
-        self.pages += sum(1 for _entry, outcome in pairs if outcome == "fetched")
+        self.pages += sum(1 for _entry, outcome in pairs if outcome.split(";", 1)[0] == "fetched")
 
     def put_back(self, acks: list[Ack]) -> None:
         """The tick that carried ``acks`` failed: they go first in the next one."""

@@ -168,6 +168,8 @@ class ClusterSource:
         snap["urls"]["fetched"] = totals.fetched
         snap["urls"]["forgotten"] = dict(totals.forgotten)
         snap["urls"]["taken"] = totals.accepted
+        if totals.recrawl:  # a recrawl's verdicts, counted with the acks (the dead workers' included)
+            snap["recrawl"] = dict(totals.recrawl)
         if not live:  # no worker snapshot (yet): the pages are the URLs acked as fetched
             snap["pages"]["fetched"] = totals.fetched
         snap["cluster"] = self.cluster()

@@ -245,6 +245,9 @@ class Coordinator:
         self.durable = durable or _nothing
         self.snapshot = snapshot
         self.on_ip_release = on_ip_release or (lambda ip: None)
+        #: A URL read from a stream that is handled without being queued (True): a recrawl's
+        #: page younger than revisitAfter (larbin_py.recrawl.Recrawl.divert); None: every one queued.
+        self.divert: Callable[[UrlRecord], bool] | None = None
         self.err = err if err is not None else sys.stderr
         self.partitions = io.partitions
         self.holder = f"{worker}:{io.instance}"
@@ -916,7 +919,8 @@ class Coordinator:
             if self.own.holds(p, e.id):
                 continue  # held here already (a claim after a failed tick)
             self.own.hold(p, e.id)
-            fr.admission.push_record(rec, priority=True)
+            if self.divert is None or not self.divert(rec):
+                fr.admission.push_record(rec, priority=True)
         for e in r.poison:
             outcome = self.acks.orphan(p, e.id)
             if outcome is not None:
@@ -945,7 +949,8 @@ class Coordinator:
                 self.acks.add_ready(p, e.id, "badUrl")
                 continue
             self.own.hold(p, e.id)
-            fr.admission.push_record(rec)
+            if self.divert is None or not self.divert(rec):
+                fr.admission.push_record(rec)
         self.own.read_answered(p, len(r), asked)
 
     def _view(self, view) -> None:

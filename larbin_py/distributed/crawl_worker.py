@@ -33,6 +33,16 @@ one at a time), and the launcher once more at the very end, so each
 machine's saveDir is a whole mirror of what its workers saved.  ``warc``
 and ``save``: one series per worker in ``saveDir/<workerId>/``.
 
+**Records** (larbin_py.distributed.records): a worker of a launcher's crawl
+(``stateDir/.workers/.generation.json``) writes the record of each page it
+fetched to ``stateDir/.workers/<workerId>/records/``, applied and synced on
+its writer thread with the output's durable point, before the acks that
+point covers; their position goes with the output's (``outpos:<w>``) and a
+worker started again cuts them back to it.  In a recrawl it reads the
+previous generation's links logs of every worker of its stateDir
+(:class:`~larbin_py.distributed.records.PeerRecords`), and tells the
+verdict of each page to its ack (larbin_py.distributed.acks).
+
 **Tries.**  Each page request's start and end are written to
 ``stateDir/inflight-<workerId>`` (larbin_py.distributed.inflight); a worker that
 starts finds what its dead predecessor left there and counts one try
@@ -74,12 +84,15 @@ from ..output.mirror import MirrorOutput
 from ..output.paths import SafeTree
 from ..output.writer import ThreadedOutput
 from ..owner_only import makedirs
+from ..records import RecordsWriter, cut_records
+from ..state import StateError
 from ..statelock import StateDirError, lock_worker
 from .coordinator import Coordinator
-from .inbox import RedisInbox
+from .inbox import RedisInbox, split_tag
 from .inflight import InflightLog, count_crashes, inflight_path
 from .membership import MembershipError
 from .membership_factory import make_membership
+from .records import Generation, PeerRecords, read_generation, worker_root
 from .redisio import DistError, RedisFailed, RedisIO
 from .shared import crawl_meta
 from .sink import RedisSink
@@ -207,7 +220,8 @@ class DistState:
     a frontier wired to them; acks replace the journal and checkpoints.
     """
 
-    def __init__(self, config, io: RedisIO, worker: str, *, membership=None, err=None) -> None:
+    def __init__(self, config, io: RedisIO, worker: str, *, membership=None, err=None,
+                 generation: Generation | None = None, records_position=None) -> None:
         self.config = config
         self.membership = membership  # None: the Redis member keys (membership redis)
         self.io = io
@@ -260,6 +274,21 @@ class DistState:
         self.started = False
         self.joined = False
         self.stopped = False
+        #: The records for the next crawl (``generation``: the launcher's; None, a worker
+        #: started by hand: none kept) and, in a recrawl, the previous generation's links.
+        #: ``records_position``: where the last acks left them (a worker started again).
+        self.records: RecordsWriter | None = None
+        self.old_records: PeerRecords | None = None
+        self.seeding = False  # (the launcher queued the records: larbin_py.distributed.records)
+        #: The engine's records and revisit (larbin_py.recrawl), once built (run_worker).
+        self.recrawl = None
+        self._record_ops: list = []
+        if generation is not None:
+            root = worker_root(config.state_dir, worker)
+            cut_records(root, generation.generation, records_position or (0, 0))
+            if generation.previous is not None:
+                self.old_records = PeerRecords(config.state_dir, generation.previous)
+            self.records = RecordsWriter(root, generation.generation, self.old_records)
 
     # -- building ---------------------------------------------------------
     def frontier_options(self) -> dict:
@@ -293,7 +322,8 @@ class DistState:
 
     def _locally_idle(self) -> bool:
         """Nothing left in this worker: its frontier and its analysis stage (the idle report)."""
-        return self.frontier.locally_idle() and (self.analysis is None or self.analysis.idle())
+        return self.frontier.locally_idle() and (self.analysis is None or self.analysis.idle()) and \
+            (self.recrawl is None or not self.recrawl.skipping)
 
     def attach(self, frontier) -> None:
         self.frontier = frontier
@@ -310,9 +340,33 @@ class DistState:
             shares=c.partition_shares,
             wake_engine=lambda: self._wake_engine() if self._wake_engine is not None else None)
         self.sink.wake = self.coordinator.wake
+        self.coordinator.divert = self._divert
+
+    def _divert(self, rec) -> bool:
+        """A URL read from a stream and skipped by the recrawl (revisitAfter), not queued."""
+        return self.recrawl is not None and self.recrawl.divert(rec)
 
     def output_position(self) -> dict | None:
         return None
+
+    @property
+    def keeps_records(self) -> bool:
+        """Records are kept for the next crawl (larbin_py.recrawl): a launcher's worker."""
+        return self.records is not None
+
+    @property
+    def wants_writer(self) -> bool:
+        return self.records is not None
+
+    def record(self, op) -> None:
+        """A page's record (larbin_py.recrawl), written with the next durable point."""
+        self._record_ops.append(op)
+
+    def verdict(self, rec, verdicts) -> None:
+        """A recrawl's verdicts of ``rec``: counted in Redis with its ack."""
+        parsed = split_tag(rec.tag)
+        if parsed is not None and self.coordinator is not None:
+            self.coordinator.acks.verdict(parsed[0], parsed[1], verdicts)
 
     def open(self, loop, writer, output, *, frontier, on_durable, on_error) -> None:
         self._writer = writer
@@ -334,15 +388,25 @@ class DistState:
     async def _durable(self) -> dict | None:
         """Make the output written so far durable (the acks follow it): its position then."""
         out = self._output
+        ops, self._record_ops = self._record_ops, []
+        position = None
         if out is None:
-            return None
-        if isinstance(out, ThreadedOutput):
+            pass
+        elif isinstance(out, ThreadedOutput):
             out.submit_pending()
-            return await self._writer.call(out.sync_position)
-        if getattr(out, "mode", None) in ("mirror", "save", "warc"):
+            position = await self._writer.call(out.sync_position)
+        elif getattr(out, "mode", None) in ("mirror", "save", "warc"):
             out.flush(sync=True)
-            return out.position()
-        return None
+            position = out.position()
+        if self.records is not None:  # the records of the pages the acks will cover, synced first
+            position = dict(position or {}, records=await self._writer.call(self._write_records, ops))
+        return position
+
+    def _write_records(self, ops: list) -> list[int]:
+        """(Writer.) ``ops`` written and synced: the records' position."""
+        self.records.apply(ops)
+        self.records.sync()
+        return self.records.position()
 
     def _ended(self, reason: str) -> None:
         self.crawl_ended = True
@@ -405,9 +469,14 @@ class DistState:
         if self._task is not None and not self._task.done():
             self._task.cancel()  # a failed crawl: its entries stay pending for another worker
 
+    def _close_records(self) -> None:
+        for part in (self.records, self.old_records):
+            if part is not None:
+                part.close()
+
     def close(self, frontier, *, broken: bool) -> list[OSError]:
         failures = []
-        for close in (frontier.close, self.inflight.close):
+        for close in (frontier.close, self.inflight.close, self._close_records):
             try:
                 close()
             except OSError as exc:
@@ -417,6 +486,7 @@ class DistState:
     def abandon(self, frontier) -> None:
         frontier.close()
         self.inflight.close()
+        self._close_records()
 
 
 async def connect_redis(io: RedisIO, meta, *, wait: bool, worker: str, err) -> None:
@@ -529,7 +599,14 @@ async def _run_worker(config, *, reload: bool, err, engine_kw: dict | None) -> i
             # crawl's processes already (analysisWorkers is the embedded crawler's;
             # and a page's ack goes to Redis before a process would hand its links back).
             config = config.replace(analysis_workers=0)
-        state = DistState(config, io, worker, membership=membership, err=err)
+        try:
+            generation = read_generation(config.state_dir)
+        except StateError as exc:
+            print(f"larbin_py: {exc}", file=err)
+            return 2
+        records_position = position.pop("records", None) if position is not None else None
+        state = DistState(config, io, worker, membership=membership, err=err, generation=generation,
+                          records_position=records_position)
         output = None if (engine_kw or {}).get("output") else make_worker_output(config, worker, position=position)
         kw = dict(engine_kw or {})
         kw.setdefault("output", output)
@@ -537,6 +614,7 @@ async def _run_worker(config, *, reload: bool, err, engine_kw: dict | None) -> i
         state.phase = lambda: engine.state
         state.fail = engine.failures.fail
         state.analysis = engine.analysis
+        state.recrawl = engine.recrawl
         state.coordinator.on_ip_release = \
             lambda ip: engine.edge.fetcher.close_idle(ip) if engine.edge.fetcher is not None else 0
         coordinator = state.coordinator

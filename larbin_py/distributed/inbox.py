@@ -56,8 +56,8 @@ class RedisInbox:
         parsed = decode_entry(data)
         if parsed is None:
             return None
-        url, depth, retries, hops, via = parsed
-        return UrlRecord(url, depth, retries, hops, make_tag(p, entry_id), via)
+        url, depth, retries, hops, via, prev = parsed
+        return UrlRecord(url, depth, retries, hops, make_tag(p, entry_id), via, prev=prev)
 
     # --- the UrlQueue surface ---------------------------------------------
     def push(self, rec: UrlRecord) -> None:

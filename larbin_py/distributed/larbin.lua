@@ -168,8 +168,10 @@ end
 -- lb_ack(own, q, cnt, crash, open; owner, id, outcome, ...): XACK + XDEL of
 -- each entry, its crash count dropped, and its count under 'fetched' or
 -- 'forgotten:<outcome>', in one fenced call; the crawl-wide open count
--- lowered by the entries acked.  An entry that is not pending (acked
--- before) counts nothing, so a retried ack keeps the counters exact.
+-- lowered by the entries acked.  An outcome may end with ';' and a
+-- recrawl's verdicts joined by ',' (larbin_py.recrawl): each is counted
+-- under 'recrawl:<verdict>' with the ack.  An entry that is not pending
+-- (acked before) counts nothing, so a retried ack keeps the counters exact.
 -- Answers how many were acked.
 local function lb_ack(keys, args)
   if not owns(keys[1], args[1]) then return fenced() end
@@ -180,8 +182,12 @@ local function lb_ack(keys, args)
     if redis.call('XACK', q, GROUP, args[i]) == 1 then
       redis.call('XDEL', q, args[i])
       if crashed then redis.call('HDEL', keys[4], args[i]) end
-      local field = args[i + 1] == 'fetched' and 'fetched' or ('forgotten:' .. args[i + 1])
+      local outcome, verdicts = string.match(args[i + 1], '^([^;]*);?(.*)$')
+      local field = outcome == 'fetched' and 'fetched' or ('forgotten:' .. outcome)
       counts[field] = (counts[field] or 0) + 1
+      for v in string.gmatch(verdicts, '[^,]+') do
+        counts['recrawl:' .. v] = (counts['recrawl:' .. v] or 0) + 1
+      end
       n = n + 1
     end
   end

@@ -27,9 +27,17 @@ The launcher (docs/distributed.md, "Running it"):
    the others; a worker that cannot be started again is said and left
    dead; a worker that exits 2 (a usage or configuration error) stops the
    crawl with exit 2;
-5. serves the whole crawl's stats on ``httpPort``
+5. keeps the crawl's records for a recrawl (larbin_py.distributed.records):
+   a fresh start writes generation 1 in ``stateDir/.workers/.generation.json``,
+   a crawl that ends is marked finished there; ``--recrawl`` (the private
+   Redis only) empties Redis of the finished crawl, writes the next
+   generation and queues every page of the last one again, with its
+   token, before the workers start (done again by a ``--reload`` when it
+   was cut short), and removes the last generation's records once the
+   recrawl has finished;
+6. serves the whole crawl's stats on ``httpPort``
    (:class:`~larbin_py.distributed.cluster_stats.ClusterSource`);
-6. forwards SIGINT/SIGTERM to the workers (which stop as one process does)
+7. forwards SIGINT/SIGTERM to the workers (which stop as one process does)
    and, once every worker has ended, prints one summary for the crawl (each
    worker's pages over all its lives, how long Redis's failures paused the
    crawl and why, the URLs forgotten as workerCrash) and exits with the
@@ -56,11 +64,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Sequence
 
+from ..state import StateError
 from .inflight import count_crashes, inflight_path
 from .redis_server import RedisServer, RedisServerError
 from .redisio import CRASH_LIMIT, CrawlExists, DistError, RedisFailed, RedisIO, Totals
 from .shared import SHARED_KEYS, crawl_meta  # noqa: F401 (re-exported: the launcher's callers use them)
 from .prctl import set_pdeathsig
+from .records import Generation, read_generation, remove_previous, write_generation
+from .records import reset as reset_records
+from .records import seed as seed_records
 from .zygote import Zygote
 
 __all__ = ["Launcher", "WorkerProc", "resolve_redis_url", "crawl_meta", "default_worker_id",
@@ -124,12 +136,15 @@ def _exit_text(code: int) -> str:
 class Launcher:
     """Spawn, supervise and sum up N workers of one crawl."""
 
-    def __init__(self, config, workers: int, *, reload: bool = False, out=None,
+    def __init__(self, config, workers: int, *, reload: bool = False, recrawl: bool = False, out=None,
                  command: Callable[[str, str, bool], Sequence[str]] | None = None,
                  env: dict[str, str] | None = None, zygote: Zygote | None = None) -> None:
         self.config = config
         self.n = workers
         self.reload = reload
+        self.recrawl = recrawl
+        #: The records' generation (larbin_py.distributed.records), None: a crawl without them.
+        self.generation: Generation | None = None
         self.out = out if out is not None else sys.stderr
         self.command = command or self.default_command
         self.env = env
@@ -180,6 +195,11 @@ class Launcher:
                      "started with --worker, or as startUrl")
             return EXIT_USAGE
         self.url = resolve_redis_url(c, self.n)
+        if self.recrawl:
+            refusal = self._recrawl_refusal()
+            if refusal is not None:
+                self.say(refusal)
+                return EXIT_USAGE
         os.makedirs(c.state_dir, exist_ok=True)
         if self.url == "unix://" + auto_socket(c):
             try:
@@ -195,14 +215,20 @@ class Launcher:
             # The first worker to join creates the crawl (meta) with its
             # settings and every other one is checked against it: the
             # launcher only refuses a fresh start over an existing crawl.
+            if self.recrawl:  # the finished crawl's queue, seen sets and counters go: a new crawl
+                await self.io.drop_crawl()
             if await self.io.read_crawl() is not None and not self.reload:
                 raise CrawlExists(f"a crawl named {c.crawl_name!r} already exists in Redis at "
                                   f"{self.io.url_shown}: start with --reload to continue it, "
                                   "or choose another crawlName")
             # the workers started together: each acquires once it sees them all
             await self.io.set_expect([w.wid for w in self.workers])
+            await self._records()
         except DistError as exc:
             self.say(str(exc))
+            return EXIT_USAGE
+        except (StateError, OSError) as exc:
+            self.say(f"the records of the crawl: {exc}")
             return EXIT_USAGE
         from ..config import format_config
         from ..owner_only import opener
@@ -233,6 +259,63 @@ class Launcher:
                 return EXIT_USAGE
             self.say(f"live stats of the crawl at http://{c.http_bind}:{self.http.port}/")
         return None
+
+    def _recrawl_refusal(self) -> str | None:
+        """Why ``--recrawl`` cannot start here (one line), or None."""
+        c = self.config
+        if self.url != "unix://" + auto_socket(c):
+            return ("--recrawl with --workers needs the launcher's private Redis (redisUrl auto): a Redis "
+                    "shared with workers started by hand is not recrawled (docs/recrawl.md)")
+        if c.output_mode in ("save", "warc"):
+            return (f"--recrawl with --workers keeps unchanged pages in a mirror: outputMode {c.output_mode} "
+                    "is not recrawled in the distributed mode (docs/recrawl.md)")
+        try:
+            gen = read_generation(c.state_dir)
+        except StateError as exc:
+            return str(exc)
+        if gen is None:
+            return (f"{c.state_dir}: no distributed crawl with records to revisit (one started by --workers "
+                    "N, which keeps them)")
+        if not gen.finished:
+            return (f"{c.state_dir}: the crawl there has not finished: continue it with --reload until it "
+                    "ends, then --recrawl")
+        return None
+
+    async def _records(self) -> None:
+        """The records' generation (see the module docstring, step 5), and a recrawl's seeding."""
+        c = self.config
+        if self.recrawl:
+            done = read_generation(c.state_dir)
+            self.generation = Generation(done.generation + 1, done.generation, seeded=False)
+            if c.output_mode == "mirror":  # the workers' indexes start afresh: a page listed by who saves it now
+                clear_indexes(c.save_dir)
+            write_generation(c.state_dir, self.generation)
+        elif self.reload:
+            self.generation = read_generation(c.state_dir)
+        else:
+            reset_records(c.state_dir)
+            self.generation = Generation(1)
+            write_generation(c.state_dir, self.generation)
+        gen = self.generation
+        if gen is not None and gen.previous is not None and not gen.seeded:
+            queued, refused = await seed_records(self.io, c, c.state_dir, gen.previous, say=self.say)
+            gen.seeded = True
+            write_generation(c.state_dir, gen)
+            self.say(f"recrawl of generation {gen.previous}: {queued} URLs queued again"
+                     + (f", {refused} refused by the rules now" if refused else ""))
+
+    def _records_finished(self, code: int) -> None:
+        """The crawl ended: its records are those of a finished crawl (the one it revisited goes)."""
+        gen = self.generation
+        if gen is None or code != EXIT_OK or self.stopping is not None:
+            return
+        try:
+            gen.finished = True
+            write_generation(self.config.state_dir, gen)
+            if gen.previous is not None:
+                remove_previous(self.config.state_dir, gen.previous)
+        except OSError as exc:
+            self.say(f"cannot mark the crawl's records finished: {exc}")
 
     async def _supervise(self) -> int:
         loop = asyncio.get_running_loop()
@@ -381,6 +464,7 @@ class Launcher:
             self.source.state = "finished"
         self.merge_outputs()
         code = self.exit_code()
+        self._records_finished(code)
         print(self.summary(code), file=self.out, flush=True)
         return code
 
@@ -439,6 +523,11 @@ class Launcher:
             seconds, kinds = paused
             lines.append(f"  paused          {seconds:.1f} s while Redis failed ("
                          + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(kinds.items())) + ")")
+        if self.generation is not None and self.generation.previous is not None:
+            r = t.recrawl
+            lines.append(f"  recrawl         unchanged {r.get('unchanged', 0)} ({r.get('notModified', 0)} not "
+                         f"modified), changed {r.get('changed', 0)}, new {r.get('new', 0)}, gone "
+                         f"{r.get('gone', 0)}, kept {r.get('kept', 0)}")
         if self.index_lines is not None:
             lines.append(f"  mirror index    {os.path.join(self.config.save_dir, 'index.tsv')}: "
                          f"{self.index_lines} pages")
@@ -477,6 +566,23 @@ class Launcher:
             self.redis.stop()
 
 
+def clear_indexes(save_dir: str) -> None:
+    """Empty every worker's index of a mirror (``saveDir/.workers/<w>/index.tsv``): a recrawl
+    lists each page anew, by the worker that saves or keeps it (a worker of the last crawl
+    that does not run now would list its pages again otherwise)."""
+    from ..output.base import INDEX_NAME
+
+    root = os.path.join(save_dir, ".workers")
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return
+    for name in names:
+        path = os.path.join(root, name, INDEX_NAME)
+        if os.path.isfile(path):
+            os.truncate(path, 0)
+
+
 def run_with_zygote(main: Callable[[Zygote | None], Awaitable[int]],
                     cli_main: Callable[[list[str]], int] | None) -> int:
     """Start the zygote (before any loop or thread; its children run
@@ -493,11 +599,12 @@ def run_with_zygote(main: Callable[[Zygote | None], Awaitable[int]],
             zygote.close()
 
 
-def launch_main(config, workers: int, *, reload: bool = False,
+def launch_main(config, workers: int, *, reload: bool = False, recrawl: bool = False,
                 cli_main: Callable[[list[str]], int] | None = None) -> int:
     """``--workers N`` on uvloop: the process exit code.  ``cli_main`` is the
     command line's ``main``, which the workers forked from the zygote run."""
-    return run_with_zygote(lambda zygote: Launcher(config, workers, reload=reload, zygote=zygote).run(), cli_main)
+    return run_with_zygote(lambda zygote: Launcher(config, workers, reload=reload, recrawl=recrawl,
+                                                   zygote=zygote).run(), cli_main)
 
 
 def worker_main(config, *, reload: bool = False) -> int:

@@ -246,6 +246,8 @@ class Totals:
     forgotten: dict[str, int] = field(default_factory=dict)
     queued: int = 0  # entries in the streams (not acked), pending ones included
     pending: int = 0  # delivered to a worker, not acked
+    #: A recrawl's verdicts (larbin_py.recrawl.VERDICTS), counted with the acks.
+    recrawl: dict[str, int] = field(default_factory=dict)
 
     @property
     def done(self) -> int:
@@ -685,6 +687,7 @@ class Tick:
             d = dict(zip(flat[::2], flat[1::2]))
             totals = Totals(d.pop("accepted", 0), d.pop("fetched", 0), {}, d.pop("queued", 0), d.pop("pending", 0))
             totals.forgotten = {k[len("forgotten:"):]: v for k, v in d.items() if k.startswith("forgotten:")}
+            totals.recrawl = {k[len("recrawl:"):]: v for k, v in d.items() if k.startswith("recrawl:")}
             rr = r[1]
             prow = [PartitionRow(i // 7, int(rr[i]), int(rr[i + 1]), int(rr[i + 2]), int(rr[i + 3]),
                                  int(rr[i + 4]), _s(rr[i + 5]).rsplit(":", 1)[0], int(rr[i + 6]))

@@ -26,20 +26,26 @@ from .partition import partition_of
 __all__ = ["RedisSink", "encode_entry", "decode_entry"]
 
 
-def encode_entry(url: str, depth: int, retries: int, hops: int = 0, via: str = "") -> bytes:
-    """A stream entry's record: ``depth retries hops url [via]`` (neither holds a space;
-    ``via``: a sitemap file or a page a sitemap listed, see UrlRecord)."""
-    text = f"{depth} {retries} {hops} {url} {via}" if via else f"{depth} {retries} {hops} {url}"
+def encode_entry(url: str, depth: int, retries: int, hops: int = 0, via: str = "", prev: str = "") -> bytes:
+    """A stream entry's record: ``depth retries hops url [via [prev]]`` (none holds a space;
+    ``via``: a sitemap file or a page a sitemap listed, see UrlRecord; ``prev``: a recrawl's
+    token, larbin_py.records, with the worker whose links log it names: ``via`` is then
+    written even when empty, so the entry ends ``url  token``)."""
+    if prev:
+        text = f"{depth} {retries} {hops} {url} {via} {prev}"
+    else:
+        text = f"{depth} {retries} {hops} {url} {via}" if via else f"{depth} {retries} {hops} {url}"
     return text.encode("utf-8", "surrogateescape")
 
 
-def decode_entry(data: bytes) -> tuple[str, int, int, int, str] | None:
-    """``(url, depth, retries, hops, via)`` of an entry's record, None when malformed."""
+def decode_entry(data: bytes) -> tuple[str, int, int, int, str, str] | None:
+    """``(url, depth, retries, hops, via, prev)`` of an entry's record, None when malformed."""
     try:
-        fields = data.split(b" ", 4)
+        fields = data.split(b" ", 5)
         depth, retries, hops, url = fields[:4]
-        via = fields[4].decode("utf-8", "surrogateescape") if len(fields) == 5 else ""
-        return url.decode("utf-8", "surrogateescape"), int(depth), int(retries), int(hops), via
+        via = fields[4].decode("utf-8", "surrogateescape") if len(fields) >= 5 else ""
+        prev = fields[5].decode("utf-8", "surrogateescape") if len(fields) == 6 else ""
+        return url.decode("utf-8", "surrogateescape"), int(depth), int(retries), int(hops), via, prev
     except ValueError:
         return None
 
