@@ -87,6 +87,39 @@ async def test_the_request_bytes_are_the_ones_h11_writes():
         assert head == want
 
 
+async def test_a_recrawl_s_validators_are_added_without_h11_and_a_replaced_header_still_goes_through_it(
+        monkeypatch):
+    """Headers that only add (a recrawl's If-None-Match, If-Modified-Since) are appended to
+    the site's kept bytes, h11 left out; the bytes are those h11 writes.  One that replaces a
+    base header (a site's own User-Agent) is checked by h11, and one it refuses is never sent."""
+    import h11
+    import larbin_py.net.http as http_mod
+
+    validators = [(b"If-None-Match", b'W/"5f-1a2b"'), (b"If-Modified-Since", b"Mon, 23 Nov 2026 00:00:00 GMT")]
+    async with Server(reply()) as srv:
+        f = fetcher()
+        assert (await get(f, srv, "/warm")).error is None  # the site's headers, checked once
+        built = []
+        real = http_mod.h11.Request
+        monkeypatch.setattr(http_mod.h11, "Request", lambda **kw: (built.append(kw), real(**kw))[1])
+        assert (await f.fetch(f"http://site.test:{srv.port}/v", "127.0.0.1", srv.port,
+                              extra_headers=validators)).error is None
+        added_with_h11 = len(built)
+        assert (await f.fetch(f"http://site.test:{srv.port}/u", "127.0.0.1", srv.port,
+                              extra_headers=[(b"User-Agent", b"other/1.0")])).error is None
+        replaced_with_h11 = len(built) - added_with_h11
+        bad = await f.fetch(f"http://site.test:{srv.port}/b", "127.0.0.1", srv.port,
+                            extra_headers=[(b"If-None-Match", b'"x"\r\nX-Injected: 1')])
+        await f.close()
+    assert added_with_h11 == (0 if f._fast else 1) and replaced_with_h11 == 1  # (h11 reader: h11 writes all)
+    host = [(b"Host", f"site.test:{srv.port}".encode())]
+    want = h11.Connection(h11.CLIENT).send(real(method=b"GET", target=b"/v", headers=host + f._base_headers + validators))
+    assert srv.heads[1] == want
+    assert b"user-agent: other/1.0" in srv.heads[2].lower() and srv.heads[2].lower().count(b"user-agent") == 1
+    assert bad.error is not None and len(srv.heads) == 3  # refused before anything was sent
+    assert not any(b"X-Injected" in h for h in srv.heads)
+
+
 async def test_a_target_h11_refuses_is_never_sent():
     async with Server(reply()) as srv:
         f = fetcher()

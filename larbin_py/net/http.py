@@ -216,6 +216,8 @@ def _header_block(headers) -> bytes:
 
 #: A header value that h11 accepts (its field-value, without obs-text).
 _VALUE = re.compile(rb"[\x21-\x7e]+(?:[ \t]+[\x21-\x7e]+)*")
+#: A header name h11 accepts (a token, RFC 9110 5.6.2).
+_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
 def _with_header(headers, block: bytes | None, name: bytes, value: bytes) -> tuple:
@@ -726,6 +728,7 @@ class Fetcher:
             (b"Accept-Encoding", ACCEPT_ENCODING),
             (b"Connection", b"keep-alive"),
         ]
+        self._base_names = frozenset([b"host", *(name.lower() for name, _ in self._base_headers)])
         # Host header -> (checked request headers, their bytes) of that site (_host_headers)
         self._headers_by_host: dict[str, tuple] = {}
         self._live: set[_Conn] = set()  # connecting or active
@@ -974,13 +977,16 @@ class Fetcher:
         fast path may send them without h11 (else None); ``secrets`` the
         credential bytes a record must not keep.
         """
-        if extra_headers:  # a request's own headers replace the base ones of their names
+        if extra_headers and not self._adds_only(extra_headers):
+            # a request's own headers replace the base ones of their names
             names = {name.lower() for name, _ in extra_headers}
             headers = [(b"Host", _host_bytes(host_header)),
                        *(h for h in self._base_headers if h[0].lower() not in names), *extra_headers]
             block = None
         else:
             headers, block = self._headers_by_host.get(host_header) or self._host_headers(host_header)
+            for name, value in extra_headers:  # (a recrawl's validators: added after the kept ones)
+                headers, block = _with_header(headers, block, name, value)
         secrets: list[bytes] = []
         sent = False
         if rule is not None:
@@ -997,6 +1003,15 @@ class Fetcher:
         if cookie is not None:
             headers, block = _with_header(headers, block, b"Cookie", cookie)
         return headers, block, secrets, sent
+
+    def _adds_only(self, extra_headers) -> bool:
+        """Do ``extra_headers`` only add headers (well-formed names, none of a base header's
+        or Host)?  They are then appended to the site's kept ones and their bytes, h11 left out."""
+        base = self._base_names
+        for name, _value in extra_headers:
+            if not _NAME.fullmatch(name) or name.lower() in base:
+                return False
+        return True
 
     def _host_headers(self, host_header: str) -> tuple:
         """The request headers for ``host_header``, checked by h11 once, and their bytes; kept.
