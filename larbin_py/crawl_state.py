@@ -56,8 +56,9 @@ from .crawllog import CrawlLogFile
 from .journal import COMMIT_INTERVAL, Committer, FETCHED, cut_to_commit, read_journals
 from .net.cookies import CookieJar, load_jar, save_jar
 from .owner_only import make_private_dir
-from .records import OldRecords, RecordsWriter, prepare_recrawl, remove_generation, remove_marker
-from .state import CHECKPOINT, ROBOTS_LOG, SEEN_LOG, RobotsLog, StateError, has_state, read_checkpoint
+from .records import MARKER, RECORDS_DIR, OldRecords, RecordsWriter, prepare_recrawl, remove_generation, remove_marker
+from .state import (CHECKPOINT, FRONTIER_DIR, ROBOTS_LOG, SEEN_LOG, CutBeforeFirstCheckpoint, RobotsLog,
+                    StateError, has_state, read_checkpoint)
 
 __all__ = ["CrawlState", "LocalState", "StateDirInUse"]
 
@@ -171,8 +172,15 @@ class LocalState:
         self.analysis_queue = "analysis"
         self.first_beside = True  # its snapshot is on the loop, its writes on the writer thread
         self.inflight = None
+        #: A --reload that found a crawl cut before its first checkpoint: the line that says it starts again.
+        self.cut_start: str | None = None
         if reload:
-            self._doc, self._carry, bad_carry = read_checkpoint(state_dir)
+            try:
+                self._doc, self._carry, bad_carry = read_checkpoint(state_dir)
+            except CutBeforeFirstCheckpoint:
+                self.cut_start = clear_cut_start(state_dir, config.crawl_log_path)
+                reload = self.reload = False
+        if reload:
             try:  # the frontier's section, checked before anything is cut or opened
                 self._frontier_state = codec.decode(self._doc.get("frontier"))
             except codec.CheckpointError as exc:
@@ -469,6 +477,38 @@ class LocalState:
         frontier.close()
         if not self.reload:
             _remove_new_empty(self.state_dir, self._before)
+
+
+def clear_cut_start(state_dir: str, crawl_log: str | None) -> str:
+    """Remove what a crawl cut before its first checkpoint left in ``state_dir``; the line that says so.
+
+    The first checkpoint is the writer thread's first job (larbin_py.checkpoints): a
+    crawl killed before it wrote it had made nothing durable (no commit, no page,
+    no records), so nothing of it can be continued and a --reload starts it again
+    from its seeds.  Its files go (the stores, the seen and robots logs, the journals,
+    the records, the analysis queue, the crawl log when it is stateDir's own); the lock,
+    the cookie jar and anything else stay.  A --recrawl's start cut short is done
+    again by --recrawl (its marker names the crawl it revisits): StateError.
+    """
+    if os.path.exists(os.path.join(state_dir, RECORDS_DIR, MARKER)):
+        raise StateError(f"{state_dir}: a --recrawl was cut before its first checkpoint: start it again "
+                         "with --recrawl")
+    import shutil
+
+    for name in os.listdir(state_dir):
+        path = os.path.join(state_dir, name)
+        if name in (CHECKPOINT + ".tmp", SEEN_LOG, ROBOTS_LOG, "seen.run", "seen.run.tmp") or \
+                (name.startswith(("carry-", "journal-")) and name.endswith(".log")):
+            os.unlink(path)
+        elif name in (FRONTIER_DIR, "analysis", RECORDS_DIR) and os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+    if crawl_log is not None and os.path.dirname(os.path.abspath(crawl_log)) == os.path.abspath(state_dir):
+        try:
+            os.unlink(crawl_log)
+        except FileNotFoundError:
+            pass
+    return (f"larbin_py: the crawl in {state_dir!r} was cut before its first checkpoint (or ran with "
+            "canReload off): nothing of it was kept, it starts again from its seeds")
 
 
 def _entries(path: str) -> set[str] | None:

@@ -75,9 +75,12 @@ class Engine:
         self.rng = rng or random.Random()
         self.rules = UrlRules.from_config(config)
         self.agent = robots_mod.product_token(config.user_agent)
-        self.reload = reload
         st = self.crawl_state = crawl_state if crawl_state is not None else \
             LocalState(config, reload=reload, seen=seen, recrawl=recrawl)
+        # (a --reload of a crawl cut before its first checkpoint starts it again: crawl_state.clear_cut_start)
+        reload = self.reload = reload and getattr(st, "reload", True)
+        if getattr(st, "cut_start", None):
+            print(st.cut_start, file=self.err)
         self.seen = st.seen
         #: The crawl's failure (its message, the state broken), and the stop it asks for.
         self.failures = Failures(config.state_dir, self.err, self.request_stop)

@@ -37,6 +37,7 @@ __all__ = [
     "FORMAT",
     "VERSION",
     "StateError",
+    "CutBeforeFirstCheckpoint",
     "RobotsLog",
     "describe_write_error",
     "has_state",
@@ -141,13 +142,19 @@ def write_checkpoint(state_dir: str, data: dict, carry: list[UrlRecord], serial:
                 pass
 
 
+class CutBeforeFirstCheckpoint(StateError):
+    """``state_dir`` holds a crawl without a checkpoint: one cut before its first (or run
+    with canReload off).  Nothing of it can be continued (larbin_py.crawl_state starts it again)."""
+
+
 def read_checkpoint(state_dir: str) -> tuple[dict, list[UrlRecord], int]:
-    """``(checkpoint, carried records, damaged carry records)``; StateError when unusable."""
+    """``(checkpoint, carried records, damaged carry records)``; StateError when unusable
+    (:class:`CutBeforeFirstCheckpoint` for a crawl that has none)."""
     path = os.path.join(state_dir, CHECKPOINT)
     if not os.path.exists(path):
         if has_state(state_dir):
-            raise StateError(f"{state_dir}: no {CHECKPOINT}; the crawl there was cut before its first "
-                             "checkpoint, or canReload was off: nothing to continue")
+            raise CutBeforeFirstCheckpoint(f"{state_dir}: no {CHECKPOINT}; the crawl there was cut before its "
+                                           "first checkpoint, or canReload was off: nothing to continue")
         raise StateError(f"{state_dir}: no saved crawl to continue (start one without --reload)")
     try:
         with open(path, encoding="utf-8") as f:

@@ -17,6 +17,7 @@ import random
 import signal
 import sys
 from collections import Counter
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -63,6 +64,75 @@ async def test_three_sigkills_then_reload_fetch_the_ground_truth(tmp_path):
         check_mirror(config.save_dir, truth)
         err = (tmp_path / "crawler.err").read_text()
         assert err.count("continuing the crawl saved in") == 3
+
+
+STALL_FIRST_CHECKPOINT = '''
+import runpy, sys, time
+import larbin_py.journal as journal
+journal.write_checkpoint = lambda *args, **kw: time.sleep(3600)  # the first checkpoint never ends
+sys.argv = ["larbin_py", *sys.argv[1:]]
+runpy.run_module("larbin_py", run_name="__main__", alter_sys=True)
+'''
+
+
+@pytest.mark.async_timeout(200)
+async def test_a_crawl_killed_before_its_first_checkpoint_is_started_again_by_reload(tmp_path):
+    """The first checkpoint is written beside the first requests: a crawl killed before it
+    ends (here it never does) kept nothing, and --reload starts it again from its seeds
+    (it said "nothing to continue" and a plain start refused the folder: a dead end)."""
+    async with Sim(sim_config(35)) as sim:
+        config = make_config(tmp_path, sim, output_mode="mirror", wait_duration=0.1, pages_connexions=6)
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        conf = write_conf(tmp_path, config)
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        with open(tmp_path / "cut.err", "wb") as err:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", STALL_FIRST_CHECKPOINT, "-c", conf, cwd=str(tmp_path), env=env,
+                stdout=asyncio.subprocess.DEVNULL, stderr=err)
+        await sim.log.wait_for(lambda log: len(page_requests(log)) >= 3, timeout=60)
+        proc.kill()
+        assert await proc.wait() == -signal.SIGKILL
+        before, cut_at = len(page_requests(sim.log)), len(sim.log.requests)
+        state = tmp_path / "state"
+        assert not (state / "checkpoint.json").exists() and (state / "seen.log").exists()
+        proc = await start_crawler(conf, "--reload", cwd=str(tmp_path))
+        assert await asyncio.wait_for(proc.wait(), 150) == 0, (tmp_path / "crawler.err").read_text()
+        err = (tmp_path / "crawler.err").read_text()
+        assert "was cut before its first checkpoint" in err and "starts again from its seeds" in err, err
+        assert "Traceback" not in err
+        fetched = page_requests(sim.log)
+        assert set(fetched) == truth.must_request
+        twice = sum(n - 1 for n in Counter(fetched).values() if n > 1)
+        assert twice <= before  # only what the cut start had asked
+        check_mirror(config.save_dir, truth)
+        # the crawl log: none of the cut start's lines; one per page URL, one per robots.txt answer
+        with open(state / "crawl.log", encoding="utf-8") as f:
+            urls = [line.split("\t")[3] for line in f if line.strip()]
+        pages = [u for u in urls if urlsplit(u).path not in ROBOTS_PATHS]
+        assert len(pages) == len(set(pages))
+        robots_asked_again = Counter(r.url for r in sim.log.requests[cut_at:] if r.path in ROBOTS_PATHS)
+        assert Counter(u for u in urls if urlsplit(u).path in ROBOTS_PATHS) == robots_asked_again
+
+
+def test_what_a_cut_start_leaves_is_removed_but_not_a_recrawl_s_start_or_what_is_not_the_crawl_s(tmp_path):
+    from larbin_py.crawl_state import clear_cut_start
+    from larbin_py.state import StateError
+
+    state = tmp_path / "state"
+    for name in ("seen.log", "robots.log", "journal-00000000.log", "carry-00000001.log", "crawl.log",
+                 "frontier/main/seg-0", "records/records-00000001.log", "analysis/queue.log",
+                 "lock", "cookies.json", "notes.txt"):
+        (state / name).parent.mkdir(parents=True, exist_ok=True)
+        (state / name).write_text("x")
+    line = clear_cut_start(str(state), str(state / "crawl.log"))
+    assert "starts again from its seeds" in line
+    assert sorted(p.name for p in state.iterdir()) == ["cookies.json", "lock", "notes.txt"]
+    (state / "records").mkdir()
+    (state / "records" / "recrawl.json").write_text("{}")
+    (state / "seen.log").write_text("x")
+    with pytest.raises(StateError, match="start it again with --recrawl"):
+        clear_cut_start(str(state), None)
+    assert (state / "seen.log").exists()  # nothing removed
 
 
 @pytest.mark.async_timeout(200)
