@@ -109,20 +109,26 @@ raise SystemExit(main(sys.argv[1:]))
 """
 
 
+def _foreground() -> None:
+    """(A child, before exec.) SIGINT as a shell's foreground job has it: a test run started
+    in the background (``&`` in a script) has it ignored, and the crawl rightly keeps it so."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_sigint_during_the_crawl_exits_130(tmp_path):
     (tmp_path / "larbin.conf").write_text(SEED)
-    proc = run(cwd=tmp_path, script=SIGINT_SCRIPT)
+    proc = run(cwd=tmp_path, script=SIGINT_SCRIPT, preexec=_foreground)
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip() == "larbin: interrupted"
 
 
 def test_a_crawl_started_with_sigint_blocked_still_hears_it(tmp_path):
-    """A parent that held SIGINT blocked across its fork (as a test process once did,
-    hanging the test above in a clean run): the crawl unblocks it at its start."""
+    """A parent that held SIGINT blocked across its fork: the crawl unblocks it at its start."""
     import signal
     (tmp_path / "larbin.conf").write_text(SEED)
     proc = run(cwd=tmp_path, script=SIGINT_SCRIPT,
-               preexec=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}))
+               preexec=lambda: (_foreground(), signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})))
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip() == "larbin: interrupted"
 
