@@ -380,9 +380,11 @@ class Engine:
         if self.config.limit_time:
             self._loop.call_later(self.config.limit_time, self.request_stop, f"limitTime {self.config.limit_time:g} s reached")
         self._pump_soon()
-        if self.analysis is not None:
+        if self.analysis is not None and not (self.recrawl is not None and self.recrawl.active):
             # After the first pump: its DNS queries' tasks are scheduled before the
-            # processes' start, which holds the loop while it forks and execs.
+            # processes' start, which holds the loop while it forks and execs.  (A
+            # recrawl's pages are mostly unchanged, 304s with their links stored: its
+            # processes start when a page to parse waits for one.)
             self._loop.call_soon(self.analysis.warm)
         try:
             await self._done

@@ -163,8 +163,11 @@ async def test_a_recrawl_asks_with_validators_and_rewrites_only_what_changed(tmp
         # a recrawl of the recrawl: everything unchanged now; the previous records are gone
         records = os.listdir(os.path.join(site.config.state_dir, "records"))
         assert sorted(records) == ["links-00000002.log", "records-00000002.log"]
-        _, third, again = await site.crawl(recrawl=True)
+        engine3, third, again = await site.crawl(recrawl=True)
         assert third.recrawl["unchanged"] == len(fetched) - 3 and third.recrawl["changed"] == 0
+        # nothing to parse: no analysis process was started (a recrawl starts them on demand)
+        assert engine3.analysis is not None and engine3.analysis.pool.started == 0
+        assert engine.analysis.pool.started >= 1  # (the second had 10 changed pages to parse)
         assert all(r[2] == 304 for r in pages_of(again) if r[0] in index2)
 
 
