@@ -53,6 +53,7 @@ with one line saying why.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -133,16 +134,25 @@ def encode_token(v: Visit) -> str:
 
 
 def decode_token(token: str) -> Visit | None:
-    """The :class:`Visit` of a record's token; None when it is not one."""
+    """The :class:`Visit` of a record's token (a new one each call: callers change it); None
+    when it is not one."""
+    fields = _token_fields(token)
+    return None if fields is None else Visit(*fields)
+
+
+@functools.lru_cache(maxsize=4096)
+def _token_fields(token: str) -> tuple | None:
+    # A page's token is read 4-5 times on its way (its request's validators, the
+    # answer, the stored links, the record): parsed once.
     parts = token.split(",", 6)
     if len(parts) != 7:
         return None
     checked, captured, lm, digest, links, ctype, etag = parts
     source, _, links = links.rpartition("@")
     try:
-        return Visit(int(checked), int(captured), int(lm) if lm else None, digest,
-                     None if links == "" else (NO_LINKS if links == "-" else int(links)), clean_etag(etag),
-                     clean_type(ctype), source)
+        return (int(checked), int(captured), int(lm) if lm else None, digest,
+                None if links == "" else (NO_LINKS if links == "-" else int(links)), clean_etag(etag),
+                clean_type(ctype), source)
     except ValueError:
         return None
 

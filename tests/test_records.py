@@ -27,6 +27,20 @@ def test_the_token_round_trips_and_an_etag_with_commas_stays_whole():
         assert decode_token(bad) is None, bad
 
 
+def test_a_decoded_token_is_a_new_visit_each_time_and_dates_are_written_as_http_wants_them():
+    from email.utils import formatdate
+
+    from larbin_py.recrawl import http_date
+
+    token = encode_token(Visit(1700000000, 1690000000, 784111777, "ab" * 20, 12, '"v1"', "text/html"))
+    a = decode_token(token)
+    a.checked, a.links = 1, None  # (a caller's changes: on_unchanged sets them)
+    b = decode_token(token)  # read again (from the cache): as the token says, not as ``a`` was left
+    assert b.checked == 1700000000 and b.links == 12 and b is not a
+    for seconds in (0, 784111777, 951782400, 1700000000, 4102444799):  # 2000-02-29 among them
+        assert http_date(seconds) == formatdate(seconds, usegmt=True).encode()
+
+
 def test_a_hostile_etag_is_never_kept_to_be_sent_back():
     assert clean_etag(' "abc" ') == '"abc"' and clean_etag('W/"x"') == 'W/"x"'
     for bad in ('"a\r\nX-Injected: 1"', '"a b"', "abc", '"' + "x" * 300 + '"', '"caf\u00e9"', '"a"b"', ""):
