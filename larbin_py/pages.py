@@ -96,6 +96,8 @@ class PageHandler:
         self.canonicals = page_robots.CanonicalLoops()
         #: The sitemap files' answers (larbin_py.sitemap_fetch); made by attach().
         self.sitemaps: Sitemaps | None = None
+        #: (record, SitemapRead) of the answer being applied, read beside the loop (_run).
+        self._sitemap_read = None
         #: larbin.conf's site lines: a host's request headers, UserAgent, cookies, rendering.
         self.site_rules = SiteSettings(config.site)
 
@@ -169,10 +171,16 @@ class PageHandler:
         stored = None
         if rc is not None and rc.unchanged(req.record, res, bool(validators), digest):
             stored = await rc.stored(req.record)  # its links, read on the writer thread
+        sitemap = None
+        if self.sitemaps is not None and is_sitemap(req.record) and res.status is not None and \
+                200 <= res.status < 300 and res.error in (None, "tooBig"):
+            # a large file read beside the loop (larbin_py.sitemap_fetch), applied by _sitemap
+            sitemap = (req.record, await self.sitemaps.read_beside(req.record, res.body, cut=res.error == "tooBig"))
         self.counts.bytes += res.bytes_read
         self.frontier.spent(req, res.bytes_read)
         self._from_request = True
         self._answer = (req.record, res)
+        self._sitemap_read = sitemap
         try:
             self.on_answer(req, res, stored, digest)
         except OutputError as exc:
@@ -181,6 +189,7 @@ class PageHandler:
         finally:
             self._from_request = False
             self._answer = (None, None)
+            self._sitemap_read = None
 
     def sub_request(self, req: Request, res) -> None:
         """A request a dynamic page's scripts made (paced by the frontier): counted like any,
@@ -279,7 +288,11 @@ class PageHandler:
         fr, rec, c = self.frontier, req.record, self.config
         cut = res.error == "tooBig" and res.status is not None and 200 <= res.status < 300
         if kind == outcomes.SUCCESS or cut:
-            self.sitemaps.answered(rec, res.body, cut=cut)  # its URLs offered before its outcome
+            read = self._sitemap_read
+            if read is not None and read[0] is rec:  # read beside the loop (_run)
+                self.sitemaps.apply(rec, read[1])  # its URLs offered before its outcome
+            else:
+                self.sitemaps.answered(rec, res.body, cut=cut)
             fr.forget(req, "sitemap", now, error=False)
             self.log(req, res, "sitemap")
             return True
