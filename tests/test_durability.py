@@ -25,7 +25,7 @@ from larbin_py.output import writer as writer_mod
 from larbin_py.sim import Sim
 
 from helpers.state import check_mirror, page_requests, sim_config, start_crawler, write_conf
-from helpers.crawl import make_config
+from helpers.crawl import loop_gaps, make_config
 
 pytestmark = pytest.mark.slow
 
@@ -110,23 +110,9 @@ async def test_a_slow_disk_never_blocks_the_loop_and_the_gate_bounds_its_queue(t
                              pages_connexions=6, limit_page=40)
         disk = SlowDisk(make_output(config), 0.1)
         engine = Engine(config, output=disk)
-        gaps, backlog = [], []
-
-        async def ticker():
-            last = time.monotonic()
-            while True:
-                await asyncio.sleep(0.005)
-                now = time.monotonic()
-                gaps.append(now - last)
-                last = now
-                if engine.edge.writer is not None:
-                    backlog.append(engine.edge.writer.backlog)
-
-        tick = asyncio.ensure_future(ticker())
-        try:
+        writer = lambda: engine.edge.writer.backlog if engine.edge.writer is not None else None  # noqa: E731
+        async with loop_gaps(writer) as (gaps, backlog):
             summary = await engine.run()
-        finally:
-            tick.cancel()
         assert summary.failed is None
         assert summary.pages >= 40
         assert disk.threads == {"larbin-writer"}

@@ -90,6 +90,17 @@ def pages_of(requests) -> list:
     return [r for r in requests if r[1].split("?")[0] not in ROBOTS_PATHS]
 
 
+def check_answers(after, fetched: list[str], changed: list[str], deleted: list[str]) -> None:
+    """A recrawl's answers (nginx's log, ``after``): the changed pages 200, the deleted 404,
+    every other page of the first crawl 304, each asked with both validators."""
+    status = {r[0]: r[2] for r in pages_of(after)}
+    asked = {r[0]: r for r in pages_of(after)}
+    assert sorted(u for u in fetched if status[u] == 200) == sorted(changed)
+    assert sorted(u for u in fetched if status[u] == 404) == sorted(deleted)
+    assert all(status[u] == 304 for u in fetched if u not in changed and u not in deleted)
+    assert all(asked[u][3] and asked[u][4] for u in fetched)  # If-None-Match and If-Modified-Since
+
+
 def change_and_delete(site: Site, fetched: list[str]) -> tuple[list[str], list[str]]:
     """10 HTML pages changed (a bigger body, a later mtime), 3 others deleted from the tree."""
     pages = sorted(u for u in fetched if u not in site.web.seeds and site.tree_path(u).endswith(".html"))
@@ -128,12 +139,7 @@ async def test_a_recrawl_asks_with_validators_and_rewrites_only_what_changed(tmp
         # the server's account: the same URLs asked as the first time, robots.txt and
         # redirects and missing pages included (the stored links of the 304s led there)
         assert Counter(r[0] for r in after) == Counter(r[0] for r in before)
-        status = {r[0]: r[2] for r in pages_of(after)}
-        asked = {r[0]: r for r in pages_of(after)}
-        assert sorted(u for u in fetched if status[u] == 200) == sorted(changed)
-        assert sorted(u for u in fetched if status[u] == 404) == sorted(deleted)
-        assert all(status[u] == 304 for u in fetched if u not in changed and u not in deleted)
-        assert all(asked[u][3] and asked[u][4] for u in fetched)  # If-None-Match and If-Modified-Since
+        check_answers(after, fetched, changed, deleted)
         assert not any(r[3] or r[4] for r in pages_of(after) if r[0] not in index1)  # nothing to validate
         # the mirror: the changed files rewritten, the deleted ones gone, the others untouched
         index2 = site.index()

@@ -9,7 +9,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from larbin_py.demo import crawl_rules
 from larbin_py.sim import Sim, SimConfig
-from helpers.crawl import (check_conservation, check_politeness, check_robots_first, crawl, make_config,
+from helpers.crawl import (check_conservation, check_politeness, check_robots_first, crawl, loop_gaps, make_config,
                            page_requests, read_index)
 
 pytestmark = pytest.mark.slow
@@ -91,9 +91,6 @@ async def test_off_by_default_no_sitemap_is_read_and_noindex_can_be_ignored(tmp_
 async def test_a_sitemap_of_50000_entries_is_read_beside_the_loop(tmp_path):
     """50,000 entries are about a second of parsing and normalizing: read on the
     sitemaps' thread, the loop keeps turning (it stopped that long before)."""
-    import asyncio
-    import time
-
     from larbin_py.engine import Engine
     from larbin_py.sim.model import Resource
 
@@ -106,22 +103,8 @@ async def test_a_sitemap_of_50000_entries_is_read_beside_the_loop(tmp_path):
         host = sim.web.hosts["h0.sim.test"]
         host.resources["/sitemap.xml"] = Resource(200, "application/xml", body, kind="sitemap")
         config = make_config(tmp_path, sim, sitemaps=True, wait_duration=0.0, max_page_size=len(body) + 1)
-        engine = Engine(config)
-        gaps = []
-
-        async def ticker():
-            last = time.monotonic()
-            while True:
-                await asyncio.sleep(0.005)
-                now = time.monotonic()
-                gaps.append(now - last)
-                last = now
-
-        tick = asyncio.ensure_future(ticker())
-        try:
-            summary = await engine.run()
-        finally:
-            tick.cancel()
+        async with loop_gaps() as (gaps, _):
+            summary = await Engine(config).run()
     assert summary.failed is None
     assert summary.sitemaps["urls"] == 50_000 and summary.sitemaps["offSite"] == 50_000  # all of it read
     assert max(gaps) < 0.5, sorted(gaps)[-5:]  # (0.016-0.019 s seen here; 1.0 s when read on the loop)

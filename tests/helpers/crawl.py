@@ -7,7 +7,10 @@ conservation, the outputs' index and files.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import time
 from larbin_py.config import parse_config_text
 from larbin_py.engine import Engine
 from larbin_py.sim import Sim
@@ -122,3 +125,30 @@ def files_under(root) -> set[str]:
         for name in names:
             found.add(os.path.relpath(os.path.join(dirpath, name), root))
     return found
+
+
+@contextlib.asynccontextmanager
+async def loop_gaps(probe=None, every: float = 0.005):
+    """``(gaps, samples)`` while the block runs: the seconds between the turns of a ticker
+    on the running loop (work that holds the loop shows as one long gap), and
+    ``probe()``'s value at each turn when it gives one (None: nothing sampled)."""
+    gaps: list[float] = []
+    samples: list = []
+
+    async def tick() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(every)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+            if probe is not None:
+                value = probe()
+                if value is not None:
+                    samples.append(value)
+
+    task = asyncio.ensure_future(tick())
+    try:
+        yield gaps, samples
+    finally:
+        task.cancel()
