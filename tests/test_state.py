@@ -79,22 +79,27 @@ runpy.run_module("larbin_py", run_name="__main__", alter_sys=True)
 async def test_a_crawl_killed_before_its_first_checkpoint_is_started_again_by_reload(tmp_path):
     """The first checkpoint is written beside the first requests: a crawl killed before it
     ends (here it never does) kept nothing, and --reload starts it again from its seeds
-    (it said "nothing to continue" and a plain start refused the folder: a dead end)."""
+    (it said "nothing to continue" and a plain start refused the folder: a dead end).
+    Twice: the start, then its --reload, each killed before its first checkpoint."""
     async with Sim(sim_config(35)) as sim:
         config = make_config(tmp_path, sim, output_mode="mirror", wait_duration=0.1, pages_connexions=6)
         truth = sim.truth(crawl_rules(config, sim.seeds))
         conf = write_conf(tmp_path, config)
         env = dict(os.environ, PYTHONPATH=ROOT)
-        with open(tmp_path / "cut.err", "wb") as err:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", STALL_FIRST_CHECKPOINT, "-c", conf, cwd=str(tmp_path), env=env,
-                stdout=asyncio.subprocess.DEVNULL, stderr=err)
-        await sim.log.wait_for(lambda log: len(page_requests(log)) >= 3, timeout=60)
-        proc.kill()
-        assert await proc.wait() == -signal.SIGKILL
-        before, cut_at = len(page_requests(sim.log)), len(sim.log.requests)
         state = tmp_path / "state"
-        assert not (state / "checkpoint.json").exists() and (state / "seen.log").exists()
+        before = 0
+        for args in ((), ("--reload",)):
+            asked = len(page_requests(sim.log))
+            with open(tmp_path / "cut.err", "ab") as err:
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-c", STALL_FIRST_CHECKPOINT, "-c", conf, *args, cwd=str(tmp_path), env=env,
+                    stdout=asyncio.subprocess.DEVNULL, stderr=err)
+            await sim.log.wait_for(lambda log: len(page_requests(log)) >= asked + 3, timeout=60)
+            proc.kill()
+            assert await proc.wait() == -signal.SIGKILL
+            before, cut_at = len(page_requests(sim.log)), len(sim.log.requests)
+            assert not (state / "checkpoint.json").exists() and (state / "seen.log").exists()
+        assert (tmp_path / "cut.err").read_text().count("was cut before its first checkpoint") == 1
         proc = await start_crawler(conf, "--reload", cwd=str(tmp_path))
         assert await asyncio.wait_for(proc.wait(), 150) == 0, (tmp_path / "crawler.err").read_text()
         err = (tmp_path / "crawler.err").read_text()
@@ -103,7 +108,7 @@ async def test_a_crawl_killed_before_its_first_checkpoint_is_started_again_by_re
         fetched = page_requests(sim.log)
         assert set(fetched) == truth.must_request
         twice = sum(n - 1 for n in Counter(fetched).values() if n > 1)
-        assert twice <= before  # only what the cut start had asked
+        assert twice <= before  # only what the cut starts had asked
         check_mirror(config.save_dir, truth)
         # the crawl log: none of the cut start's lines; one per page URL, one per robots.txt answer
         with open(state / "crawl.log", encoding="utf-8") as f:
