@@ -527,7 +527,9 @@ class Committer:
         self._handle = None
         if not self._pending and not self._lines and not self._ops:
             return
-        if self._jobs_sent - self._jobs_ended >= 2:  # the writer is behind: this one waits and grows
+        if self._jobs_sent - self._jobs_ended >= 2 and self.writer.error is None:
+            # the writer is behind: this one waits and grows (a failed writer skips the jobs
+            # queued, their ends never counted: nothing waits for them then)
             self._handle = self._loop.call_later(self.interval, self._commit)
             return
         self._last_start = self._loop.time()
