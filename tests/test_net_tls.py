@@ -11,6 +11,8 @@ its URLs as ``tlsError``, never as ``forbiddenRobots``.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from larbin_py.config import ConfigError, parse_config_text
@@ -159,3 +161,16 @@ async def test_the_crawl_warns_at_start_when_a_host_goes_unverified_and_counts_t
     assert proc.returncode == 0, err
     assert "warning: tlsVerify off: TLS certificates are NOT verified for secure.test" in err
     assert "pages fetched   1 " in err and "TLS             TLSv1." in err and "ALPN http/1.1" in err
+
+
+def test_the_nginx_helper_leaves_no_server_running():
+    """``with nginx.start():`` (the tests' idiom) starts one nginx and stops it: it started a
+    second that could not bind, stopped only that one, and left the first running for good."""
+    port = free_port()
+    nginx = Nginx(f"server {{ listen 127.0.0.1:{port}; root {{root}}/www; }}", ports=[("127.0.0.1", port)])
+    with nginx.start():
+        with open(nginx.path("nginx.pid")) as f:
+            master = int(f.read())
+    assert master == nginx.proc.pid and nginx.proc.returncode is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(master, 0)

@@ -138,7 +138,9 @@ http {{
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> "Nginx":
-        return self.start()
+        # ``with nginx.start():`` started it already: a second start would leave the first
+        # one running after the test (the second could not bind, and stop() ended only it)
+        return self if self.proc is not None else self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
