@@ -57,8 +57,8 @@ from .journal import COMMIT_INTERVAL, Committer, FETCHED, cut_to_commit, read_jo
 from .net.cookies import CookieJar, load_jar, save_jar
 from .owner_only import make_private_dir
 from .records import MARKER, RECORDS_DIR, OldRecords, RecordsWriter, prepare_recrawl, remove_generation, remove_marker
-from .state import (CHECKPOINT, FRONTIER_DIR, ROBOTS_LOG, SEEN_LOG, CutBeforeFirstCheckpoint, RobotsLog,
-                    StateError, has_state, read_checkpoint)
+from .state import (CHECKPOINT, ROBOTS_LOG, SEEN_LOG, CutBeforeFirstCheckpoint, RobotsLog, StateError, has_state,
+                    read_checkpoint, remove_crawl_files)
 
 __all__ = ["CrawlState", "LocalState", "StateDirInUse"]
 
@@ -493,15 +493,12 @@ def clear_cut_start(state_dir: str, crawl_log: str | None) -> str:
     if os.path.exists(os.path.join(state_dir, RECORDS_DIR, MARKER)):
         raise StateError(f"{state_dir}: a --recrawl was cut before its first checkpoint: start it again "
                          "with --recrawl")
-    import shutil
+    remove_crawl_files(state_dir)
+    records = os.path.join(state_dir, RECORDS_DIR)  # (this crawl's own: uncommitted)
+    if os.path.isdir(records) and not os.path.islink(records):
+        import shutil
 
-    for name in os.listdir(state_dir):
-        path = os.path.join(state_dir, name)
-        if name in (CHECKPOINT + ".tmp", SEEN_LOG, ROBOTS_LOG, "seen.run", "seen.run.tmp") or \
-                (name.startswith(("carry-", "journal-")) and name.endswith(".log")):
-            os.unlink(path)
-        elif name in (FRONTIER_DIR, "analysis", RECORDS_DIR) and os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
+        shutil.rmtree(records)
     if crawl_log is not None and os.path.dirname(os.path.abspath(crawl_log)) == os.path.abspath(state_dir):
         try:
             os.unlink(crawl_log)

@@ -58,6 +58,11 @@ from .url import host_of
 __all__ = ["PageHandler"]
 
 
+def _cut(res) -> bool:
+    """A 2xx answer cut at maxPageSize (a sitemap file is read up to the cut)."""
+    return res.error == "tooBig" and res.status is not None and 200 <= res.status < 300
+
+
 class PageHandler:
     """The outcome rules applied to page requests (and robots.txt answers' counts).
 
@@ -96,8 +101,6 @@ class PageHandler:
         self.canonicals = page_robots.CanonicalLoops()
         #: The sitemap files' answers (larbin_py.sitemap_fetch); made by attach().
         self.sitemaps: Sitemaps | None = None
-        #: (record, SitemapRead) of the answer being applied, read beside the loop (_run).
-        self._sitemap_read = None
         #: larbin.conf's site lines: a host's request headers, UserAgent, cookies, rendering.
         self.site_rules = SiteSettings(config.site)
 
@@ -172,24 +175,20 @@ class PageHandler:
         if rc is not None and rc.unchanged(req.record, res, bool(validators), digest):
             stored = await rc.stored(req.record)  # its links, read on the writer thread
         sitemap = None
-        if self.sitemaps is not None and is_sitemap(req.record) and res.status is not None and \
-                200 <= res.status < 300 and res.error in (None, "tooBig"):
-            # a large file read beside the loop (larbin_py.sitemap_fetch), applied by _sitemap
-            sitemap = (req.record, await self.sitemaps.read_beside(req.record, res.body, cut=res.error == "tooBig"))
+        if is_sitemap(req.record) and (ok or _cut(res)):  # read beside the loop (larbin_py.sitemap_fetch)
+            sitemap = await self.sitemaps.read_beside(req.record, res.body, cut=_cut(res))
         self.counts.bytes += res.bytes_read
         self.frontier.spent(req, res.bytes_read)
         self._from_request = True
         self._answer = (req.record, res)
-        self._sitemap_read = sitemap
         try:
-            self.on_answer(req, res, stored, digest)
+            self.on_answer(req, res, stored, digest, sitemap)
         except OutputError as exc:
             self.frontier.forget(req, "outputError", self.now())
             self.fail(f"output failed: {exc}")
         finally:
             self._from_request = False
             self._answer = (None, None)
-            self._sitemap_read = None
 
     def sub_request(self, req: Request, res) -> None:
         """A request a dynamic page's scripts made (paced by the frontier): counted like any,
@@ -236,12 +235,13 @@ class PageHandler:
         fr.server_answered(req, rtt, res.status if res.error is None else None, now, res.retry_after)
 
     # -- the outcome table ------------------------------------------------
-    def on_answer(self, req: Request, res, stored=None, digest: str | None = None) -> None:
+    def on_answer(self, req: Request, res, stored=None, digest: str | None = None, sitemap=None) -> None:
         """Apply the outcome rules (larbin_py.outcomes) to a page request's result.
 
         ``stored``: the page has not changed since the last crawl (a recrawl's
         304, or the same body): what that crawl stored of it
-        (larbin_py.recrawl.Stored).  ``digest``: the payload digest of a 2xx body."""
+        (larbin_py.recrawl.Stored).  ``digest``: the payload digest of a 2xx body.  ``sitemap``:
+        a sitemap file's body as read beside the loop (larbin_py.sitemap_fetch.SitemapRead)."""
         fr = self.frontier
         now = self.now()
         self.observe(req, res, now)
@@ -256,7 +256,7 @@ class PageHandler:
         kind, reason = action.kind, action.reason
         if kind != outcomes.SUCCESS or is_sitemap(rec):
             self.archive(res)  # a redirect, an error, a busy answer, a sitemap: the WARC keeps every exchange
-        if is_sitemap(rec) and self._sitemap(req, res, kind, reason, now):
+        if is_sitemap(rec) and self._sitemap(req, res, kind, reason, now, sitemap):
             return
         if kind == outcomes.SUCCESS:
             self.on_success(req, res, now, digest)
@@ -282,17 +282,14 @@ class PageHandler:
             fr.forget(req, reason, now)
             self.log(req, res, res.error if res.error is not None else reason)
 
-    def _sitemap(self, req: Request, res, kind: str, reason: str | None, now: float) -> bool:
+    def _sitemap(self, req: Request, res, kind: str, reason: str | None, now: float, read=None) -> bool:
         """A sitemap file's answer (larbin_py.sitemap_fetch): read, or its redirect followed; True when
         handled here (a failure is retried or forgotten as a page's is)."""
         fr, rec, c = self.frontier, req.record, self.config
-        cut = res.error == "tooBig" and res.status is not None and 200 <= res.status < 300
+        cut = _cut(res)
         if kind == outcomes.SUCCESS or cut:
-            read = self._sitemap_read
-            if read is not None and read[0] is rec:  # read beside the loop (_run)
-                self.sitemaps.apply(rec, read[1])  # its URLs offered before its outcome
-            else:
-                self.sitemaps.answered(rec, res.body, cut=cut)
+            # read by _run beside the loop (here only should the outcome rules call a non-2xx a success)
+            self.sitemaps.apply(rec, read if read is not None else self.sitemaps.read(rec, res.body, cut))
             fr.forget(req, "sitemap", now, error=False)
             self.log(req, res, "sitemap")
             return True

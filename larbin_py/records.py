@@ -62,17 +62,12 @@ import zlib
 from dataclasses import dataclass
 
 from .frontier.store import UrlRecord, decode_record, encode_record
-from .lazyimport import LazyModule
 from .owner_only import makedirs, opener
-from .state import CHECKPOINT, FRONTIER_DIR, ROBOTS_LOG, SEEN_LOG, StateError, read_checkpoint
+from .state import CHECKPOINT, StateError, read_checkpoint, remove_crawl_files
 
 __all__ = ["NO_LINKS", "RECORDS_DIR", "OldRecords", "RecordsWriter", "RecrawlStart", "Visit", "clean_etag", "clean_type",
            "cut_records", "decode_links", "decode_token", "encode_links", "encode_token", "links_path",
            "prepare_recrawl", "read_entry", "records_path", "remove_generation", "remove_marker", "whole_entry"]
-
-# shutil (and the lzma and bz2 modules it imports: 7 ms of a crawl's start)
-# is imported by the first generation of records removed.
-shutil = LazyModule("shutil", globals(), "shutil")
 
 RECORDS_DIR = "records"
 #: ``Visit.links`` of a page with no links to offer.
@@ -426,13 +421,7 @@ def prepare_recrawl(state_dir: str, output_mode: str) -> RecrawlStart:
     else:
         raise StateError(f"{state_dir}: no finished crawl to revisit (start one without --recrawl)")
     previous = int(start["previous"])
-    for name in os.listdir(state_dir):
-        path = os.path.join(state_dir, name)
-        if name in (CHECKPOINT, CHECKPOINT + ".tmp", SEEN_LOG, ROBOTS_LOG, "seen.run", "seen.run.tmp") or \
-                (name.startswith(("carry-", "journal-")) and name.endswith(".log")):
-            os.unlink(path)
-        elif name in (FRONTIER_DIR, "analysis") and os.path.isdir(path):
-            shutil.rmtree(path)
+    remove_crawl_files(state_dir)
     keep = {os.path.basename(records_path(state_dir, previous)), os.path.basename(links_path(state_dir, previous)),
             MARKER}
     for name in os.listdir(folder):

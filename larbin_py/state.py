@@ -41,6 +41,7 @@ __all__ = [
     "RobotsLog",
     "describe_write_error",
     "has_state",
+    "remove_crawl_files",
     "read_checkpoint",
     "write_checkpoint",
 ]
@@ -86,6 +87,21 @@ def _named(exc: OSError, path: str) -> OSError:
     if exc.filename is None:
         exc.filename = path
     return exc
+
+
+def remove_crawl_files(state_dir: str) -> None:
+    """Remove a crawl's own state from ``state_dir``: its checkpoint, the seen and robots logs,
+    the journals and carried records, the URL stores and the analysis queue.  Its records
+    (larbin_py.records), crawl log, cookie jar, lock and anything else stay."""
+    import shutil  # (and the lzma and bz2 modules it imports: not at a crawl's start)
+
+    for name in os.listdir(state_dir):
+        path = os.path.join(state_dir, name)
+        if name in (CHECKPOINT, CHECKPOINT + ".tmp", SEEN_LOG, ROBOTS_LOG, "seen.run", "seen.run.tmp") or \
+                (name.startswith(("carry-", "journal-")) and name.endswith(".log")):
+            os.unlink(path)
+        elif name in (FRONTIER_DIR, "analysis") and os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
 
 
 def has_state(state_dir: str) -> bool:
