@@ -164,6 +164,8 @@ def decode_links(payload: bytes) -> tuple[list[str], frozenset]:
     text = zlib.decompress(payload).decode("utf-8", "surrogateescape")
     if not text:
         return [], frozenset()
+    if _EMBED not in text:  # most pages' links: no embed among them
+        return text.split("\n"), frozenset()
     links, embeds = [], []
     for link in text.split("\n"):
         if link[:1] == _EMBED:
@@ -173,13 +175,26 @@ def decode_links(payload: bytes) -> tuple[list[str], frozenset]:
     return links, frozenset(embeds)
 
 
+def stored_links(payload: bytes) -> tuple[list[str], frozenset, bytes]:
+    """An entry's links, the embeds among them, and the whole entry (to copy into another log)."""
+    return (*decode_links(payload), whole_entry(payload))
+
+
+#: What a links entry's read asks for at once (entries are compressed: most are smaller).
+_READ_AHEAD = 4096
+
+
 def read_entry(fd: int, offset: int) -> bytes | None:
     """The payload of the links entry at ``offset`` of the file ``fd``; None when damaged."""
-    head = os.pread(fd, _HEADER.size, offset)
-    if len(head) < _HEADER.size:
+    data = os.pread(fd, _READ_AHEAD, offset)  # most entries whole in one read
+    if len(data) < _HEADER.size:
         return None
-    length, crc = _HEADER.unpack(head)
-    payload = os.pread(fd, length, offset + _HEADER.size)
+    length, crc = _HEADER.unpack_from(data)
+    end = _HEADER.size + length
+    if len(data) >= end:
+        payload = data[_HEADER.size:end]
+    else:
+        payload = data[_HEADER.size:] + os.pread(fd, end - len(data), offset + len(data))
     if len(payload) != length or zlib.crc32(payload) != crc:
         return None
     return payload
@@ -239,20 +254,21 @@ class OldRecords:
         """Can the links log of ``source`` be read here (one process: only its own, "")?"""
         return not source
 
-    def links(self, offset: int | None, source: str = "") -> tuple[list[str], frozenset] | None:
-        """The links (and embeds) of the entry at ``offset``: ``([], ...)`` for NO_LINKS, None when
-        not known or damaged (or in another worker's log: ``source``)."""
+    def links(self, offset: int | None, source: str = "") -> tuple[list[str], frozenset, bytes | None] | None:
+        """The links (and embeds) of the entry at ``offset``, and the whole entry to copy
+        (:class:`RecordsWriter`'s ``links``): ``([], ..., None)`` for NO_LINKS, None when not
+        known or damaged (or in another worker's log: ``source``)."""
         if offset is None or source:
             return None
         if offset == NO_LINKS:
-            return [], frozenset()
+            return [], frozenset(), None
         if offset >= self.links_end:
             return None
         payload = read_entry(self._links, offset)
         if payload is None:
             self.damaged += 1
             return None
-        return decode_links(payload)
+        return stored_links(payload)
 
     def raw(self, offset: int, source: str = "") -> bytes | None:
         """The whole links entry at ``offset`` (header and payload), to copy; None when damaged."""
@@ -278,7 +294,8 @@ class RecordsWriter:
     order; each op is ``(record, visit, links)`` where ``links`` is a list
     of links (with ``embeds``: ``(links, embeds)``) to store, an ``int``:
     the offset of an entry of ``old`` (the generation revisited) to copy,
-    or None (``visit.links`` stays as it is: unknown or NO_LINKS).  An
+    ``bytes``: such an entry already read (:meth:`OldRecords.links`), or
+    None (``visit.links`` stays as it is: unknown or NO_LINKS).  An
     ``OSError`` names the file.
     """
 
@@ -306,7 +323,9 @@ class RecordsWriter:
         links_at = self._sizes[1]
         for rec, visit, links in ops:
             if links is not None:
-                if isinstance(links, int):
+                if isinstance(links, bytes):
+                    entry = links
+                elif isinstance(links, int):
                     entry = self.old.raw(links, visit.source) if self.old is not None else None
                 else:
                     entry = encode_links(*links) if isinstance(links, tuple) else encode_links(links)

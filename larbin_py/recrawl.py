@@ -128,11 +128,13 @@ def etag_of(headers) -> str:
 
 @dataclass(slots=True)
 class Stored:
-    """What a recrawl reads for an unchanged page: its links, and whether its mirror file is there."""
+    """What a recrawl reads for an unchanged page: its links, and whether its mirror file is
+    there; ``entry``: its links entry as read, copied as it is into this crawl's log."""
 
     links: list[str] | None
     embeds: frozenset
     present: bool
+    entry: bytes | None = None
 
 
 class Recrawl:
@@ -283,7 +285,7 @@ class Recrawl:
             present = self.output.inner.exists(parts)
         if found is None:
             return Stored(None, frozenset(), present)
-        return Stored(found[0], found[1], present)
+        return Stored(*found[:2], present, found[2])
 
     def on_unchanged(self, req, res, stored: Stored, now: float) -> None:
         """The page has not changed (see :meth:`unchanged`): apply it (see the module docstring)."""
@@ -307,11 +309,11 @@ class Recrawl:
             revisit="server-not-modified" if not_modified else "identical-payload-digest",
             refers_to_date=float(visit.captured)))
         fr.fetched_ok(req, now)
-        old_links = visit.links
         visit.checked = int(self.wall())
         visit.etag = etag_of(res.headers) or visit.etag
         visit.last_modified = last_modified_of(res.headers) or visit.last_modified
-        self.state.record((rec, visit, old_links if old_links != NO_LINKS else None))
+        # its links entry as read (or, read nothing, NO_LINKS kept as it is)
+        self.state.record((rec, visit, stored.entry))
         if not_modified:
             self._count("unchanged", rec, "notModified")
         else:

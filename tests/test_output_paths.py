@@ -247,6 +247,42 @@ def test_safe_tree_keeps_few_directories_open_and_reuses_them(tmp_path, monkeypa
     assert sorted(os.listdir(tmp_path / "save" / "h.test")) == ["d%d" % i for i in range(10)] + ["docs"]
 
 
+def test_safe_tree_finds_files_through_its_cached_directories_and_creates_nothing(tmp_path, monkeypatch):
+    """A recrawl looks up every unchanged page's file: a folder is opened once, not per page;
+    a folder that is not there is not made; a removal is synced; the fds held stay bounded."""
+    from larbin_py.output.paths import SafeTree
+
+    save = tmp_path / "save"
+    tree = SafeTree(str(save))
+    for i in range(5):
+        tree.write(["h.test", "docs"], f"p{i}.html", b"x" * i)
+        tree.write(["h.test", f"d{i}"], "index.html", b"y")
+    tree.close()
+    before = open_fds()
+    tree = SafeTree(str(save), dir_cache_size=3)  # a recrawl's start: nothing open yet
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda path, flags, *a, **k: (opened.append(path), real_open(path, flags, *a, **k))[1])
+    for i in range(5):
+        assert tree.find(["h.test", "docs"], f"p{i}.html") == (f"h.test/docs/p{i}.html", i)
+    assert opened == ["h.test", "docs"]  # walked once for the five
+    assert tree.find(["h.test", "docs"], "absent.html") is None
+    assert tree.find(["h.test", "nothere", "deeper"], "x.html") is None and tree.find(["other"], "x") is None
+    assert not (save / "h.test" / "nothere").exists() and not (save / "other").exists()
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    assert tree.remove(["h.test", "docs"], "p1.html") and not tree.remove(["h.test", "docs"], "p1.html")
+    tree.sync()
+    assert synced and not (save / "h.test" / "docs" / "p1.html").exists()  # the folder's entry made durable
+    for i in range(5):  # more folders than the cache holds
+        assert tree.find(["h.test", f"d{i}"], "index.html") == (f"h.test/d{i}/index.html", 1)
+    assert open_fds() - before <= 4  # the root and three cached folders
+    assert tree.write(["h.test", "docs"], "p9.html", b"9") == "h.test/docs/p9.html"  # a cached folder serves writes
+    tree.close()
+    assert open_fds() <= before
+
+
 def test_safe_tree_reopens_a_directory_removed_behind_its_back(tmp_path):
     import shutil
 

@@ -69,9 +69,11 @@ def test_links_come_back_with_their_embeds_and_a_damaged_entry_is_told(tmp_path)
     assert end == pos[0] and [r.url for r in batch] == [r.url for r in recs]
     visits = [decode_token(r.prev) for r in batch]
     assert [v.digest for v in visits] == ["D0", "D1", "D2"] and batch[0].ref == "http://a.test/"
-    assert old.links(visits[0].links) == (links, frozenset(["http://a.test/img.png"]))
-    assert old.links(visits[1].links) == ([], frozenset())
-    assert old.links(visits[2].links) == (["http://a.test/only"], frozenset())
+    first = old.links(visits[0].links)
+    assert first[:2] == (links, frozenset(["http://a.test/img.png"]))
+    assert first[2] == old.raw(visits[0].links)  # the whole entry, to copy as it is
+    assert old.links(visits[1].links) == ([], frozenset(), None)
+    assert old.links(visits[2].links)[:2] == (["http://a.test/only"], frozenset())
     old.close()
     # one byte of the second entry's payload flipped: that entry is damaged, not the first
     with open(links_path(str(tmp_path), 1), "r+b") as f:
@@ -83,6 +85,43 @@ def test_links_come_back_with_their_embeds_and_a_damaged_entry_is_told(tmp_path)
     assert old.links(visits[2].links) is None and old.damaged == 1
     assert old.links(visits[0].links)[0] == links
     old.close()
+
+
+def test_an_entry_read_is_copied_as_it_is_and_a_long_one_comes_back_whole(tmp_path):
+    """A recrawl's unchanged page: the entry read for its links is the one written to the
+    next generation's log (bytes), with no second read; an entry longer than one read ahead
+    (thousands of links that compress badly) is read whole, and its damage still told."""
+    import random
+
+    rnd = random.Random(7)
+    many = [f"http://a.test/{rnd.getrandbits(128):032x}" for _ in range(2000)]
+    recs = [UrlRecord(f"http://a.test/{i}", 1, 0, 0, found=LINK) for i in range(2)]
+    pos = _write(tmp_path, [(recs[0], Visit(1, 1, digest="D0"), many),
+                            (recs[1], Visit(1, 1, digest="D1"), ["http://a.test/x"])])
+    old = OldRecords(str(tmp_path), 1, pos)
+    batch, _end = old.batch(0)
+    visits = [decode_token(r.prev) for r in batch]
+    big = old.links(visits[0].links)
+    assert big[0] == many and len(big[2]) > 4096  # longer than the first read
+    small = old.links(visits[1].links)
+    w = RecordsWriter(str(tmp_path), 2, old)
+    w.apply([(batch[0], visits[0], big[2]), (batch[1], visits[1], small[2])])
+    pos2 = w.position()
+    w.close()
+    old.close()
+    new = OldRecords(str(tmp_path), 2, pos2)
+    batch2, _end = new.batch(0)
+    visits2 = [decode_token(r.prev) for r in batch2]
+    assert new.links(visits2[0].links)[0] == many and new.links(visits2[1].links)[0] == ["http://a.test/x"]
+    new.close()
+    with open(links_path(str(tmp_path), 2), "r+b") as f:  # a byte flipped beyond the first read
+        f.seek(visits2[0].links + 5000)
+        byte = f.read(1)
+        f.seek(visits2[0].links + 5000)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    new = OldRecords(str(tmp_path), 2, pos2)
+    assert new.links(visits2[0].links) is None and new.damaged == 1
+    new.close()
 
 
 def test_beyond_the_commits_length_nothing_is_read_and_the_cut_leaves_the_commit(tmp_path):

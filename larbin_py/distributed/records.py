@@ -58,8 +58,8 @@ import os
 import shutil
 from dataclasses import asdict, dataclass
 
-from ..records import NO_LINKS, OldRecords, decode_links, decode_token, encode_token, links_path, read_entry, \
-    records_path, whole_entry
+from ..records import NO_LINKS, OldRecords, decode_token, encode_token, links_path, read_entry, \
+    records_path, stored_links, whole_entry
 from ..state import StateError
 
 __all__ = ["Generation", "PeerRecords", "WORKERS_RECORDS", "generation_path", "read_generation", "remove_previous",
@@ -190,13 +190,13 @@ class PeerRecords:
             self.damaged += 1
         return payload
 
-    def links(self, offset: int | None, source: str = "") -> tuple[list[str], frozenset] | None:
+    def links(self, offset: int | None, source: str = "") -> tuple[list[str], frozenset, bytes | None] | None:
         if offset is None:
             return None
         if offset == NO_LINKS:
-            return [], frozenset()
+            return [], frozenset(), None
         payload = self._payload(offset, source)
-        return None if payload is None else decode_links(payload)
+        return None if payload is None else stored_links(payload)
 
     def raw(self, offset: int, source: str = "") -> bytes | None:
         payload = self._payload(offset, source)

@@ -531,11 +531,48 @@ class SafeTree:
 
     def _locate(self, dirs: list[str], leaf: str) -> tuple[int, list[str], str, int] | None:
         """Where the file :meth:`write` put at ``dirs/leaf`` is, without creating anything:
-        ``(parent fd, actual dirs, actual leaf, size)`` (the caller closes the fd unless it is
-        the root's), or None when it is not there (no symlink is followed)."""
-        fd, actual = self._root_fd, []
+        ``(parent fd, actual dirs, actual leaf, size)``, or None when it is not there (no
+        symlink is followed).  The parent fd is the root's or a cached one (never closed by
+        the caller): a recrawl looks up every unchanged page's file, and walking its path
+        again would cost an open and a close per folder and page."""
+        if dirs:
+            key = tuple(dirs)
+            cache = self._dirs
+            hit = cache.get(key)
+            if hit is None:
+                hit = self._walk(key, dirs, leaf)
+                if hit is None:
+                    return None
+            else:
+                cache.move_to_end(key)
+            fd, actual = hit
+        else:
+            fd, actual = self._root_fd, []
+        _check_name(leaf)
+        for candidate in (leaf, leaf + FILE_ALT):
+            try:
+                st = os.stat(candidate, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise OutputError.from_os("read", "/".join(dirs + [leaf]), exc) from exc
+            if stat.S_ISREG(st.st_mode):
+                return fd, actual, candidate, st.st_size
+        return None
+
+    def _walk(self, key: tuple[str, ...], dirs: list[str], leaf: str) -> tuple[int, list[str]] | None:
+        """Open the existing directory ``dirs`` (from its nearest cached parent, creating
+        nothing) and cache it; None when it is not there."""
+        cache = self._dirs
+        fd, actual, depth = self._root_fd, [], 0
+        for k in range(len(key) - 1, 0, -1):
+            parent = cache.get(key[:k])
+            if parent is not None:
+                (fd, actual), depth = parent, k
+                break
+        start, actual = fd, list(actual)
         try:
-            for name in dirs:
+            for name in key[depth:]:
                 _check_name(name)
                 for candidate in (name, name + DIR_ALT):
                     try:
@@ -548,37 +585,30 @@ class SafeTree:
                         raise
                     break
                 else:
-                    if fd != self._root_fd:
+                    if fd != start:
                         os.close(fd)
                     return None
-                if fd != self._root_fd:
+                if fd != start:
                     os.close(fd)
                 fd = child
                 actual.append(candidate)
-            _check_name(leaf)
-            for candidate in (leaf, leaf + FILE_ALT):
-                try:
-                    st = os.stat(candidate, dir_fd=fd, follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                if stat.S_ISREG(st.st_mode):
-                    return fd, actual, candidate, st.st_size
         except OSError as exc:
-            if fd != self._root_fd:
+            if fd != start:
                 os.close(fd)
             raise OutputError.from_os("read", "/".join(dirs + [leaf]), exc) from exc
-        if fd != self._root_fd:
-            os.close(fd)
-        return None
+        self._dir_paths[fd] = "/".join(actual)
+        hit = cache[key] = (fd, actual)
+        if len(cache) > self.dir_cache_size:
+            _old, (old_fd, _names) = cache.popitem(last=False)
+            self._close_dir(old_fd)
+        return hit
 
     def find(self, dirs: list[str], leaf: str) -> tuple[str, int] | None:
         """``(relative path, size)`` of the file :meth:`write` put at ``dirs/leaf``, or None."""
         found = self._locate(dirs, leaf)
         if found is None:
             return None
-        fd, actual, name, size = found
-        if fd != self._root_fd:
-            os.close(fd)
+        _fd, actual, name, size = found
         return "/".join(actual + [name]), size
 
     def remove(self, dirs: list[str], leaf: str) -> bool:
@@ -589,15 +619,9 @@ class SafeTree:
         fd, actual, name, _size = found
         try:
             os.unlink(name, dir_fd=fd)
-            if fd == self._root_fd:
-                self._dirty.add(fd)
-            else:
-                self._dirty_paths.add("/".join(actual))
         except OSError as exc:
             raise OutputError.from_os("remove", "/".join(actual + [name]), exc) from exc
-        finally:
-            if fd != self._root_fd:
-                os.close(fd)
+        self._dirty.add(fd)  # synced by fd, or by path once closed (_close_dir)
         return True
 
     def close(self) -> None:
