@@ -27,7 +27,7 @@ import re
 import sys
 import tempfile
 
-from common import report, table
+from common import compiled, report, table
 
 from larbin_py.config import format_config, parse_config_text
 
@@ -88,6 +88,7 @@ def main() -> None:
     p.add_argument("--hosts", type=int, default=40)
     p.add_argument("--pages", type=int, default=100)
     args = p.parse_args()
+    compiled(None)  # bytecode first: no crawl's figures carry the compile
     if args.quick:
         args.hosts, args.pages = 10, 20
     import uvloop

@@ -50,7 +50,7 @@ import sys
 import tempfile
 import time
 
-from common import median, report, table
+from common import compiled, median, report, table
 from throughput import NGINX, changed_keys, free_port, profiler, run_child
 
 from larbin_py.config import parse_config_text
@@ -213,6 +213,7 @@ def main() -> None:
     ap.add_argument("--profile-workers", type=int, default=1, help="analysisWorkers of the profiled crawl")
     ap.add_argument("--profile-base", action="store_true", help="profile the baseline tree instead")
     args = ap.parse_args()
+    compiled(None, args.baseline)  # bytecode first: no crawl's figures carry the compile
     if NGINX is None:
         sys.exit("bench: nginx is needed (apt-get install nginx-light)")
     if args.quick:

@@ -57,7 +57,7 @@ import sys
 import tempfile
 import time
 
-from common import median, peer_python, report, table
+from common import compiled, median, peer_python, report, table
 
 from lxml import etree
 
@@ -437,6 +437,7 @@ def main() -> None:
     p.add_argument("--profile", metavar="FILE", help="sample larbin_py with py-spy into FILE (collapsed stacks)")
     p.add_argument("--baseline", metavar="DIR", help="a row for larbin_py imported from the source tree DIR (A/B)")
     args = p.parse_args()
+    compiled(None, args.baseline)  # bytecode first: no crawl's figures carry the compile
     if args.quick:
         args.rounds, args.hosts, args.pages, args.no_peer, args.h11 = 1, 20, 10, True, False
     import uvloop

@@ -70,6 +70,7 @@ through the frontier, on disk); the table of pages awaiting their links
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -103,10 +104,35 @@ def http_date(seconds: int) -> bytes:
                                                        t.tm_year, t.tm_hour, t.tm_min, t.tm_sec)
 
 
+#: An IMF-fixdate (RFC 9110 5.6.7), the form nearly every server sends: read without email.utils.
+_FIXDATE = re.compile(rb"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), ([0-3][0-9]) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
+                      rb"([1-9][0-9]{3}) ([0-2][0-9]):([0-5][0-9]):([0-6][0-9]) GMT")
+_MONTH_NUMBER = {m: i + 1 for i, m in enumerate(_MONTHS)}
+
+
+def _epoch_days(year: int, month: int) -> int:
+    """Days from 1970-01-01 to the first of ``month`` of ``year`` (proleptic Gregorian)."""
+    y = year - (month <= 2)
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5
+    return era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+
+
 def last_modified_of(headers) -> int | None:
-    """The Last-Modified header of a response (lower-case names), in seconds; None when absent or bad."""
+    """The Last-Modified header of a response (lower-case names), in seconds; None when absent or bad.
+
+    An IMF-fixdate is read here (about a tenth of email.utils' time), with the same
+    result as ``mktime_tz(parsedate_tz(...))``: a day past the month's end or a second 60
+    runs on, as there.  The obsolete forms (RFC 850, asctime) and anything else go
+    through email.utils."""
     for name, value in headers:
         if name == b"last-modified":
+            m = _FIXDATE.fullmatch(value.strip())
+            if m is not None:
+                day, month, year, hour, minute, second = m.groups()
+                return ((_epoch_days(int(year), _MONTH_NUMBER[month]) + int(day) - 1) * 86400
+                        + int(hour) * 3600 + int(minute) * 60 + int(second))
             from email.utils import mktime_tz, parsedate_tz  # imported when met: a crawl starts without email
 
             parsed = parsedate_tz(value.decode("latin-1", "replace"))

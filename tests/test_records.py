@@ -41,6 +41,36 @@ def test_a_decoded_token_is_a_new_visit_each_time_and_dates_are_written_as_http_
         assert http_date(seconds) == formatdate(seconds, usegmt=True).encode()
 
 
+def test_last_modified_is_read_as_email_utils_reads_it_whatever_the_value():
+    """The IMF-fixdate fast path gives mktime_tz(parsedate_tz(...))'s seconds for every date
+    (leap days, a day past the month's end, second 60, years from 1000 to 9999), and any
+    other form or a hostile value goes the slow way with the same answer."""
+    import random
+    from email.utils import formatdate, mktime_tz, parsedate_tz
+
+    from larbin_py.recrawl import last_modified_of
+
+    def slow(value: bytes):
+        parsed = parsedate_tz(value.decode("latin-1", "replace"))
+        if parsed is None:
+            return None
+        try:
+            return int(mktime_tz(parsed))
+        except (OverflowError, ValueError):
+            return None
+
+    rnd = random.Random(33)
+    values = [formatdate(rnd.randrange(-30_000_000_000, 250_000_000_000), usegmt=True).encode() for _ in range(3000)]
+    values += [b"Thu, 29 Feb 2024 12:00:00 GMT", b"Fri, 31 Feb 2023 00:00:00 GMT", b"Sat, 31 Dec 2016 23:59:60 GMT",
+               b"Mon, 00 Jan 2001 29:59:69 GMT", b"Sun, 06 Nov 0094 08:49:37 GMT", b"Sun, 06 Nov 1000 08:49:37 GMT",
+               b"  Sun, 06 Nov 1994 08:49:37 GMT  ", b"Sunday, 06-Nov-94 08:49:37 GMT", b"Sun Nov  6 08:49:37 1994",
+               b"Sun, 06 Nov 1994 08:49:37 +0200", b"Sun, 06 Nov 1994 08:49:37 gmt", b"Sun, 06 Nov 1994 08:49 GMT",
+               b"", b"garbage", b"Sun, 99 Nov 1994 08:49:37 GMT", b"\xff\xfe, 06 Nov 1994", b"Sun, 06 Nov 99999 08:49:37 GMT"]
+    for value in values:
+        assert last_modified_of([(b"etag", b'"x"'), (b"last-modified", value)]) == slow(value), value
+    assert last_modified_of([(b"etag", b'"x"')]) is None
+
+
 def test_a_hostile_etag_is_never_kept_to_be_sent_back():
     assert clean_etag(' "abc" ') == '"abc"' and clean_etag('W/"x"') == 'W/"x"'
     for bad in ('"a\r\nX-Injected: 1"', '"a b"', "abc", '"' + "x" * 300 + '"', '"caf\u00e9"', '"a"b"', ""):
