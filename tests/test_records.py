@@ -80,6 +80,15 @@ def test_a_hostile_etag_is_never_kept_to_be_sent_back():
     assert decode_token("1,2,,d,,text/html;evil,").content_type == ""
 
 
+def _flip(path, offset: int) -> None:
+    """Damage one byte of ``path`` at ``offset``."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
 def _write(tmp_path, ops):
     w = RecordsWriter(str(tmp_path), 1)
     w.apply(ops)
@@ -106,11 +115,7 @@ def test_links_come_back_with_their_embeds_and_a_damaged_entry_is_told(tmp_path)
     assert old.links(visits[2].links)[:2] == (["http://a.test/only"], frozenset())
     old.close()
     # one byte of the second entry's payload flipped: that entry is damaged, not the first
-    with open(links_path(str(tmp_path), 1), "r+b") as f:
-        f.seek(visits[2].links + 10)
-        byte = f.read(1)
-        f.seek(visits[2].links + 10)
-        f.write(bytes([byte[0] ^ 0xFF]))
+    _flip(links_path(str(tmp_path), 1), visits[2].links + 10)
     old = OldRecords(str(tmp_path), 1, pos)
     assert old.links(visits[2].links) is None and old.damaged == 1
     assert old.links(visits[0].links)[0] == links
@@ -144,11 +149,7 @@ def test_an_entry_read_is_copied_as_it_is_and_a_long_one_comes_back_whole(tmp_pa
     visits2 = [decode_token(r.prev) for r in batch2]
     assert new.links(visits2[0].links)[0] == many and new.links(visits2[1].links)[0] == ["http://a.test/x"]
     new.close()
-    with open(links_path(str(tmp_path), 2), "r+b") as f:  # a byte flipped beyond the first read
-        f.seek(visits2[0].links + 5000)
-        byte = f.read(1)
-        f.seek(visits2[0].links + 5000)
-        f.write(bytes([byte[0] ^ 0xFF]))
+    _flip(links_path(str(tmp_path), 2), visits2[0].links + 5000)  # a byte beyond the first read
     new = OldRecords(str(tmp_path), 2, pos2)
     assert new.links(visits2[0].links) is None and new.damaged == 1
     new.close()

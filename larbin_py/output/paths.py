@@ -355,17 +355,22 @@ class SafeTree:
         if hit is not None:
             cache.move_to_end(key)
             return hit
-        fd, actual, depth = self._root_fd, [], 0
-        for k in range(len(key) - 1, 0, -1):
-            parent = cache.get(key[:k])
-            if parent is not None:
-                (fd, actual), depth = parent, k
-                break
+        fd, actual, depth = self._nearest_cached(key)
         hit = cache[key] = self._descend(fd, actual, key[depth:], dirs)
         if len(cache) > self.dir_cache_size:
             _old, (old_fd, _names) = cache.popitem(last=False)
             self._close_dir(old_fd)
         return hit
+
+    def _nearest_cached(self, key: tuple[str, ...]) -> tuple[int, list[str], int]:
+        """The open directory nearest above ``key`` (the root's when none is cached): its fd,
+        actual names and depth."""
+        cache = self._dirs
+        for k in range(len(key) - 1, 0, -1):
+            parent = cache.get(key[:k])
+            if parent is not None:
+                return parent[0], parent[1], k
+        return self._root_fd, [], 0
 
     def _drop_dirs(self) -> None:
         while self._dirs:
@@ -564,12 +569,7 @@ class SafeTree:
         """Open the existing directory ``dirs`` (from its nearest cached parent, creating
         nothing) and cache it; None when it is not there."""
         cache = self._dirs
-        fd, actual, depth = self._root_fd, [], 0
-        for k in range(len(key) - 1, 0, -1):
-            parent = cache.get(key[:k])
-            if parent is not None:
-                (fd, actual), depth = parent, k
-                break
+        fd, actual, depth = self._nearest_cached(key)
         start, actual = fd, list(actual)
         try:
             for name in key[depth:]:
