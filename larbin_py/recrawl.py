@@ -133,16 +133,21 @@ def last_modified_of(headers) -> int | None:
                 day, month, year, hour, minute, second = m.groups()
                 return ((_epoch_days(int(year), _MONTH_NUMBER[month]) + int(day) - 1) * 86400
                         + int(hour) * 3600 + int(minute) * 60 + int(second))
-            from email.utils import mktime_tz, parsedate_tz  # imported when met: a crawl starts without email
-
-            parsed = parsedate_tz(value.decode("latin-1", "replace"))
-            if parsed is None:
-                return None
-            try:
-                return int(mktime_tz(parsed))
-            except (OverflowError, ValueError):
-                return None
+            return date_by_email(value)
     return None
+
+
+def date_by_email(value: bytes) -> int | None:
+    """An HTTP date in any form email.utils reads, in seconds; None when it reads none."""
+    from email.utils import mktime_tz, parsedate_tz  # imported when met: a crawl starts without email
+
+    parsed = parsedate_tz(value.decode("latin-1", "replace"))
+    if parsed is None:
+        return None
+    try:
+        return int(mktime_tz(parsed))
+    except (OverflowError, ValueError):
+        return None
 
 
 def etag_of(headers) -> str:
