@@ -306,14 +306,14 @@ class Recrawl:
     async def stored(self, rec: UrlRecord) -> Stored:
         """(Loop.) The stored links of ``rec`` and its mirror file's presence, read on the writer."""
         visit = decode_token(rec.prev)
-        parts = url_to_parts(rec.url) if self.mirror else None
-        return await self.writer.call(self._read_stored, visit.links, parts, visit.source)
+        return await self.writer.call(self._read_stored, visit.links, rec.url, visit.source)
 
-    def _read_stored(self, offset: int, parts, source: str = "") -> Stored:
+    def _read_stored(self, offset: int, url: str, source: str = "") -> Stored:
+        """(Writer.) The mirror file's path is worked out here too, not on the loop."""
         found = self.old.links(offset, source)
         present = True
-        if parts is not None:
-            present = self.output.inner.exists(parts)
+        if self.mirror:
+            present = self.output.inner.exists(url_to_parts(url))
         if found is None:
             return Stored(None, frozenset(), present)
         return Stored(*found[:2], present, found[2])
