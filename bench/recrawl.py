@@ -11,7 +11,8 @@ folders, nothing changed: every page is asked with If-None-Match and
 If-Modified-Since, answered 304, its stored links offered again from
 ``stateDir/records`` and its file left as it is.
 
-Figures, each crawl's: pages, wall s, CPU s (user+sys from ``wait4``),
+Figures, each crawl's: pages, requests (robots.txt, redirects and
+errors too: a recrawl asks again the URLs that gave no page), wall s, CPU s (user+sys from ``wait4``),
 bytes read from the network (the crawl's summary), and the records'
 bytes in stateDir (``records/``: the record line and the links entry of
 each page) per page.  The ratios: the recrawl's CPU and bytes over the
@@ -49,6 +50,8 @@ def crawl(web, dns_port: int, work: str, *extra: str) -> dict:
     if res["code"] != 0 or m is None:
         raise RuntimeError(f"larbin_py {' '.join(extra)} failed ({res['code']}): {res['stderr'][-2000:]}")
     res["pages"], res["bytes"] = int(m.group(1)), int(m.group(2))
+    m = re.search(r"^\s*requests\s+(\d+)", res["stderr"], re.M)  # pages, robots.txt, redirects, errors
+    res["requests"] = int(m.group(1)) if m else None
     records = os.path.join(work, "state", "records")
     res["records_bytes"] = sum(os.path.getsize(os.path.join(records, n)) for n in os.listdir(records)
                                if n.endswith(".log"))
@@ -69,10 +72,11 @@ async def main_async(args) -> None:
             again = await loop.run_in_executor(None, crawl, web, dns_port, work, "--recrawl")
     rows = []
     for label, r in (("first crawl", first), ("recrawl, unchanged", again)):
-        rows.append([label, r["pages"], r["not_modified"], r["wall_s"], r["cpu_s"], r["bytes"],
+        rows.append([label, r["pages"], r["not_modified"], r["requests"], r["wall_s"], r["cpu_s"], r["bytes"],
                      r["cpu_s"] / r["pages"] * 1e6, r["records_bytes"] / r["pages"]])
     print(table(f"recrawl: {args.hosts} hosts x {args.pages} pages on nginx, nothing changed",
-                ["crawl", "pages", "304s", "wall s", "CPU s", "bytes read", "CPU µs/page", "records B/page"], rows))
+                ["crawl", "pages", "304s", "requests", "wall s", "CPU s", "bytes read", "CPU µs/page",
+                 "records B/page"], rows))
     ratios = {"cpu": again["cpu_s"] / first["cpu_s"], "bytes": again["bytes"] / first["bytes"],
               "wall": again["wall_s"] / first["wall_s"]}
     verdict = "too small a site to judge" if args.quick else "met" if ratios["cpu"] <= 0.25 else "not met"
