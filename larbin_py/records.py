@@ -67,7 +67,7 @@ from .state import CHECKPOINT, StateError, read_checkpoint, remove_crawl_files
 
 __all__ = ["NO_LINKS", "RECORDS_DIR", "OldRecords", "RecordsWriter", "RecrawlStart", "Visit", "clean_etag", "clean_type",
            "cut_records", "decode_links", "decode_token", "encode_links", "encode_token", "links_path",
-           "prepare_recrawl", "read_entry", "records_path", "remove_generation", "remove_marker", "whole_entry"]
+           "prepare_recrawl", "read_entry", "records_path", "remove_generation", "remove_marker", "stored_links"]
 
 RECORDS_DIR = "records"
 #: ``Visit.links`` of a page with no links to offer.
@@ -175,9 +175,9 @@ def decode_links(payload: bytes) -> tuple[list[str], frozenset]:
     return links, frozenset(embeds)
 
 
-def stored_links(payload: bytes) -> tuple[list[str], frozenset, bytes]:
-    """An entry's links, the embeds among them, and the whole entry (to copy into another log)."""
-    return (*decode_links(payload), whole_entry(payload))
+def stored_links(entry: bytes) -> tuple[list[str], frozenset, bytes]:
+    """An entry's links, the embeds among them, and the entry itself (to copy into another log)."""
+    return (*decode_links(entry[_HEADER.size:]), entry)
 
 
 #: What a links entry's read asks for at once (entries are compressed: most are smaller).
@@ -185,24 +185,20 @@ _READ_AHEAD = 4096
 
 
 def read_entry(fd: int, offset: int) -> bytes | None:
-    """The payload of the links entry at ``offset`` of the file ``fd``; None when damaged."""
+    """The links entry (header and payload, its CRC checked) at ``offset`` of the file ``fd``,
+    as it can be copied into another log; None when damaged."""
     data = os.pread(fd, _READ_AHEAD, offset)  # most entries whole in one read
     if len(data) < _HEADER.size:
         return None
     length, crc = _HEADER.unpack_from(data)
     end = _HEADER.size + length
-    if len(data) >= end:
-        payload = data[_HEADER.size:end]
-    else:
-        payload = data[_HEADER.size:] + os.pread(fd, end - len(data), offset + len(data))
-    if len(payload) != length or zlib.crc32(payload) != crc:
+    if len(data) > end:
+        data = data[:end]
+    elif len(data) < end:
+        data += os.pread(fd, end - len(data), offset + len(data))
+    if len(data) != end or zlib.crc32(memoryview(data)[_HEADER.size:]) != crc:
         return None
-    return payload
-
-
-def whole_entry(payload: bytes) -> bytes:
-    """A links entry (header and payload) of ``payload``, to copy into another log."""
-    return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+    return data
 
 
 def _append(fd: int, data: bytes) -> None:
@@ -264,18 +260,17 @@ class OldRecords:
             return [], frozenset(), None
         if offset >= self.links_end:
             return None
-        payload = read_entry(self._links, offset)
-        if payload is None:
+        entry = read_entry(self._links, offset)
+        if entry is None:
             self.damaged += 1
             return None
-        return stored_links(payload)
+        return stored_links(entry)
 
     def raw(self, offset: int, source: str = "") -> bytes | None:
         """The whole links entry at ``offset`` (header and payload), to copy; None when damaged."""
         if source or offset < 0 or offset >= self.links_end:
             return None
-        payload = read_entry(self._links, offset)
-        return None if payload is None else whole_entry(payload)
+        return read_entry(self._links, offset)
 
     def close(self) -> None:
         for fd in (self._records, self._links):

@@ -291,8 +291,11 @@ def test_safe_tree_reopens_a_directory_removed_behind_its_back(tmp_path):
     tree = SafeTree(str(tmp_path / "save"))
     tree.write(["h.test", "a"], "one.html", b"1")
     shutil.rmtree(tmp_path / "save" / "h.test")
+    # its cached folder is gone: a lookup finds nothing there (a recrawl asks the page again)
+    assert tree.find(["h.test", "a"], "one.html") is None and not tree.remove(["h.test", "a"], "one.html")
     assert tree.write(["h.test", "a"], "two.html", b"2") == "h.test/a/two.html"
     assert (tmp_path / "save" / "h.test" / "a" / "two.html").read_bytes() == b"2"
+    assert tree.find(["h.test", "a"], "two.html") == ("h.test/a/two.html", 1)
     tree.close()
 
 

@@ -59,7 +59,7 @@ import shutil
 from dataclasses import asdict, dataclass
 
 from ..records import NO_LINKS, OldRecords, decode_token, encode_token, links_path, read_entry, \
-    records_path, stored_links, whole_entry
+    records_path, stored_links
 from ..state import StateError
 
 __all__ = ["Generation", "PeerRecords", "WORKERS_RECORDS", "generation_path", "read_generation", "remove_previous",
@@ -181,26 +181,25 @@ class PeerRecords:
             got = self._fds[source] = (fd, os.fstat(fd).st_size)
         return got
 
-    def _payload(self, offset: int, source: str) -> bytes | None:
+    def _entry(self, offset: int, source: str) -> bytes | None:
         got = self._fd(source)
         if got is None or offset < 0 or offset >= got[1]:
             return None
-        payload = read_entry(got[0], offset)
-        if payload is None:
+        entry = read_entry(got[0], offset)
+        if entry is None:
             self.damaged += 1
-        return payload
+        return entry
 
     def links(self, offset: int | None, source: str = "") -> tuple[list[str], frozenset, bytes | None] | None:
         if offset is None:
             return None
         if offset == NO_LINKS:
             return [], frozenset(), None
-        payload = self._payload(offset, source)
-        return None if payload is None else stored_links(payload)
+        entry = self._entry(offset, source)
+        return None if entry is None else stored_links(entry)
 
     def raw(self, offset: int, source: str = "") -> bytes | None:
-        payload = self._payload(offset, source)
-        return None if payload is None else whole_entry(payload)
+        return self._entry(offset, source)
 
     def close(self) -> None:
         for fd, _size in self._fds.values():
