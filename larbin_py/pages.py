@@ -151,6 +151,7 @@ class PageHandler:
             extra["extra_headers"] = rule.header_bytes
         rc = self.recrawl
         validators = ()
+        prefetched = None
         trigger = None
         if self.dynamic is not None and not is_sitemap(req.record):
             if rule is not None and rule.dynamic is not None:
@@ -160,8 +161,10 @@ class PageHandler:
         if trigger is not None:
             fetcher, extra = self.dynamic, {"request": req, "trigger": trigger}  # rendered in Chromium
         elif rc is not None and (validators := rc.request_headers(req.record)):
-            # a recrawl asks conditionally (larbin_py.recrawl), after a site line's headers
+            # a recrawl asks conditionally (larbin_py.recrawl), after a site line's headers,
+            # and reads what it stored of the page meanwhile, for a 304
             extra["extra_headers"] = tuple(extra.get("extra_headers", ())) + validators
+            prefetched = rc.prefetch(req.record)
         if jar is None:
             res = await fetcher.fetch(req.url, req.ip, req.port, **extra)
         else:  # useCookies: the jar's Cookie header out, the answer's Set-Cookie in
@@ -173,7 +176,8 @@ class PageHandler:
         digest = payload_digest(res.body) if ok and (self.logging or rc is not None) else None
         stored = None
         if rc is not None and rc.unchanged(req.record, res, bool(validators), digest):
-            stored = await rc.stored(req.record)  # its links, read on the writer thread
+            # its links, read on the writer thread
+            stored = await (prefetched if prefetched is not None else rc.stored(req.record))
         sitemap = None
         if is_sitemap(req.record) and (ok or _cut(res)):  # read beside the loop (larbin_py.sitemap_fetch)
             sitemap = await self.sitemaps.read_beside(req.record, res.body, cut=_cut(res))

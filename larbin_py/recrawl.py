@@ -168,6 +168,28 @@ class Stored:
     entry: bytes | None = None
 
 
+def _job_results(job: asyncio.Future, n: int) -> list:
+    """The results of a :meth:`Recrawl._read_many` job, or its failure ``n`` times."""
+    if job.cancelled():
+        return [asyncio.CancelledError()] * n
+    exc = job.exception()
+    return job.result() if exc is None else [exc] * n
+
+
+def _deliver(futures: list[asyncio.Future], results: list) -> None:
+    """Each future its result, or its exception (retrieved here: a page whose answer
+    was not a 304 never looks at its read, and the writer's failure is reported
+    by the writer)."""
+    for fut, res in zip(futures, results):
+        if fut.done():
+            continue
+        if isinstance(res, BaseException):
+            fut.set_exception(res)
+            fut.exception()
+        else:
+            fut.set_result(res)
+
+
 class Recrawl:
     """This crawl's records and, in a recrawl, the revisit of the previous generation.
 
@@ -196,6 +218,11 @@ class Recrawl:
         #: A worker's skips under way (:meth:`divert`): the worker is not idle meanwhile.
         self.skipping = 0
         self._tasks: set = set()
+        #: The stored reads asked in this loop turn (:meth:`prefetch`), read as one writer job.
+        self._batch: list = []
+        #: Writer jobs of :meth:`prefetch` and the reads they carried (``/stats.json`` has neither:
+        #: the tests and bench/ read them).
+        self.read_jobs = self.reads = 0
 
     def attach(self, frontier, crawl_state, counts, pages) -> None:
         self.frontier, self.state, self.counts, self.pages = frontier, crawl_state, counts, pages
@@ -307,6 +334,42 @@ class Recrawl:
         """(Loop.) The stored links of ``rec`` and its mirror file's presence, read on the writer."""
         visit = decode_token(rec.prev)
         return await self.writer.call(self._read_stored, visit.links, rec.url, visit.source)
+
+    def prefetch(self, rec: UrlRecord) -> asyncio.Future:
+        """(Loop.) :meth:`stored` started while ``rec`` is asked with validators, its
+        :class:`Stored` used if the page is unchanged.  The reads asked in one loop turn
+        (the requests a pump starts) go to the writer thread as one job: a hand-over
+        to the writer and back for each page cost a recrawl about a fifth of its CPU
+        on 2 cores (docs/recrawl.md), and the read now overlaps the request."""
+        visit = decode_token(rec.prev)
+        fut = asyncio.get_running_loop().create_future()
+        batch = self._batch
+        batch.append((fut, (visit.links, rec.url, visit.source)))
+        if len(batch) == 1:
+            fut.get_loop().call_soon(self._read_batch)
+        return fut
+
+    def _read_batch(self) -> None:
+        batch, self._batch = self._batch, []
+        futures = [fut for fut, _item in batch]
+        try:
+            job = self.writer.call(self._read_many, [item for _fut, item in batch])
+        except RuntimeError as exc:  # the writer is closed: the crawl is ending
+            _deliver(futures, [exc] * len(futures))
+            return
+        self.read_jobs += 1
+        self.reads += len(batch)
+        job.add_done_callback(lambda job: _deliver(futures, _job_results(job, len(futures))))
+
+    def _read_many(self, items: list[tuple]) -> list:
+        """(Writer.) :meth:`_read_stored` of each item, or the exception it raised."""
+        out = []
+        for item in items:
+            try:
+                out.append(self._read_stored(*item))
+            except Exception as exc:
+                out.append(exc)
+        return out
 
     def _read_stored(self, offset: int, url: str, source: str = "") -> Stored:
         """(Writer.) The mirror file's path is worked out here too, not on the loop."""

@@ -213,3 +213,63 @@ def test_a_page_whose_links_the_analysis_processes_keep_is_recorded_all_the_same
     assert by_url["http://a.test/nofollow"][1].links == NO_LINKS and by_url["http://a.test/nofollow"][2] is None
     failed = by_url["http://a.test/failed"][1]
     assert failed.links is None and failed.etag == '"v1"' and failed.digest == "ABC"  # asked plainly next time
+
+
+async def test_the_stored_reads_of_requests_started_together_are_one_writer_job(tmp_path, monkeypatch):
+    """A recrawl reads what it stored of a page while the page is asked (Recrawl.prefetch):
+    the reads asked in one loop turn are one job on the writer thread (a hand-over to the
+    writer and back for each page cost a fifth of a recrawl's CPU), each page gets its own
+    links; a read that fails fails its own page only, one nobody looks at (the page
+    changed) warns of nothing, and a closed writer fails the reads, not the loop."""
+    import asyncio
+    import gc
+
+    import pytest
+
+    from larbin_py.config import parse_config_text
+    from larbin_py.output.writer import WriterThread
+    from larbin_py.recrawl import Recrawl
+
+    recs = [UrlRecord(f"http://a.test/{i}", 1, 0, 0, found=LINK) for i in range(3)]
+    pos = _write(tmp_path, [(rec, Visit(1, 1, digest=f"D{i}"), [f"http://a.test/{i}/x"])
+                            for i, rec in enumerate(recs)])
+    old = OldRecords(str(tmp_path), 1, pos)
+    batch, _end = old.batch(0)
+    loop = asyncio.get_running_loop()
+    problems = []
+    loop.set_exception_handler(lambda _loop, context: problems.append(context))
+    writer = WriterThread(loop)
+    rc = Recrawl(parse_config_text("", require_start_urls=False).replace(output_mode="stats"), old=old)
+    rc.start(writer, None)
+    try:
+        got = await asyncio.gather(*(rc.prefetch(rec) for rec in batch))
+        assert (rc.read_jobs, rc.reads) == (1, 3)
+        assert [s.links for s in got] == [[f"http://a.test/{i}/x"] for i in range(3)]
+        assert all(s.present and s.entry for s in got)
+        assert (await rc.prefetch(batch[1])).links == ["http://a.test/1/x"]
+        assert (rc.read_jobs, rc.reads) == (2, 4)  # a later turn: a job of its own
+
+        real = old.links
+        bad = decode_token(batch[0].prev).links
+
+        def links(offset, source=""):
+            if offset == bad:
+                raise OSError(5, "Input/output error")
+            return real(offset, source)
+
+        monkeypatch.setattr(old, "links", links)
+        failing, fine, unread = rc.prefetch(batch[0]), rc.prefetch(batch[2]), rc.prefetch(batch[0])
+        with pytest.raises(OSError):
+            await failing
+        assert (await fine).links == ["http://a.test/2/x"] and rc.read_jobs == 3
+        await asyncio.sleep(0)
+        assert unread.done()
+        del unread
+        gc.collect()
+    finally:
+        await writer.aclose()
+    closed = rc.prefetch(batch[1])
+    with pytest.raises(RuntimeError, match="closed"):
+        await closed
+    old.close()
+    assert problems == []
