@@ -79,7 +79,6 @@ from .frontier.store import UrlRecord
 from .journal import FETCHED
 from .output import Document
 from .output.base import payload_digest
-from .output.paths import url_to_parts
 from .records import NO_LINKS, OldRecords, Visit, clean_etag, clean_type, decode_token, encode_token
 from .url import fingerprints
 
@@ -166,6 +165,8 @@ class Stored:
     embeds: frozenset
     present: bool
     entry: bytes | None = None
+    #: Its mirror file as found, ``(relative path, size)`` (mirror mode), indexed as it is.
+    file: tuple[str, int] | None = None
 
 
 def _job_results(job: asyncio.Future, n: int) -> list:
@@ -374,12 +375,13 @@ class Recrawl:
     def _read_stored(self, offset: int, url: str, source: str = "") -> Stored:
         """(Writer.) The mirror file's path is worked out here too, not on the loop."""
         found = self.old.links(offset, source)
-        present = True
+        present, file = True, None
         if self.mirror:
-            present = self.output.inner.exists(url_to_parts(url))
+            file = self.output.inner.locate(url)
+            present = file is not None
         if found is None:
-            return Stored(None, frozenset(), present)
-        return Stored(*found[:2], present, found[2])
+            return Stored(None, frozenset(), present, None, file)
+        return Stored(*found[:2], present, found[2], file)
 
     def on_unchanged(self, req, res, stored: Stored, now: float) -> None:
         """The page has not changed (see :meth:`unchanged`): apply it (see the module docstring)."""
@@ -401,7 +403,7 @@ class Recrawl:
             fetched_at=time.time(), ip=req.ip, raw_request=res.raw_request or None,
             raw_response_head=res.raw_response_head or None, raw_body=getattr(res, "raw_body", None),
             revisit="server-not-modified" if not_modified else "identical-payload-digest",
-            refers_to_date=float(visit.captured)))
+            refers_to_date=float(visit.captured), stored_file=stored.file))
         fr.fetched_ok(req, now)
         visit.checked = int(self.wall())
         visit.etag = etag_of(res.headers) or visit.etag

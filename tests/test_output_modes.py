@@ -68,6 +68,31 @@ def test_mirror_writes_exact_bodies_and_index(tmp_path):
     assert (tmp_path / "site0.test_https" / "index.html").is_file()
 
 
+def test_a_recrawls_unchanged_page_is_indexed_from_the_file_it_found(tmp_path, monkeypatch):
+    """A recrawl looks a page's mirror file up once (MirrorOutput.locate, before it trusts
+    a 304); the revisit Document carries what it found and the mirror indexes that file
+    without a second lookup, its file untouched; without it the mirror looks it up."""
+    out = open_output("mirror", str(tmp_path))
+    body = page(1, 300)
+    rel = out.write(doc("http://a.test/x/p.html", body))
+    assert out.locate("http://a.test/x/p.html") == (rel, 300)
+    assert out.locate("http://a.test/x/missing.html") is None
+    mtime = os.stat(tmp_path / rel).st_mtime_ns
+    found = out.locate("http://a.test/x/p.html")
+    monkeypatch.setattr(type(out._tree), "find", lambda *a: pytest.fail("looked up again"))
+    revisit = doc("http://a.test/x/p.html", b"", status=304)
+    revisit.revisit, revisit.stored_file = "server-not-modified", found
+    assert out.write(revisit) == rel
+    monkeypatch.undo()
+    again = doc("http://a.test/x/p.html", b"", status=304)
+    again.revisit = "server-not-modified"
+    assert out.write(again) == rel
+    out.close()
+    entries = check_index(tmp_path)
+    assert [(e["path"], e["status"], e["length"]) for e in entries] == [(rel, 200, 300)] * 3
+    assert os.stat(tmp_path / rel).st_mtime_ns == mtime and (tmp_path / rel).read_bytes() == body
+
+
 def test_mirror_rewrite_replaces_file(tmp_path):
     out = open_output("mirror", str(tmp_path))
     assert out.write(doc("http://h/a", b"old")) == "h/a"

@@ -228,10 +228,18 @@ def _with_header(headers, block: bytes | None, name: bytes, value: bytes) -> tup
     the fast path still skips h11; any other has no block, and h11 checks
     (and refuses) it.
     """
-    headers = [*(headers.raw_items() if hasattr(headers, "raw_items") else headers), (name, value)]
-    if block is not None and _VALUE.fullmatch(value):
-        return headers, b"%s%s: %s\r\n\r\n" % (block[:-2], name, value)
-    return headers, None
+    return _with_headers(headers, block, ((name, value),))
+
+
+def _with_headers(headers, block: bytes | None, pairs) -> tuple:
+    """:func:`_with_header` for each of ``pairs`` (a recrawl's validators), in one copy."""
+    headers = [*(headers.raw_items() if hasattr(headers, "raw_items") else headers), *pairs]
+    if block is None:
+        return headers, None
+    for _name, value in pairs:
+        if not _VALUE.fullmatch(value):
+            return headers, None
+    return headers, block[:-2] + b"".join([b"%s: %s\r\n" % (name, value) for name, value in pairs]) + b"\r\n"
 
 
 def split_url(url: str) -> tuple[str, str, str, str]:
@@ -985,8 +993,8 @@ class Fetcher:
             block = None
         else:
             headers, block = self._headers_by_host.get(host_header) or self._host_headers(host_header)
-            for name, value in extra_headers:  # (a recrawl's validators: added after the kept ones)
-                headers, block = _with_header(headers, block, name, value)
+            if extra_headers:  # (a recrawl's validators: added after the kept ones)
+                headers, block = _with_headers(headers, block, extra_headers)
         secrets: list[bytes] = []
         sent = False
         if rule is not None:

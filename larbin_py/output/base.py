@@ -108,6 +108,10 @@ class Document:
     #: ``<lastmod>`` the sitemap gave (W3C datetime, or ""): the WARC writes them on the response.
     found_by: str = ""
     lastmod: str = ""
+    #: A recrawl's unchanged page: its mirror file as the recrawl found it, ``(relative
+    #: path, size)`` (:meth:`~larbin_py.output.mirror.MirrorOutput.locate`, on the writer
+    #: thread): the mirror indexes it without looking it up again.
+    stored_file: tuple[str, int] | None = None
 
 
 class OutputError(Exception):

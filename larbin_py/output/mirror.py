@@ -9,8 +9,9 @@ A recrawl (larbin_py.recrawl) starts a new index over the files it finds:
 a page unchanged (``Document.revisit``) or kept (``Document.keep``) is not
 written again, its existing file gets its index line (its size as it is;
 none when the file is not there); a page gone (``Document.remove``) loses
-its file.  :meth:`MirrorOutput.exists` tells a recrawl whether a page's
-file is there before it trusts a 304.
+its file.  :meth:`MirrorOutput.locate` tells a recrawl whether a page's
+file is there before it trusts a 304; the file it found comes back with
+the page (``Document.stored_file``), not looked up twice.
 
 Page files are not fsynced one by one as they are written (a killed
 process loses nothing the kernel has): ``flush(sync=True)`` (a checkpoint,
@@ -49,12 +50,14 @@ class MirrorOutput:
             raise OutputError("write after close")
         if doc.archive_only:  # an exchange only a WARC keeps
             return None
-        parts = url_to_parts(doc.url)
+        found = doc.stored_file
+        parts = url_to_parts(doc.url) if found is None else None
         if doc.remove:
             self._tree.remove(parts[:-1], parts[-1])
             return None
         if doc.keep or doc.revisit is not None:
-            found = self._tree.find(parts[:-1], parts[-1])
+            if found is None:
+                found = self._tree.find(parts[:-1], parts[-1])
             if found is not None:
                 relpath, size = found
                 self._index.append(doc.url, relpath, doc.status if 200 <= doc.status < 300 else 200,
@@ -64,6 +67,8 @@ class MirrorOutput:
                 return relpath
             if doc.keep or not doc.body:  # nothing to index, nothing to write
                 return None
+        if parts is None:
+            parts = url_to_parts(doc.url)
         body = doc.body
         relpath = self._tree.write(parts[:-1], parts[-1], body)
         self._index.append(doc.url, relpath, doc.status, doc.content_type, len(body))
@@ -72,9 +77,11 @@ class MirrorOutput:
         stats.files += 1
         return relpath
 
-    def exists(self, parts: list[str]) -> bool:
-        """Is the file of the URL whose :func:`~larbin_py.output.paths.url_to_parts` are ``parts`` there?"""
-        return self._tree.find(parts[:-1], parts[-1]) is not None
+    def locate(self, url: str) -> tuple[str, int] | None:
+        """The file of ``url``, ``(relative path, size)``, or None when it is not there
+        (a recrawl's lookup before it trusts a 304: :attr:`Document.stored_file`)."""
+        parts = url_to_parts(url)
+        return self._tree.find(parts[:-1], parts[-1])
 
     def flush(self, sync: bool = False) -> None:
         if sync:
