@@ -4,10 +4,12 @@
 
 A reference for the recrawl benchmark (bench/recrawl.py), not a crawler:
 it reads the request lines of a crawl log (the lines with an HTTP status,
-in order), and asks each URL again over keep-alive connections, one a
+in order), and asks each URL again over keep-alive connections, one per
 server IP as the crawler opens them (``HOSTS_JSON``: ``{"host": "ip"}``,
 the sim's DNS answers given up front), with ``If-None-Match: *`` so that
-nginx answers every static file 304 as it answers a recrawl's validators.
+nginx answers every static file 304 as it answers a recrawl's validators
+(the files of an unwanted type too, which a recrawl asks plainly: the
+floor is a little lower than the crawler's own could be).
 Each answer is read by llhttp (httptools, the crawler's own fast reader)
 to its end and dropped: no DNS, no robots.txt rules, no frontier, no
 output, no records, no log.  Its CPU (measured by the parent with wait4,

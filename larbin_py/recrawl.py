@@ -19,10 +19,14 @@ a new crawl, the next *generation*, from those records:
    whose links are known is asked with ``If-None-Match`` (its ETag) and
    ``If-Modified-Since`` (its Last-Modified).  Without known links (the
    page's analysis never ended) it is asked plainly: a 304 would leave
-   nothing to offer.
+   nothing to offer.  What the page would need if unchanged (its links
+   entry, its mirror file) is read on the writer thread while it is asked
+   (:meth:`prefetch`), the reads of the requests a loop turn starts as one
+   job.
 3. **Unchanged** (:meth:`unchanged`): a 304, or a 2xx whose body has the
    digest of the last one (a server that ignores validators).  Its stored
-   links are read on the writer thread (:meth:`stored`) and offered again;
+   links (read by then, or now by :meth:`stored` when it was asked without
+   validators) are offered again;
    the page is counted fetched; its file is not rewritten (the output gets
    a ``revisit`` Document: the mirror indexes the file it has, the WARC
    writes a revisit record); its record goes on with the links copied
