@@ -188,7 +188,9 @@ def _deliver(futures: list[asyncio.Future], results: list) -> None:
     for fut, res in zip(futures, results):
         if fut.done():
             continue
-        if isinstance(res, BaseException):
+        if isinstance(res, asyncio.CancelledError):
+            fut.cancel()
+        elif isinstance(res, BaseException):
             fut.set_exception(res)
             fut.exception()
         else:

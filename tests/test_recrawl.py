@@ -342,3 +342,33 @@ async def test_a_recrawl_killed_and_reloaded_ends_as_one_that_was_not(tmp_path):
         verdicts = Counter(e["recrawl"] for e in entries)
         assert verdicts["changed"] == 10 and verdicts["gone"] == 3
         assert verdicts["unchanged"] == len(fetched) - 13
+
+
+@pytest.mark.async_timeout(240)
+async def test_a_recrawl_stopped_with_reads_in_flight_stops_cleanly_and_reloads(tmp_path):
+    """SIGTERM in the middle of a recrawl, its stored reads under way (Recrawl.prefetch: read
+    on the writer while their pages are asked): the crawler stops with its exit code and
+    no traceback, and --reload ends it with one verdict a page, as a recrawl never stopped."""
+    web = tree(seed=28, hosts=6, pages=40)
+    async with served(web, web.port) as srv:
+        site = Site(tmp_path, web, srv, wait_duration=0.02, pages_connexions=40, checkpoint_interval=0.3)
+        await site.crawl()
+        fetched = sorted(site.index())
+        srv.clear()
+        conf = write_conf(tmp_path, site.config)
+        proc = await start_crawler(conf, "--recrawl", cwd=str(tmp_path))
+        for _ in range(1500):  # until a third of the pages were asked again
+            if len(pages_of(srv.requests())) >= len(fetched) // 3:
+                break
+            await asyncio.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 60) == 143
+        err = (tmp_path / "crawler.err").read_text()
+        assert "Traceback" not in err and "Exception" not in err and "never retrieved" not in err, err
+        assert len(pages_of(srv.requests())) < len(fetched), "stopped too late to test anything"
+        proc = await start_crawler(conf, "--reload", cwd=str(tmp_path))
+        assert await asyncio.wait_for(proc.wait(), 200) == 0, (tmp_path / "crawler.err").read_text()
+        assert sorted(site.index()) == fetched
+        entries = [e for e in read_log(os.path.join(site.config.state_dir, "crawl.log")) if e["recrawl"]]
+        assert Counter(e["url"] for e in entries) == Counter(fetched)  # one verdict each, none twice
+        assert Counter(e["recrawl"] for e in entries) == {"unchanged": len(fetched)}
