@@ -177,7 +177,7 @@ class PageHandler:
         stored = None
         if rc is not None and rc.unchanged(req.record, res, bool(validators), digest):
             # its links, read on the writer thread
-            stored = await (prefetched if prefetched is not None else rc.stored(req.record))
+            stored = await (prefetched if prefetched is not None else rc.prefetch(req.record))
         sitemap = None
         if is_sitemap(req.record) and (ok or _cut(res)):  # read beside the loop (larbin_py.sitemap_fetch)
             sitemap = await self.sitemaps.read_beside(req.record, res.body, cut=_cut(res))

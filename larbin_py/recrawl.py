@@ -25,8 +25,8 @@ a new crawl, the next *generation*, from those records:
    job.
 3. **Unchanged** (:meth:`unchanged`): a 304, or a 2xx whose body has the
    digest of the last one (a server that ignores validators).  Its stored
-   links (read by then, or now by :meth:`stored` when it was asked without
-   validators) are offered again;
+   links (read by then, or read now when it was asked without validators)
+   are offered again;
    the page is counted fetched; its file is not rewritten (the output gets
    a ``revisit`` Document: the mirror indexes the file it has, the WARC
    writes a revisit record); its record goes on with the links copied
@@ -337,17 +337,14 @@ class Recrawl:
             return sent
         return 200 <= res.status < 300 and digest is not None and digest[5:] == visit.digest
 
-    async def stored(self, rec: UrlRecord) -> Stored:
-        """(Loop.) The stored links of ``rec`` and its mirror file's presence, read on the writer."""
-        visit = decode_token(rec.prev)
-        return await self.writer.call(self._read_stored, visit.links, rec.url, visit.source)
-
     def prefetch(self, rec: UrlRecord) -> asyncio.Future:
-        """(Loop.) :meth:`stored` started while ``rec`` is asked with validators, its
-        :class:`Stored` used if the page is unchanged.  The reads asked in one loop turn
-        (the requests a pump starts) go to the writer thread as one job: a hand-over
-        to the writer and back for each page cost a recrawl about a fifth of its CPU
-        on 2 cores (docs/recrawl.md), and the read now overlaps the request."""
+        """(Loop.) What was stored of ``rec`` (its links, its mirror file), read on the
+        writer thread: a future of its :class:`Stored`.  Asked when ``rec`` is asked with
+        validators (the read overlaps the request; used if the page is unchanged), or
+        when a page asked without them turns out unchanged (its digest).  The reads asked
+        in one loop turn (the requests a pump starts) go to the writer as one job: a
+        hand-over to the writer and back for each page cost a recrawl about a fifth of
+        its CPU on 2 cores (docs/recrawl.md)."""
         visit = decode_token(rec.prev)
         fut = asyncio.get_running_loop().create_future()
         batch = self._batch
