@@ -6,8 +6,9 @@ fetched with 200, the 3 answering 404, every other page a 304 asked with
 its validators), the mirror's files say what was written (the unchanged
 ones untouched: their mtimes), and the mirror equals the tree after the
 changes.  The same against nginx with validators off (always 200: the
-digest tells), in WARC mode (revisit records), with revisitAfter, and
---reload in the middle of a recrawl.
+digest tells), against the synthetic web (no validator at all), in WARC
+mode (revisit records), with revisitAfter, --reload after a SIGKILL in the
+middle of a recrawl, and after a SIGTERM with stored reads under way.
 """
 
 from __future__ import annotations
@@ -372,3 +373,35 @@ async def test_a_recrawl_stopped_with_reads_in_flight_stops_cleanly_and_reloads(
         entries = [e for e in read_log(os.path.join(site.config.state_dir, "crawl.log")) if e["recrawl"]]
         assert Counter(e["url"] for e in entries) == Counter(fetched)  # one verdict each, none twice
         assert Counter(e["recrawl"] for e in entries) == {"unchanged": len(fetched)}
+
+
+@pytest.mark.async_timeout(240)
+async def test_pages_with_no_validator_at_all_are_told_unchanged_by_their_digest(tmp_path):
+    """The synthetic web sends neither ETag nor Last-Modified: a recrawl asks each page
+    plainly, and a 200 with the last crawl's digest is unchanged, its stored links read
+    after the answer (the same batched read as a 304's), its file untouched, the crawl
+    reaching the same URLs as the first."""
+    from larbin_py.sim import Sim
+
+    from helpers.crawl import make_config
+    from helpers.state import page_requests, sim_config
+
+    async with Sim(sim_config(61)) as sim:
+        config = make_config(tmp_path, sim, output_mode="mirror", wait_duration=0.0)
+        first = await Engine(config).run()
+        assert first.failed is None and first.pages > 100
+        before = Counter(page_requests(sim.log))
+        save = config.save_dir
+        with open(os.path.join(save, INDEX_NAME), encoding="utf-8") as f:
+            index = {e["url"]: e for e in (parse_index_line(line.rstrip("\n")) for line in f)}
+        mtimes = {url: os.stat(os.path.join(save, e["path"])).st_mtime_ns for url, e in index.items()}
+        sim.log.clear()
+        engine = Engine(config, recrawl=True)
+        second = await engine.run()
+        assert second.failed is None
+        assert not any(r.header("if-none-match") or r.header("if-modified-since") for r in sim.log.requests)
+        r = second.recrawl
+        assert r["unchanged"] == first.pages and r["notModified"] == 0 and r["changed"] == 0, r
+        assert engine.recrawl.reads == first.pages  # each page's stored data read once, after its answer
+        assert Counter(page_requests(sim.log)) == before
+        assert {url: os.stat(os.path.join(save, e["path"])).st_mtime_ns for url, e in index.items()} == mtimes
