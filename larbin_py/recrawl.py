@@ -227,8 +227,8 @@ class Recrawl:
         self._tasks: set = set()
         #: The stored reads asked in this loop turn (:meth:`prefetch`), read as one writer job.
         self._batch: list = []
-        #: Writer jobs of :meth:`prefetch` and the reads they carried (``/stats.json`` has neither:
-        #: the tests and bench/ read them).
+        #: Writer jobs of :meth:`prefetch` and the reads they carried (not in ``/stats.json``:
+        #: the tests read them, to see the reads batched and each page read once).
         self.read_jobs = self.reads = 0
 
     def attach(self, frontier, crawl_state, counts, pages) -> None:
