@@ -91,9 +91,16 @@ def status_code(reason: str) -> int:
     return CODES.get(reason, OTHER_CODE)
 
 
+_second = [-1, ""]  # the last second formatted, and its text: a crawl writes many lines a second
+
+
 def _iso(when: float) -> str:
     seconds = int(when)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{int((when - seconds) * 1000):03d}Z"
+    last = _second
+    if last[0] != seconds:
+        last[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+        last[0] = seconds
+    return f"{last[1]}.{int((when - seconds) * 1000):03d}Z"
 
 
 def format_line(*, when: float, status: int | None, url: str, reason: str, size: int | None = None,

@@ -244,14 +244,15 @@ def linked_web(rng, sites, pages, out_links):
     return urls, links
 
 
+@pytest.mark.parametrize("park_urls", [0, None], ids=["wait lane", "park and wait lane"])
 @pytest.mark.parametrize("seed", range(12))
-def test_refills_keep_the_parked_counts_exact_and_lose_nothing(tmp_path, seed):
+def test_refills_keep_the_parked_counts_exact_and_lose_nothing(tmp_path, seed, park_urls):
     rng = random.Random(seed)
     bound = rng.choice([1, 2, 3, 5, 8])
     sites = rng.choice([3, 12, 40])
     urls, links = linked_web(rng, sites, rng.choice([5, 20, 60]), rng.choice([2, 6, 15]))
     f = make(tmp_path, ram_urls=rng.choice([8, 30, 200]), max_urls_by_site=bound, wait_duration=0.01,
-             rng=rng, max_requests=rng.choice([2, 10, 50]))
+             rng=rng, max_requests=rng.choice([2, 10, 50]), park_urls=park_urls)
     sim = LinkSim(f, links=links, ips={f"w{s}.test": f"10.0.7.{s % 5}" for s in range(sites)},
                   latency=0.003, page_outcome=lambda req, n: rng.choice(["ok", "ok", "ok", "timeout"]))
     for s in range(sites):
@@ -262,13 +263,14 @@ def test_refills_keep_the_parked_counts_exact_and_lose_nothing(tmp_path, seed):
     taken, accounted = f.conservation()
     assert taken == accounted == len(sim.pushed)
     assert len(f.lanes.wait) == 0 and not f.refill.wanting and f.refill.parked_sites == 0
+    assert f.parked == 0 and not f._unpark and not any(site.parked for site in f.sites.values())
 
 
 def test_refills_rotate_the_wait_store_in_batches(tmp_path):
     # 100 full sites, each with far more URLs than its bound: Larbin's rotation
     # popped about one record per full site for every page fetched.
     rng = random.Random(5)
-    f = make(tmp_path, ram_urls=5000, max_urls_by_site=10, wait_duration=0.0, max_requests=20)
+    f = make(tmp_path, ram_urls=5000, max_urls_by_site=10, wait_duration=0.0, max_requests=20, park_urls=0)
     hosts = {f"b{i}.test": f"10.0.8.{i}" for i in range(100)}
     urls = [f"http://{h}/{n}" for n in range(60) for h in hosts]
     rng.shuffle(urls)
@@ -286,10 +288,11 @@ def test_refills_rotate_the_wait_store_in_batches(tmp_path):
     assert f.lanes.wait.popped / len(sim.fetched) < 2 * REFILL_SHARE
 
 
-def test_a_site_that_runs_dry_is_refilled_at_once(tmp_path):
+@pytest.mark.parametrize("park_urls", [0, None], ids=["wait lane", "park"])
+def test_a_site_that_runs_dry_is_refilled_at_once(tmp_path, park_urls):
     # One fast site among 40 slow parked ones (crawl-delay 30 s): the batch
     # share is never reached, yet the fast site must not stall waiting for it.
-    f = make(tmp_path, ram_urls=5000, max_urls_by_site=4, wait_duration=0.0)
+    f = make(tmp_path, ram_urls=5000, max_urls_by_site=4, wait_duration=0.0, park_urls=park_urls)
     hosts = {"fast.test": "10.0.9.1", **{f"slow{i}.test": f"10.0.9.{i + 2}" for i in range(40)}}
     for n in range(40):
         for h in hosts:
@@ -370,6 +373,63 @@ def test_gate_closes_when_sites_hold_ram_urls(tmp_path):
     f.load(0.0)
     assert f.in_sites == 10 and not f.is_get
     assert len(f.lanes.main) == 90
+
+
+def test_the_park_keeps_a_full_sites_urls_in_memory_in_order_within_its_bound(tmp_path):
+    # a.test's FIFO holds 4; the park takes the next 10 (its bound), the wait
+    # lane the last 6.  They come back in the order they came, the park's
+    # first, and the wait lane is popped once a record: no rotation past others.
+    f = make(tmp_path, max_urls_by_site=4, park_urls=10, wait_duration=0.01)
+    urls = [f"http://a.test/{i}" for i in range(20)]
+    for u in urls:
+        f.admission.push(u, 3, 2)
+    f.load(0.0)
+    site = f.sites["http://a.test:80"]
+    assert [r.url for r in site.fifo] == urls[:4] and [r.url for r in site.parked] == urls[4:14]
+    assert f.parked == 10 and len(f.lanes.wait) == 6 and site.overflow == 6
+    assert f.queued == 20 and f.in_sites == 4 and f.is_get  # the gate counts FIFOs only
+    sim = Sim(f, ips={"a.test": "10.0.0.9"}, latency=0.002)
+    sim.run()
+    assert sim.fetched == urls
+    assert f.lanes.wait.popped == 6 and f.lanes.wait.pushed == 6
+    assert f.idle() and f.parked == 0 and f.conservation() == (20, 20)
+
+
+def test_parked_urls_do_not_close_the_gate_on_other_sites(tmp_path):
+    # One large site first in the main lane: its surplus is parked, not counted
+    # in the gate (ram_urls 20), so the small site behind it is loaded too.
+    f = make(tmp_path, ram_urls=20, max_urls_by_site=5, park_urls=100)
+    for i in range(100):
+        f.admission.push(f"http://big.test/{i}", 3, 2)
+    for i in range(5):
+        f.admission.push(f"http://small.test/{i}", 3, 2)
+    f.load(0.0)
+    assert len(f.sites["http://big.test:80"].fifo) == 5 and f.parked == 95
+    assert len(f.sites["http://small.test:80"].fifo) == 5 and len(f.lanes.main) == 0
+    assert f.in_sites == 10 and f.is_get
+
+
+def test_a_checkpoint_carries_the_parked_urls_and_a_reload_crawls_each_once(tmp_path):
+    f = make(tmp_path, max_urls_by_site=3, park_urls=50, wait_duration=0.01)
+    urls = [f"http://p{i % 2}.test/{i}" for i in range(40)]
+    for u in urls:
+        f.admission.push(u, 3, 2)
+    ips = {"p0.test": "10.0.5.1", "p1.test": "10.0.5.2"}
+    sim = Sim(f, ips=ips, latency=0.002)
+    sim.run(until=0.05)  # stopped with URLs fetched, running, in the FIFOs and parked
+    assert 0 < len(sim.fetched) < 20 and f.parked > 10 and f.in_flight > 0
+    state, carry = codec.snapshot(f, sim.now, 1000.0)
+    assert {r.url for r in carry} >= {r.url for site in f.sites.values() for r in site.parked}
+    assert len(carry) == f.in_sites + f.parked + f.in_flight + f.lanes.in_memory
+    f.close()
+    g = make(tmp_path, max_urls_by_site=3, park_urls=50, wait_duration=0.01, positions=state.stores)
+    codec.restore(g, state, carry, 0.0, 1000.0)
+    assert g.conservation() == (40, 40)
+    later = Sim(g, ips=ips, latency=0.002)
+    later.run()
+    done = set(sim.fetched) - {r.url for r in carry}  # the in-flight ones were carried: asked again
+    assert sorted(done | set(later.fetched)) == sorted(urls) and not done & set(later.fetched)
+    assert g.idle() and g.conservation() == (40, 40)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -458,12 +518,18 @@ def test_connect_lag_moves_the_next_start_without_adding_up(tmp_path):
     assert req.site.next_allowed == pytest.approx(1.3)
 
 
-def test_robots_refusing_a_full_fifo_brings_the_parked_urls_back(tmp_path):
+@pytest.mark.parametrize("park_urls", [0, None], ids=["wait lane", "park"])
+def test_robots_refusing_a_full_fifo_brings_the_parked_urls_back(tmp_path, park_urls):
     # One page links 41 URLs robots.txt disallows, then /ok.html: the FIFO
-    # (40) takes the first 40, the last two wait in the wait store.  Refusing
-    # the 40 frees the site while no request runs: the frontier must load the
-    # parked URLs at once, not wait for an event that never comes.
-    f = make(tmp_path, max_urls_by_site=40, wait_duration=0.01)
+    # (40) takes the first 40, the last two wait in the park (or, with none,
+    # the wait store).  Refusing the 40 frees the site while no request runs:
+    # the frontier must load the parked URLs at once, not wait for an event
+    # that never comes.
+    f = make(tmp_path, max_urls_by_site=40, wait_duration=0.01, park_urls=park_urls)
+    parked = []
+    enter = f._enter
+    f._enter = lambda site, rec, now, from_wait: parked.append(rec.url) if not enter(site, rec, now, from_wait) \
+        else True
     root = "http://r.test/"
     links = {root: [f"http://r.test/no/{i}" for i in range(41)] + ["http://r.test/ok.html"]}
     sim = LinkSim(f, links=links, ips={"r.test": "10.0.0.4"}, latency=0.01,
@@ -471,7 +537,8 @@ def test_robots_refusing_a_full_fifo_brings_the_parked_urls_back(tmp_path):
     sim.pushed.add(root)
     f.admission.push(root, 3, 2)
     sim.run(until=60.0)
-    assert f.lanes.wait.pushed == 2  # the two really were parked
+    assert parked == ["http://r.test/no/40", "http://r.test/ok.html"]  # the two really were parked
+    assert f.lanes.wait.pushed == (2 if park_urls == 0 else 0)  # where park_urls says
     assert sim.fetched == [root, "http://r.test/ok.html"]
     assert f.forgotten["forbiddenRobots"] == 41
     assert f.idle() and sim.now < 1.0
@@ -479,13 +546,16 @@ def test_robots_refusing_a_full_fifo_brings_the_parked_urls_back(tmp_path):
     assert taken == accounted == 43
 
 
-def test_a_name_that_fails_frees_room_for_its_parked_urls(tmp_path):
+@pytest.mark.parametrize("park_urls", [0, None], ids=["wait lane", "park"])
+def test_a_name_that_fails_frees_room_for_its_parked_urls(tmp_path, park_urls):
     # The site's FIFO is full and more of its URLs are parked; its name fails
     # for good, so the FIFO's URLs are forgotten as noDNS: the parked ones must
     # come back (and be forgotten in turn) instead of waiting for ever.
-    f = make(tmp_path, max_urls_by_site=4, wait_duration=0.01)
+    f = make(tmp_path, max_urls_by_site=4, wait_duration=0.01, park_urls=park_urls)
     for i in range(10):
         f.admission.push(f"http://gone.test/{i}", 3, 0)
+    f.load(0.0)
+    assert (len(f.lanes.wait), f.parked) == ((6, 0) if park_urls == 0 else (0, 6))
     sim = Sim(f, ips={}, dns_fail=lambda host, n: True)
     sim.run(until=600.0)
     assert f.forgotten["noDNS"] == 10
@@ -535,14 +605,14 @@ def test_after_a_reload_the_parked_urls_are_replayed_without_waiting_for_an_even
     # 3000 URLs parked in the wait store at the checkpoint; after --reload
     # the main and priority lanes are empty and nothing runs: loading stays
     # due (next_wakeup says now) until the replay is done.
-    f = make(tmp_path, max_urls_by_site=1, ram_urls=5000)
+    f = make(tmp_path, max_urls_by_site=1, ram_urls=5000, park_urls=0)
     for i in range(3001):
         f.admission.push(f"http://one.test/{i}", 3, 2)
     f.load(0.0, max_reads=10_000)
     assert len(f.lanes.wait) == 3000
     state, carry = codec.snapshot(f, 0.0, 1000.0)
     f.close()
-    g = make(tmp_path, max_urls_by_site=1, ram_urls=5000, positions=state.stores)
+    g = make(tmp_path, max_urls_by_site=1, ram_urls=5000, park_urls=0, positions=state.stores)
     codec.restore(g, state, carry, 0.0, 1000.0)
     g.load(5.0)  # the carried URLs first, then parked ones, 2000 reads
     assert len(g.lanes.prio) == 0 and len(g.lanes.main) == 0 and g.refill.replaying > 0

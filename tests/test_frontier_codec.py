@@ -109,7 +109,7 @@ def test_a_snapshot_restored_on_the_reopened_lanes_continues_the_crawl(tmp_path)
     sim.run(until=2.0)
     wall = 5000.0
     state, carry = codec.snapshot(f, sim.now, wall)
-    assert state.fetched == f.fetched > 0 and len(carry) == f.in_sites + f.in_flight + f.lanes.in_memory
+    assert state.fetched == f.fetched > 0 and len(carry) == f.in_sites + f.parked + f.in_flight + f.lanes.in_memory
     # h0.test waits out its crawl-delay: the wait crosses the restart in wall time
     held = f.sites["http://h0.test:80"].next_allowed
     assert state.waits["http://h0.test:80"] == pytest.approx(wall + held - sim.now)

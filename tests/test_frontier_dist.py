@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from larbin_py.testing.fakes import MemoryQueue, memory_stores
 from larbin_py.frontier.assembly import assemble
 from larbin_py.frontier.ip_leases import LeasePolicy, OpenGate
@@ -50,16 +52,19 @@ def test_on_done_hears_every_terminal_outcome():
     assert [u for u, o in done if o == "fetched"] == sim.fetched
 
 
-def test_drop_gives_up_fifos_and_parked_records_and_keeps_conservation():
-    f = make(max_urls_by_site=4, wait_duration=0.5)
+@pytest.mark.parametrize("park_urls", [0, None], ids=["wait lane", "park"])
+def test_drop_gives_up_fifos_and_parked_records_and_keeps_conservation(park_urls):
+    f = make(max_urls_by_site=4, wait_duration=0.5, park_urls=park_urls)
     for i in range(20):
         f.admission.push(f"http://a.test/{i}", 3, 2)
         f.admission.push(f"http://b.test/{i}", 3, 2)
     sim = Sim(f, ips={"a.test": "10.0.0.1", "b.test": "10.0.0.2"})
     sim.now = 0.0
     sim.pump()
-    assert len(f.lanes.wait) > 0  # a.test's and b.test's surplus is parked
+    # a.test's and b.test's surplus is parked (in memory, or with no park in the wait lane)
+    assert (len(f.lanes.wait) > 0) if park_urls == 0 else (len(f.lanes.wait) == 0 and f.parked == 32)
     n = f.drop(lambda host: host == "a.test")
+    assert f.parked == (0 if park_urls == 0 else 16)
     assert n == 20 and f.handed_over == 20
     taken, accounted = f.conservation()
     assert taken == accounted == 20

@@ -345,7 +345,7 @@ class Config:
         doc="longest URL followed, characters")
     max_urls_by_site: int = setting(
         Int("maxUrlsBySite", 1, 1_000_000), 40,
-        doc="URLs waiting per site in memory (the rest wait on disk)")
+        doc="URLs waiting per site in its queue, in memory; more wait beside it (see ramUrls)")
     ram_urls: int = setting(
         Int("ramUrls", 1, 100_000_000), 100_000,
         doc="URLs held in memory by the URL library (the rest wait on disk)")

@@ -48,6 +48,7 @@ def assemble(
     dns_retry_base: float = 2.0,
     robots_retry_base: float = 1.0,
     ipv6_prefix: int = 64,
+    park_urls: int | None = None,
     private_networks: str = "allow",
     prune_after: float | None = PRUNE_AFTER,
     keep_sites: int = KEEP_SITES,
@@ -70,7 +71,8 @@ def assemble(
 ) -> Frontier:
     """A frontier and its parts.
 
-    The figures are :class:`~larbin_py.frontier.scheduler.Settings`';
+    The figures are :class:`~larbin_py.frontier.scheduler.Settings`' (``park_urls``
+    None: a quarter of ``ram_urls``);
     ``private_networks`` and ``dns_retry_base`` the
     :class:`~larbin_py.frontier.dns_queue.DnsQueue`'s; ``prune_after`` (None:
     never) and ``keep_sites`` the :class:`~larbin_py.frontier.pruning.Pruning`'s.
@@ -93,7 +95,8 @@ def assemble(
     settings = Settings(ram_urls=ram_urls, max_urls_by_site=max_urls_by_site, max_requests=max_requests,
                         wait_duration=wait_duration, conn_per_ip=conn_per_ip, jitter=jitter, agent=agent,
                         obey_robots=obey_robots, server_rtt_factor=server_rtt_factor,
-                        robots_retry_base=robots_retry_base, ipv6_prefix=ipv6_prefix)
+                        robots_retry_base=robots_retry_base, ipv6_prefix=ipv6_prefix,
+                        park_urls=ram_urls // 4 if park_urls is None else park_urls)
     return frontier_class(
         settings, lanes=lanes, admission=Admission(lanes, seen=seen, rules=rules, retries=retries, sink=sink),
         dns=dns, pruning=Pruning(prune_after, keep_sites), ip_leases=ip_leases, rng=rng,

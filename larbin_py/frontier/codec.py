@@ -65,7 +65,7 @@ def snapshot(fr: "Scheduler", now: float, wall: float, *, sync: bool = True) -> 
     """What a restart needs of ``fr``: ``(state, carry)``; flushes its lanes first.
 
     ``carry`` lists every record held in memory and not done: the lanes'
-    RAM windows, the site FIFOs and the pages in flight (a page counts as
+    RAM windows, the site FIFOs and parks, and the pages in flight (a page counts as
     done only once its outcome is recorded).  ``state`` holds the lanes'
     read positions (the first record not in a RAM window), the counters,
     and the waits of the sites held back more than a second, as wall-clock
@@ -78,6 +78,7 @@ def snapshot(fr: "Scheduler", now: float, wall: float, *, sync: bool = True) -> 
     carry.extend(req.record for req in fr.running_requests() if req.record is not None)
     for site in fr.sites.values():
         carry.extend(site.fifo)
+        carry.extend(site.parked)
     state = FrontierState(stores=lanes.positions(), fetched=fr.fetched, forgotten=dict(fr.forgotten),
                           retried=dict(fr.retried), waits=fr.site_waits(None, now, wall, ahead=1.0),
                           budgets=fr.budget.to_state())

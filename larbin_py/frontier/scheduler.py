@@ -27,6 +27,17 @@ What is here:
   lane* and comes back when that site has room, in batches
   (:class:`~larbin_py.frontier.refill.WaitRefill`).  Nothing is ever dropped
   for lack of room.
+* **The park**: a URL loaded from the main or priority lane while its
+  site's FIFO is full waits in memory beside that FIFO (``site.parked``),
+  as long as the parks together hold fewer than ``park_urls`` (a quarter of
+  ``ram_urls`` by default) and the site has none in the wait lane; it goes
+  into the FIFO as soon as a slot frees, with no rotation of the wait lane.
+  A recrawl queues every page at once: parking them in the wait lane, whose
+  rotation pops about :data:`~larbin_py.frontier.refill.REFILL_SHARE`
+  records a record placed (each written to disk again), cost it a fifth of
+  its CPU (docs/recrawl.md).  Parked URLs do not
+  count in the gate (one large site must not close it on the others); a
+  checkpoint carries them as it carries the FIFOs.
 * **Robots first**: the first request to a site whose rules are unknown is its
   robots.txt; no page request starts until the rules are known.
 * **Politeness**: two request starts to one host name are at least
@@ -141,6 +152,7 @@ class Settings:
     server_rtt_factor: float = 0.0  # ServerPace: the delay follows rtt x this (0: off)
     robots_retry_base: float = 1.0  # seconds before an unavailable robots.txt is asked again (growing)
     ipv6_prefix: int = 64  # IPv6 addresses sharing this prefix are one IP for politeness (128: each)
+    park_urls: int = 0  # records of full sites parked in memory beside their FIFOs, together (0: none)
 
 
 @dataclass(slots=True)
@@ -234,7 +246,11 @@ class Frontier:
         # The parts' calls on the per-request path, bound once.
         self._leased = self.ip_leases.leased
         self._note_idle = self.pruning.note_idle
-        self._freed = self.refill.freed
+        self.park_urls = s.park_urls
+        #: Records in the sites' parks (see the module docstring: the park).
+        self.parked = 0
+        #: The sites whose FIFO freed a slot while they had parked records: load() moves them in.
+        self._unpark: dict[NamedSite, None] = {}
         self.ip_leases.attach(self.ips, self._schedule_ip)
 
     # ------------------------------------------------------------------
@@ -256,7 +272,7 @@ class Frontier:
         self._last_now = now
         lanes, refill, replay = self.lanes, self.refill, self.replay
         prio, main, wait = lanes.prio, lanes.main, lanes.wait
-        placed = 0
+        placed = self._unpark_due(now) if self._unpark else 0
         reads = 0
         while reads < max_reads and self.in_sites < self.ram_urls:
             if len(prio):
@@ -297,7 +313,32 @@ class Frontier:
         the gate is open and the priority or main lane still holds records
         (the engine pumps again at once instead of waiting for a timer)."""
         lanes = self.lanes
-        return self.in_sites < self.ram_urls and bool(len(lanes.prio) or len(lanes.main))
+        return self.in_sites < self.ram_urls and bool(len(lanes.prio) or len(lanes.main) or self._unpark)
+
+    def _unpark_due(self, now: float) -> int:
+        """Move parked records into the FIFOs that freed slots, while the gate is open."""
+        placed = 0
+        due, bound = self._unpark, self.max_urls_by_site
+        while due and self.in_sites < self.ram_urls:
+            site = next(iter(due))
+            parked = site.parked
+            while parked and site.room(bound) and self.in_sites < self.ram_urls:
+                self.parked -= 1
+                self._enter(site, parked.popleft(), now, False)
+                placed += 1
+            if parked and site.room(bound):
+                break  # the gate closed: the site stays listed
+            del due[site]
+            if not parked and site.room(bound):
+                self.refill.freed(site)  # its records in the wait lane, if any, may come back
+        return placed
+
+    def _freed(self, site: NamedSite) -> None:
+        """A slot of ``site``'s FIFO became free: its parked records first, then the wait lane's."""
+        if site.parked:
+            self._unpark[site] = None
+        else:
+            self.refill.freed(site)
 
     def _site_for(self, url: str, now: float | None = None) -> NamedSite | None:
         """The site of ``url``, made (or made again after pruning) if need be; None: not http(s)."""
@@ -319,11 +360,15 @@ class Frontier:
         return site
 
     def _place(self, rec: UrlRecord, now: float, from_wait: bool) -> bool:
-        """Put ``rec`` in its site's FIFO (True), or park it in the wait lane (False)."""
+        """Put ``rec`` in its site's FIFO (True), or park it beside the FIFO or in the wait lane (False)."""
         site = self._site_for(rec.url, now)
         if site is None:
             self._forget(rec, "badUrl")
             return True
+        return self._enter(site, rec, now, from_wait)
+
+    def _enter(self, site: NamedSite, rec: UrlRecord, now: float, from_wait: bool) -> bool:
+        """:meth:`_place` once the site is known."""
         site.dropped = False
         if site.room(self.max_urls_by_site):
             site.fifo.append(rec)
@@ -340,6 +385,10 @@ class Frontier:
                 self._refuse_fifo(site)
             return True
         if not from_wait:
+            if not site.overflow and self.parked < self.park_urls:
+                site.parked.append(rec)  # none of its records in the wait lane: order is kept
+                self.parked += 1
+                return False
             self.refill.park(site)
         self.lanes.wait.push(rec)
         return False
@@ -464,8 +513,9 @@ class Frontier:
         Work is due at once (the latest ``now`` given) when a name waits to
         be resolved (``dns.take()``: :meth:`next_request` found an address
         stale), or when the gate is open and a lane has records
-        :meth:`load` would read: the main or priority lane, or the wait lane
-        while a rotation runs or a reload's parked records are replayed.
+        :meth:`load` would read: the main or priority lane, a park whose
+        site freed a slot, or the wait lane while a rotation runs or a
+        reload's parked records are replayed.
         Both happen outside any request's end (robots.txt refusing the URLs
         of a FIFO in :meth:`next_request`, a name that did not resolve):
         without this, nothing would ask DNS again or bring the parked URLs
@@ -475,7 +525,7 @@ class Frontier:
             return self._last_now
         if self.in_sites < self.ram_urls:
             lanes, refill = self.lanes, self.refill
-            if len(lanes.prio) or len(lanes.main) or \
+            if len(lanes.prio) or len(lanes.main) or self._unpark or \
                     (len(lanes.wait) and (refill.rotating or refill.replaying > 0)):
                 return self._last_now
         t = math.inf
@@ -755,7 +805,7 @@ class Frontier:
     def drop(self, pred: Callable[[str], bool]) -> int:
         """Give up every site whose host ``pred`` names (their partition went to another worker).
 
-        Their URLs waiting here (site FIFOs, the priority and wait lanes,
+        Their URLs waiting here (site FIFOs and parks, the priority and wait lanes,
         and the main lane when it has a ``drop`` of its own) leave this
         frontier's accounts uncounted as outcomes: they stay pending in
         Redis, where the new owner claims them.  Requests running to those
@@ -775,6 +825,11 @@ class Frontier:
                 n += len(site.fifo)
                 self.in_sites -= len(site.fifo)
                 site.fifo.clear()
+            if site.parked:
+                n += len(site.parked)
+                self.parked -= len(site.parked)
+                site.parked.clear()
+            self._unpark.pop(site, None)
             refill.forget(site)
             if site.queued and site.ip_site is not None:
                 try:
@@ -823,7 +878,7 @@ class Frontier:
     # ------------------------------------------------------------------
     @property
     def queued(self) -> int:
-        return self.lanes.queued + self.in_sites
+        return self.lanes.queued + self.in_sites + self.parked
 
     @property
     def taken(self) -> int:
@@ -835,8 +890,8 @@ class Frontier:
         return self.taken, self.fetched + sum(self.forgotten.values()) + self.queued + self.in_flight
 
     def urls_in_memory(self) -> int:
-        """URL records held in RAM: lane windows, site FIFOs, in flight."""
-        return self.lanes.in_memory + self.in_sites + self.in_flight
+        """URL records held in RAM: lane windows, site FIFOs and parks, in flight."""
+        return self.lanes.in_memory + self.in_sites + self.parked + self.in_flight
 
     def idle(self) -> bool:
         """Nothing queued, nothing running, nothing waiting on DNS: the crawl is over."""

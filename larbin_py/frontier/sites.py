@@ -86,7 +86,7 @@ class NamedSite:
     """One origin: ``key`` is ``scheme://host:port``."""
 
     __slots__ = (
-        "key", "scheme", "host", "port", "fifo", "in_flight", "active", "overflow",
+        "key", "scheme", "host", "port", "fifo", "parked", "in_flight", "active", "overflow",
         "dns", "ips", "dns_expiry", "dns_failures", "ip_site",
         "robots_state", "robots", "robots_expiry", "robots_failures", "robots_reason", "crawl_delay",
         "retry_at", "next_allowed", "queued", "pages", "errors", "idle_at", "dropped", "wait", "agent",
@@ -98,6 +98,8 @@ class NamedSite:
         self.host = host
         self.port = port
         self.fifo: deque[UrlRecord] = deque()
+        #: Records loaded while the FIFO was full, waiting in memory for a slot (the frontier's park).
+        self.parked: deque[UrlRecord] = deque()
         self.in_flight = 0  # records taken from the FIFO and not finished
         self.active = 0  # requests (robots.txt included) running to this site
         self.overflow = 0  # records of this site parked in the wait store
@@ -132,7 +134,7 @@ class NamedSite:
     @property
     def idle(self) -> bool:
         """Nothing queued, parked, running or in the ready queue (pruning may follow)."""
-        return not (self.fifo or self.active or self.in_flight or self.overflow or self.queued)
+        return not (self.fifo or self.parked or self.active or self.in_flight or self.overflow or self.queued)
 
     def dns_event(self, event: str) -> None:
         """Move the DNS state by ``event`` (:data:`DNS_TRANSITIONS`); IllegalTransition if not allowed."""
