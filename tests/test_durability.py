@@ -45,8 +45,11 @@ async def test_sigkills_cost_at_most_the_requests_in_flight(tmp_path, mode):
     rng = random.Random(18 if mode == "mirror" else 19)
     async with Sim(sim_config(41)) as sim:
         # Checkpoints far apart: without the journal a kill would cost everything since the last.
+        # In save mode the sites' queues are small (3 URLs, 60 in all, parks of 15 in all): the
+        # kills then find URLs in every place the frontier keeps them (FIFOs, parks, the wait lane).
+        small = dict(max_urls_by_site=3, ram_urls=60) if mode == "save" else {}
         config = make_config(tmp_path, sim, output_mode=mode, wait_duration=0.05,
-                             pages_connexions=8, checkpoint_interval=60.0)
+                             pages_connexions=8, checkpoint_interval=60.0, **small)
         truth = sim.truth(crawl_rules(config, sim.seeds))
         total = len(truth.must_request)
         conf = write_conf(tmp_path, config)
