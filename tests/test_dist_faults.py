@@ -64,7 +64,8 @@ async def test_a_worker_killed_four_times_forgets_nothing_and_refetches_only_wha
     # fetches (politely slowly), so its entries stay pending across the kills.
     async with Sim(sim_config(seed=13, hosts=12, pages_per_host=(30, 45), hosts_per_ip=1, links_per_page=(20, 40),
                               max_layer=2, robots_mix={"absent": 1.0}, p_nonhtml=0.05)) as sim:
-        config = worker_config(tmp_path, sim, redis_server.url, "", wait_duration=0.35)
+        # Site queues of 8: a worker's surplus waits in its parks when it is killed.
+        config = worker_config(tmp_path, sim, redis_server.url, "", wait_duration=0.35, max_urls_by_site=8)
         out = io.StringIO()
         env = dict(os.environ, PYTHONPATH=HERE)
         launcher = Launcher(config, 3, out=out, env=env)
