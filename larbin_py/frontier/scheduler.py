@@ -34,7 +34,7 @@ What is here:
   into the FIFO as soon as a slot frees, with no rotation of the wait lane.
   A recrawl queues every page at once: parking them in the wait lane, whose
   rotation pops about :data:`~larbin_py.frontier.refill.REFILL_SHARE`
-  records a record placed (each written to disk again), cost it a fifth of
+  records a record placed (each written to disk again), cost it a sixth of
   its CPU (docs/recrawl.md).  Parked URLs do not
   count in the gate (one large site must not close it on the others); a
   checkpoint carries them as it carries the FIFOs.
