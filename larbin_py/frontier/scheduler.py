@@ -11,7 +11,7 @@ The data path (Larbin's, with its one failure mode removed)::
 
     admission ──► priority lane ─┐
     admission ──► main lane ─────┼─► load(), gated by ``is_get`` ─► NamedSite FIFO
-                    wait lane ◄──┘        (site full: park in the wait lane)
+                    wait lane ◄──┘        (site full: its park in memory, else the wait lane)
                                                 │ DNS ok, robots.txt known
                                                 ▼
                         IPSite ready queue ─► heap by next-allowed time
@@ -264,8 +264,9 @@ class Frontier:
     def load(self, now: float, max_reads: int = 2000) -> int:
         """Move URLs from the lanes into their sites while the gate is open.
 
-        Order: the priority lane, then the wait lane (only while some site
-        whose URLs are parked there has freed room), then the main lane.
+        Order: the parks of the sites that freed room, then the priority
+        lane, then the wait lane (only while some site whose URLs are parked
+        there has freed room), then the main lane.
         Returns the number of records placed in a site (or counted done by
         ``replay``).
         """
