@@ -243,14 +243,14 @@ class Frontier:
         self.retried: Counter[str] = Counter()
         #: Records given up by drop() (handed over to another worker).
         self.handed_over = 0
-        # The parts' calls on the per-request path, bound once.
-        self._leased = self.ip_leases.leased
-        self._note_idle = self.pruning.note_idle
+        #: The parks' bound, and the records in them (see the module docstring: the park).
         self.park_urls = s.park_urls
-        #: Records in the sites' parks (see the module docstring: the park).
         self.parked = 0
         #: The sites whose FIFO freed a slot while they had parked records: load() moves them in.
         self._unpark: dict[NamedSite, None] = {}
+        # The parts' calls on the per-request path, bound once.
+        self._leased = self.ip_leases.leased
+        self._note_idle = self.pruning.note_idle
         self.ip_leases.attach(self.ips, self._schedule_ip)
 
     # ------------------------------------------------------------------
