@@ -91,16 +91,18 @@ def status_code(reason: str) -> int:
     return CODES.get(reason, OTHER_CODE)
 
 
-_second = [-1, ""]  # the last second formatted, and its text: a crawl writes many lines a second
+#: The last second formatted and its text, replaced as one tuple (a crawl writes many lines a second).
+_second: tuple[int, str] = (-1, "")
 
 
 def _iso(when: float) -> str:
+    global _second
     seconds = int(when)
-    last = _second
-    if last[0] != seconds:
-        last[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-        last[0] = seconds
-    return f"{last[1]}.{int((when - seconds) * 1000):03d}Z"
+    last, text = _second
+    if last != seconds:
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+        _second = (seconds, text)
+    return f"{text}.{int((when - seconds) * 1000):03d}Z"
 
 
 def format_line(*, when: float, status: int | None, url: str, reason: str, size: int | None = None,

@@ -41,6 +41,20 @@ def test_a_line_has_eleven_fields_and_no_value_breaks_out_of_its_field():
         parse_line("too\tfew")
 
 
+def test_the_time_field_is_right_across_seconds_though_each_second_is_formatted_once():
+    # The text of a second is kept from one line to the next: a new second, or
+    # an earlier one (the wall clock stepped back), gets its own.
+    def time_of(when):
+        return parse_line(format_line(when=when, status=200, url="http://a.test/", reason="ok")
+                          .decode().rstrip("\n"))["time"]
+
+    assert time_of(1_700_000_000.25) == "2023-11-14T22:13:20.250Z"
+    assert time_of(1_700_000_000.999) == "2023-11-14T22:13:20.999Z"
+    assert time_of(1_700_000_001.0) == "2023-11-14T22:13:21.000Z"
+    assert time_of(1_699_999_999.5) == "2023-11-14T22:13:19.500Z"
+    assert time_of(1_700_086_400.125) == "2023-11-15T22:13:20.125Z"
+
+
 def test_the_log_rotates_when_full_and_a_cut_back_to_a_commit_undoes_a_later_rotation(tmp_path):
     path = str(tmp_path / "crawl.log")
     size = len(line("http://a.test/0"))
