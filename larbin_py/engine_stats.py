@@ -84,6 +84,10 @@ class Summary:
     connections_opened: int = 0
     reuses: int = 0
     h11_handovers: int = 0
+    #: Times the loop stood still past the fetcher's sweep (SIGSTOP, a suspended VM...), and for how
+    #: long in all: the deadlines in flight moved by as much (larbin_py.net.http, *The loop standing still*).
+    stalls: int = 0
+    stalled_seconds: float = 0.0
     cookies: dict | None = None  # the jar's counts (useCookies), see larbin_py.net.cookies
     dynamic: dict | None = None  # dynamicPages: renders by reason, sub-requests, browser (net.dynamic)
     #: TLS connections: versions and ALPN protocols negotiated, HTTP/2 requests and hosts fallen back
@@ -110,6 +114,9 @@ class Summary:
             f"{self.h11_handovers} answers handed from llhttp to h11",
             f"  peak RSS        {self.peak_rss / 2**20:.1f} MB",
         ]
+        if self.stalls:
+            lines.append(f"  loop stalls     {self.stalls} ({self.stalled_seconds:.1f} s in all): the page "
+                         "deadlines in flight moved by the time the process did not run")
         if self.forgotten:
             lines.append("  forgotten       " + ", ".join(f"{k} {v}" for k, v in sorted(self.forgotten.items())))
         if self.rejected:
@@ -181,6 +188,8 @@ class EngineStats:
             connections_opened=_stat(http, "connections_opened"),
             reuses=_stat(http, "reuses"),
             h11_handovers=_stat(http, "h11_handovers"),
+            stalls=_stat(http, "stalls"),
+            stalled_seconds=float(http.get("stalled_seconds", 0.0)) if isinstance(http, dict) else 0.0,
             cookies=e.crawl_state.cookies.stats if e.crawl_state.cookies is not None else None,
             dynamic=e.edge.dynamic.stats if e.edge.dynamic is not None else None,
             recrawl=self._recrawl(),
@@ -224,6 +233,7 @@ class EngineStats:
         rate_now = (fr.fetched - p0) / dt if dt > 0 else 0.0
         bytes_rate = (e.counts.bytes - b0) / dt if dt > 0 else 0.0
         dns = getattr(e.edge.resolver, "stats", None)
+        http = getattr(e.edge.fetcher, "stats", None)
         st = frontier_stats(fr)
         sites = st["sites"]
         return {
@@ -261,7 +271,8 @@ class EngineStats:
             },
             "connections": {"open": st["requests"], "max": st["max_requests"]},
             "sites": {"known": sites["total"], "ready": sites["ready"], "waiting": sites["waiting"]},
-            "process": {"rss_bytes": _rss(), "cpu_seconds": time.process_time()},
+            "process": {"rss_bytes": _rss(), "cpu_seconds": time.process_time(),
+                        "loop_stalls": _stat(http, "stalls")},
             "flow": self._flow_snapshot(),
             "hosts": st["hosts"],
             "last": list(e.counts.last),

@@ -274,6 +274,27 @@ async def test_a_silent_stream_times_out_and_a_big_body_is_cut(pki):
     assert res.error == "tooBig" and len(res.body) == 50_000
 
 
+async def test_a_stream_in_flight_through_a_stall_keeps_the_time_it_had_left(pki):
+    """The stream is sent, the crawler's loop stands still (as under SIGSTOP) well past the page
+    deadline, and the server answers 0.4 s after: the stream's deadline moved by the stall
+    (larbin_py.net.http, *The loop standing still*), so the answer is in time."""
+    async def late(writer, conn, ev):
+        await asyncio.sleep(0.4)
+        answer(conn, ev.stream_id, b"after the stall")
+
+    async with H2Server(pki, late) as srv:
+        f = fetcher(pki, timeout_page=1.0)
+        task = asyncio.create_task(f.fetch(f"https://h2.test:{srv.port}/", "127.0.0.1", srv.port))
+        while not any(s.streams for s in f._h2_sessions.values()):  # the stream is sent
+            await asyncio.sleep(0)
+        time.sleep(1.5)
+        res = await task
+        stats = f.stats
+        await f.close()
+    assert res.error is None and res.body == b"after the stall", (res.error, res.error_detail)
+    assert res.http_version == b"2" and stats["stalls"] == 1
+
+
 async def test_a_401_over_h2_is_auth_required(pki):
     async def unauthorized(writer, conn, ev):
         answer(conn, ev.stream_id, b"no", b"401")

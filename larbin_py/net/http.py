@@ -53,6 +53,27 @@ Timers
       trickles (Larbin counted every byte: an endless ``100 Continue``
       kept a fetch alive for ever).
 
+    **The loop standing still.**  A deadline counts the time the crawler
+    could have read the answer, not time the process did not run (SIGSTOP,
+    a suspended VM, a swap storm, a callback blocking the loop).  After
+    such a stall the deadlines of the fetches in flight have passed,
+    though nothing could be read or sent meanwhile: the first sweep after
+    it would time out a connect that completed in the stall, a request
+    not yet written, an answer that comes a moment later (a worker woken
+    by SIGCONT has a backlog, and a server its own delay).  So the sweep
+    knows when it is due; when it runs more than ``STALL_SLACK`` (0.25 s)
+    late, every deadline in flight (connects, pages, HTTP/2 streams, and
+    a page whose connect spanned the stall) moves later by the lateness:
+    what was not due when the sweep should have run does not expire in
+    it.  The lateness is the stall less up to one ``SWEEP_INTERVAL`` (the
+    part before the sweep was due), the resolution deadlines have anyway.
+    Idle keep-alive connections do not move (the server's clock went on).
+    ``stats["stalls"]`` and ``stats["stalled_seconds"]`` count them.  The
+    bound above is thus in the loop's running time, and it still comes:
+    each sweep takes at least ``SWEEP_INTERVAL`` off the time left.  A
+    loop blocked 0.3 s in every 0.55 s gives a page about twice its time
+    in wall-clock terms.
+
 Keep-alive
     After a complete response that both sides allow to be kept, the
     connection goes idle in a pool keyed ``("http", ip, port)``,
@@ -187,7 +208,7 @@ class FetchResult:
     rtt: float | None = None
     sent_at: float | None = None  # clock time the request was written (after any connect)
     elapsed: float = 0.0
-    started_at: float = 0.0
+    started_at: float = 0.0  # clock time fetch() started, later by any stall of the loop since (the page deadline's base)
     bytes_read: int = 0
     conn_reused: bool = False
     http_version: bytes = b""
@@ -668,6 +689,8 @@ class Fetcher:
     """Owns all HTTP connections: see the module docstring for the behaviour."""
 
     SWEEP_INTERVAL = 0.25
+    #: A sweep later than this (seconds) means the loop stood still: deadlines move by the lateness.
+    STALL_SLACK = 0.25
 
     def __init__(
         self,
@@ -744,6 +767,9 @@ class Fetcher:
         self._n_idle = 0
         self._per_ip: dict[str, int] = {}
         self._sweeper: asyncio.TimerHandle | None = None
+        self._sweep_due = 0.0  # when the armed sweep should run
+        self._stalled = 0.0  # seconds the loop stood still, in all (deadlines moved by them)
+        self._stalls = 0
         self._closing = False
         self._requests = 0
         self._reuses = 0
@@ -808,6 +834,8 @@ class Fetcher:
             "h2_requests": self._h2_requests,
             "h2_fallback_hosts": len(self.h1_hosts),
             "address_fallbacks": self._fallbacks,
+            "stalls": self._stalls,
+            "stalled_seconds": round(self._stalled, 3),
         }
 
     async def close(self) -> None:
@@ -909,9 +937,12 @@ class Fetcher:
             # CONNECT names the address the crawl resolved (its politeness is per IP); SNI and the
             # certificate check name the host
             authority = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+            stalled = self._stalled
             conn = await self._connect(res, key, ip, port, tls, sni, addresses, proxy, authority)
             if conn is None:
                 return
+            if self._stalled != stalled:  # the loop stood still while connecting: the page's time too
+                res.started_at += self._stalled - stalled
             if conn.h2:  # the server chose HTTP/2 by ALPN: the session takes the transport over
                 session = self._adopt_h2(conn)
                 return await self._h2_request(session, res, method, host_header, target, headers, rule, sent,
@@ -1170,11 +1201,15 @@ class Fetcher:
     # -- the sweep ---------------------------------------------------------
     def _arm(self) -> None:
         if self._sweeper is None and not self._closing:
+            self._sweep_due = self._clock() + self.SWEEP_INTERVAL
             self._sweeper = self._loop.call_later(self.SWEEP_INTERVAL, self._sweep)
 
     def _sweep(self) -> None:
         self._sweeper = None
         now = self._clock()
+        late = now - self._sweep_due
+        if late > self.STALL_SLACK:
+            self._stood_still(late)
         per_byte = self._per_byte
         cap = self.max_page_size
         for s in list(self._h2_sessions.values()):
@@ -1194,6 +1229,17 @@ class Fetcher:
                 c.close()
         if self._live or self._idle or self._h2_sessions:
             self._arm()
+
+    def _stood_still(self, late: float) -> None:
+        """The loop ran nothing for ``late`` seconds: every deadline in flight moves by as much
+        (module docstring, *The loop standing still*)."""
+        self._stalls += 1
+        self._stalled += late
+        for c in self._live:
+            c.deadline += late  # (a connect's or a page's; +-inf stays)
+        for s in self._h2_sessions.values():
+            for st in s.streams.values():
+                st.deadline += late
 
     # -- bandwidth ---------------------------------------------------------
     def _pause_all(self) -> None:
