@@ -299,6 +299,68 @@ async def test_a_worker_paused_past_its_zookeeper_session_rejoins_and_nothing_is
         print(f"w1's node gone {gone:.2f} s after SIGSTOP (zkSessionTimeout {ZK_SESSION:g} s)")
 
 
+@pytest.mark.async_timeout(240)
+async def test_workers_paused_past_their_sessions_four_times_lose_nothing(tmp_path, redis_server, zk_server,
+                                                                         request):
+    """The pause repeated: w1, w0, w1, w0 each stopped (SIGSTOP) until ZooKeeper expires its
+    session, then woken, the crawl moving on between pauses; fetches and connects held across
+    each pause, partitions released and taken back: every page fetched, none twice, nothing
+    forgotten that the sim would answer."""
+    from kazoo.client import KazooClient
+
+    keys = membership_keys(request, "zookeeper", server=zk_server)
+    async with Sim(sim_config(seed=17, hosts=60, pages_per_host=(6, 12))) as sim:
+        workers = Workers(tmp_path, sim, redis_server.url, 2, **keys)
+        await workers.start_all()
+        zk = KazooClient(hosts=zk_server.hosts, timeout=5.0)
+        await asyncio.to_thread(zk.start, 10)
+        members = f"{keys['zk_path']}/{CRAWL}/members"
+        io = await RedisIO(redis_server.url, CRAWL, partitions=64).connect()
+        paused = 0
+        try:
+            fetched = 0
+            for name in ("w1", "w0", "w1", "w0"):
+                deadline = time.monotonic() + 60
+                while True:  # the crawl moved on since the last pause, and ``name`` owns partitions
+                    view = await io.view(rows=True)
+                    if view.totals.fetched >= fetched + 10 and any(r.owner == name for r in view.rows):
+                        break
+                    if any(p.returncode is not None for p in workers.procs.values()):
+                        break  # the crawl ended before the next pause
+                    assert time.monotonic() < deadline, (f"the crawl did not move on after {paused} pauses",
+                                                         view.totals, {w: workers.log(w)[-1500:] for w in
+                                                                       workers.procs})
+                    await asyncio.sleep(0.05)
+                if any(p.returncode is not None for p in workers.procs.values()):
+                    break
+                workers.procs[name].send_signal(signal.SIGSTOP)
+                paused += 1
+                stopped = time.monotonic()
+                while name in await asyncio.to_thread(zk.get_children, members):
+                    assert time.monotonic() < stopped + 10, f"{name}'s session did not expire"
+                    await asyncio.sleep(0.05)
+                workers.procs[name].send_signal(signal.SIGCONT)
+                deadline = time.monotonic() + 20
+                while name not in await asyncio.to_thread(zk.get_children, members):
+                    assert time.monotonic() < deadline, workers.log(name)[-2000:]
+                    await asyncio.sleep(0.05)
+                fetched = (await io.view()).totals.fetched
+        finally:
+            await io.close()
+            await asyncio.to_thread(zk.stop)
+            zk.close()
+        codes = await workers.wait(90)
+        assert codes == {"w0": 0, "w1": 0}, {w: workers.log(w)[-2000:] for w in codes}
+        assert paused == 4, f"the crawl ended after {paused} pauses"
+        config = workers.configs["w0"]
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        requested = [r.url for r in page_requests(sim)]
+        t = (await totals(redis_server.url)).totals
+        assert set(requested) == truth.must_request, (sorted(truth.must_request - set(requested))[:10], t.forgotten)
+        await check_conservation(redis_server.url, config, truth)
+        check_politeness(sim, config.wait_duration)
+
+
 @pytest.mark.async_timeout(150)
 async def test_the_launchers_dashboard_shows_the_zookeeper_membership(tmp_path, redis_server, zk_server, request):
     """``--workers 2`` with ``membership zookeeper``: the launcher's /stats.json carries the

@@ -9,7 +9,9 @@ is not counted a ``timeout``; and they must stay deadlines: a server that
 never answers still times out, even when the loop stalls again and again.
 
 The servers here run in a thread of their own (a blocked loop must not
-block them too); the stall is ``time.sleep`` on the loop.
+block them too); the stall is ``time.sleep`` on the loop.  The last test
+stalls a whole crawl of the synthetic web (which runs on the same loop, so
+every answer comes after the stall) with no retry to hide a loss.
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ import time
 
 import pytest
 
+from larbin_py.demo import crawl_rules
+from larbin_py.engine import Engine
 from larbin_py.net.http import Fetcher
+from larbin_py.sim import Sim, SimConfig
+from helpers.crawl import check_conservation, make_config, page_requests
 
 
 class ThreadServer:
@@ -187,11 +193,6 @@ async def test_a_crawl_whose_loop_stands_still_mid_crawl_forgets_nothing_for_it(
     """The whole crawler (and the synthetic web, on the same loop) stands still 2.5 s with fetches
     in flight, past every connect and page deadline (1 s) and with no retry to hide a loss: every
     page is still fetched, none forgotten as ``timeout`` or ``noConnection``."""
-    from larbin_py.demo import crawl_rules
-    from larbin_py.engine import Engine
-    from larbin_py.sim import Sim, SimConfig
-    from helpers.crawl import check_conservation, make_config, page_requests
-
     async with Sim(SimConfig(seed=3, hosts=30, pages_per_host=(3, 6), dns=True, trap=False)) as sim:
         config = make_config(tmp_path, sim, timeout_page=1.0, connect_timeout=1.0, retries=0, wait_duration=0.05)
         engine = Engine(config)
