@@ -15,6 +15,7 @@ answer          busy          RETRY + delay   err50X (429, 500, 502-504)
 answer          5xx           FORGET          err50X (501, 505, ...)
 answer          4xx / other   FORGET          err40X
 stale           -             RETRY_FREE      staleConnection
+notSent         -             RETRY_FREE      notSent
 noConnection    -             RETRY           noConnection
 timeout         -             RETRY           timeout
 reset           -             RETRY           reset
@@ -28,6 +29,11 @@ any other error -             FORGET          the error's name
 *stale*: a ``reset`` on a kept-alive connection before a byte of the answer
 arrived — the server closed the connection as we reused it, so the request
 never reached it: retried politely without spending a retry.
+
+*notSent*: a connection opened when the request was no longer allowed to
+go out (a distributed worker's IP lease may have lapsed meanwhile,
+larbin_py.net.http's ``may_send``): nothing reached the server, so it is
+queued again for free, as *stale*.
 
 *proxyError*: the proxy failed (unreachable, refused CONNECT, 407, garbage,
 silence): retried like a connection failure, never counted as the site's
@@ -79,6 +85,7 @@ RULES: dict[tuple[str, str | None], tuple[str, str | None]] = {
     ("answer", "4xx"): (FORGET, "err40X"),
     ("answer", "other"): (FORGET, "err40X"),  # 1xx as a final answer, or out of range
     ("stale", None): (RETRY_FREE, "staleConnection"),
+    ("notSent", None): (RETRY_FREE, "notSent"),  # connected, but the IP no longer ours: nothing sent
     ("noConnection", None): (RETRY, "noConnection"),
     ("timeout", None): (RETRY, "timeout"),
     ("reset", None): (RETRY, "reset"),

@@ -128,3 +128,41 @@ async def test_no_tick_but_the_final_one_is_sent_after_a_stop(tmp_path, redis_se
         await r.aclose()
         await rio.close()
         state.close(engine.frontier, broken=False)
+
+
+async def test_kept_alive_connections_close_when_an_ip_lease_is_refused_or_the_leases_are_suspended(
+        tmp_path, redis_server):
+    """One connection per IP across workers: a renewal refused (another worker holds the IP
+    now) closes this worker's kept-alive connections to it at once, and so does the moment
+    its leases are suspended (a worker woken from SIGSTOP past its leases: they may be
+    another's), without waiting for a release that will not come."""
+    rio, state, engine = await a_worker(tmp_path, redis_server.url)
+    coord = state.coordinator
+    closed: list[str] = []
+    coord.on_ip_release = closed.append
+    held = ["10.0.0.1", "10.0.0.2"]
+    coord.ips.held = lambda: list(held)  # (leases a crawl would have taken; renewed by each heartbeat)
+    try:
+        await coord.start()
+        coord.next_hb = 0.0
+        await coord.tick()  # the renewals are granted: nothing closes
+        assert closed == []
+        other = await RedisIO(redis_server.url, CRAWL, partitions=4).connect()
+        try:
+            await rio.ip_release("10.0.0.2", coord.holder, 0)
+            assert (await other.ip_acquire("10.0.0.2", "w2:x", 5)).granted  # another worker's now
+        finally:
+            await other.close()
+        coord.next_hb = 0.0
+        await coord.tick()
+        assert closed == ["10.0.0.2"]
+        held.remove("10.0.0.2")
+        coord.leases._renewed_at -= 100  # the heartbeat is long late: the leases may have lapsed
+        coord._check_alive()
+        assert coord.liveness.suspended and closed == ["10.0.0.2", "10.0.0.1"]
+        coord._check_alive()  # once, when the suspension starts
+        assert closed == ["10.0.0.2", "10.0.0.1"]
+    finally:
+        await coord.stop()
+        await rio.close()
+        state.close(engine.frontier, broken=False)

@@ -1,4 +1,5 @@
-"""larbin_py.net.http: the loop standing still does not time out what it did not see.
+"""larbin_py.net.http: the loop standing still does not time out what it did not see;
+a request that may no longer go out is not sent on its new connection.
 
 A SIGSTOP, a suspended VM or a callback blocking the loop stops the
 crawler but not the clock: when the loop runs again, the deadlines of the
@@ -25,9 +26,12 @@ import pytest
 
 from larbin_py.demo import crawl_rules
 from larbin_py.engine import Engine
+from larbin_py.frontier.ip_leases import LeasePolicy, OpenGate
 from larbin_py.net.http import Fetcher
 from larbin_py.sim import Sim, SimConfig
 from helpers.crawl import check_conservation, make_config, page_requests
+from larbin_py.wiring import send_gate
+from helpers.http_server import Server, reply
 
 
 class ThreadServer:
@@ -42,6 +46,7 @@ class ThreadServer:
     def __init__(self, *, delay: float = 0.0, go: threading.Event | None = None, silent: bool = False):
         self.delay, self.go, self.silent = delay, go, silent
         self.asked, self.answered, self.closing = threading.Event(), threading.Event(), threading.Event()
+        self.requests = 0
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(8)
@@ -70,7 +75,7 @@ class ThreadServer:
                 while b"\r\n\r\n" not in head and not self.closing.is_set():
                     try:
                         data = conn.recv(65536)
-                    except socket.timeout:
+                    except TimeoutError:
                         continue
                     if not data:
                         break
@@ -78,6 +83,7 @@ class ThreadServer:
                 if b"\r\n\r\n" not in head:
                     continue
                 self.asked.set()
+                self.requests += 1
                 if self.go is not None:
                     self.go.wait(10)
                 if self.silent:
@@ -212,3 +218,55 @@ async def test_a_crawl_whose_loop_stands_still_mid_crawl_forgets_nothing_for_it(
     check_conservation(engine, summary)
     assert summary.stalls == 1 and summary.stalled_seconds >= 2.0
     assert "loop stalls     1 (" in summary.format()
+
+
+@pytest.mark.async_timeout(20)
+async def test_a_request_that_may_no_longer_go_out_is_not_sent_on_its_new_connection():
+    """``may_send`` (a worker's IP-lease deadline) is asked once a new connection is open: refused,
+    the connection closes and nothing reaches the server (``notSent``); a kept-alive connection
+    taken again is not asked (the engine's gate was asked as the request started)."""
+    go = threading.Event()
+    go.set()
+    with ThreadServer(go=go) as srv:
+        f = fetcher()
+        asked: list[str] = []
+
+        def refuse(ip: str) -> bool:
+            asked.append(ip)
+            return False
+
+        f.may_send = refuse
+        res = await f.fetch(url(srv), "127.0.0.1", srv.port)
+        stats = f.stats
+        assert res.error == "notSent" and res.status is None and asked == ["127.0.0.1"], res.error_detail
+        assert stats["errors"] == {"notSent": 1} and stats["open_connections"] == 0
+        f.may_send = lambda ip: True
+        res = await f.fetch(url(srv), "127.0.0.1", srv.port)
+        await f.close()
+    assert res.error is None and res.status == 200
+    assert srv.requests == 1  # the refused one never reached it
+
+
+async def test_a_kept_alive_connection_is_reused_without_asking_may_send():
+    async with Server(reply(b"<html>again</html>")) as srv:
+        f = fetcher()
+        calls: list[str] = []
+        f.may_send = lambda ip: calls.append(ip) or True
+        first = await f.fetch(f"http://k.test:{srv.port}/a", "127.0.0.1", srv.port)
+        again = await f.fetch(f"http://k.test:{srv.port}/b", "127.0.0.1", srv.port)
+        await f.close()
+    assert first.error is None and again.error is None and again.conn_reused
+    assert calls == ["127.0.0.1"]  # asked for the new connection only
+
+
+def test_a_worker_s_send_gate_is_its_leases_deadline_and_one_process_has_none():
+    now = [10.0]
+    assert send_gate(OpenGate(), lambda: now[0]) is None
+    gate = LeasePolicy(wait_duration=0.1)
+    gate.deadline = 12.0  # renewed until then
+    may_send = send_gate(gate, lambda: now[0])
+    assert may_send("10.0.0.1")
+    now[0] = 12.5  # stopped past it (or the heartbeat late): nothing goes out
+    assert not may_send("10.0.0.1")
+    gate.deadline = 20.0  # a renewal
+    assert may_send("10.0.0.1")

@@ -51,6 +51,12 @@ def test_a_stale_kept_alive_connection_is_retried_for_free():
     assert decide("timeout", None, conn_reused=True) == Action(RETRY, "timeout")
 
 
+def test_a_request_not_sent_on_its_new_connection_is_retried_for_free():
+    """A worker whose IP lease lapsed while it connected writes nothing (larbin_py.net.http's
+    may_send): the server got nothing, so no retry is spent."""
+    assert decide("notSent", None) == Action(RETRY_FREE, "notSent")
+
+
 @pytest.mark.parametrize("error", ["tooBig", "badHeader", "noDNS", "privateAddress", "whatever"])
 def test_other_errors_are_forgotten_under_their_name(error):
     assert decide(error, 200) == Action(FORGET, error)
@@ -61,8 +67,8 @@ def test_every_row_of_the_table_is_reached():
     reached = set()
     for status in range(100, 700):
         reached.add(("answer", status_class(status)))
-    reached |= {(kind, None) for kind in ("stale", "noConnection", "timeout", "reset", "proxyError", "authRetry",
-                                          "tlsError", "authRequired")}
+    reached |= {(kind, None) for kind in ("stale", "notSent", "noConnection", "timeout", "reset", "proxyError",
+                                          "authRetry", "tlsError", "authRequired")}
     assert reached == set(RULES)
 
 

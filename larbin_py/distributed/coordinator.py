@@ -697,8 +697,7 @@ class Coordinator:
         if self.external and not final and (self._mhb is None or self._mhb.done()):
             self._mhb = asyncio.ensure_future(self._membership_heartbeat())
         for ip in self.ips.held():
-            handlers.append((t.ip_acquire(ip, self.holder, self.ips.ttl),
-                             lambda r, ip=ip: self.ips.renewed(ip, r, self.clock())))
+            handlers.append((t.ip_acquire(ip, self.holder, self.ips.ttl), lambda r, ip=ip: self._ip_renewed(ip, r)))
         self._stage_report(t, handlers, final)
         pages, paused = self.acks.pages_to_report(), self.pauses.to_report()
         if pages or paused:  # as deltas: a dead worker's figures stay in Redis, a respawn adds to them
@@ -769,6 +768,13 @@ class Coordinator:
             handlers.append((t.put_sitewait(p, self.worker, token, {k: repr(v) for k, v in waits.items()}),
                              lambda r: None))
             handlers.append((t.release(p, self.worker, token), lambda r, p=p: self.own.event(p, "released")))
+
+    def _ip_renewed(self, ip: str, r) -> None:
+        """A renewal's answer; refused, the lease is another's now: our kept-alive connections to
+        the IP close (a request running on it ends as it must: it cannot be called back)."""
+        self.ips.renewed(ip, r, self.clock())
+        if not r.granted:
+            self.on_ip_release(ip)
 
     def _tick_failed(self, links, acks, asked_ips: list[str], read_parts: list[int], prune=None,
                      crashed=None) -> None:
@@ -967,7 +973,13 @@ class Coordinator:
         """Start nothing that is no longer safe (larbin_py.distributed.liveness); cut off from
         the membership long enough, drain and release every partition so that the others
         take them without waiting for the leases to expire."""
+        was_suspended = self.liveness.suspended
         why = self.liveness.check(self.clock())
+        if self.liveness.suspended and not was_suspended:
+            # The IP leases may have lapsed (a worker that was stopped, or cut off): another
+            # worker may connect to those IPs now, so our kept-alive connections close at once.
+            for ip in self.ips.held():
+                self.on_ip_release(ip)
         keep = self.own.where(ACTIVE) if why else []
         if keep:
             print(f"larbin_py: worker {self.worker}: releasing {len(keep)} partitions ({why}: "

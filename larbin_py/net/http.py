@@ -23,6 +23,9 @@ one request and returns a :class:`FetchResult`; it never raises (except
 ``authRetry``       a 401 with a digest challenge the auth rule will answer
                     on the next request (larbin_py.net.auth)
 ``timeout``         the total page deadline passed (see *Timers*)
+``notSent``         the connection opened, but ``may_send`` refused the
+                    request (a distributed worker whose IP leases may have
+                    lapsed meanwhile): closed, nothing sent
 ``reset``           the connection was reset or closed before the response
                     was complete
 ``tooBig``          the decoded body passed ``max_page_size``; ``body`` holds
@@ -73,6 +76,15 @@ Timers
     each sweep takes at least ``SWEEP_INTERVAL`` off the time left.  A
     loop blocked 0.3 s in every 0.55 s gives a page about twice its time
     in wall-clock terms.
+
+Sending after a connect
+    A connect may outlive what allowed the request (a distributed worker's
+    IP lease lapses while it is stopped, or while Redis fails and a slow
+    connect goes on).  ``may_send(ip)``, when set, is asked once a new
+    connection is open, before the request is written: False closes it and
+    ends the fetch ``notSent``, which the engine queues again for free (the
+    request never reached the server).  A kept-alive connection is reused
+    at once, when the request starts: the engine's own gate was just asked.
 
 Keep-alive
     After a complete response that both sides allow to be kept, the
@@ -175,7 +187,7 @@ CONN_TRANSITIONS: dict[tuple[int, str], int] = {
     (_ACTIVE, "done"): _IDLE,  # _finish(): the answer is complete (kept alive, or closed next)
     (_ACTIVE, "fail"): _CLOSED,  # _finish() with an error: never reused
     (_IDLE, "reuse"): _CONNECTING,  # taken from the idle pool; start() makes it active
-    (_CONNECTING, "close"): _CLOSED,  # the connect failed or timed out, or the fetcher closes
+    (_CONNECTING, "close"): _CLOSED,  # the connect failed or timed out, may_send refused, or the fetcher closes
     (_ACTIVE, "close"): _CLOSED,  # the fetch was cancelled: aborted mid-request (else _finish ran first)
     (_IDLE, "close"): _CLOSED,  # stale, unsolicited bytes, or the fetcher closes
     (_CLOSED, "close"): _CLOSED,  # close() is idempotent
@@ -771,6 +783,8 @@ class Fetcher:
         self._stalled = 0.0  # seconds the loop stood still, in all (deadlines moved by them)
         self._stalls = 0
         self._closing = False
+        #: Asked before a request is written on a connection just opened (module docstring).
+        self.may_send: Callable[[str], bool] | None = None
         self._requests = 0
         self._reuses = 0
         self._opened = 0
@@ -943,6 +957,12 @@ class Fetcher:
                 return
             if self._stalled != stalled:  # the loop stood still while connecting: the page's time too
                 res.started_at += self._stalled - stalled
+            if self.may_send is not None and not self.may_send(ip):
+                conn.close()
+                res.error, res.error_detail = "notSent", "the connection opened when requests to this IP " \
+                                                         "were no longer allowed here (its lease may have lapsed)"
+                self._count("notSent")
+                return
             if conn.h2:  # the server chose HTTP/2 by ALPN: the session takes the transport over
                 session = self._adopt_h2(conn)
                 return await self._h2_request(session, res, method, host_header, target, headers, rule, sent,

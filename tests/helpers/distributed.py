@@ -152,6 +152,45 @@ def check_politeness(sim, wait: float) -> None:
     e2e_politeness(sim, wait, floor=0.95 * wait - SLACK)
 
 
+#: How soon a worker woken from SIGSTOP closes its kept-alive connections (its first tick).
+STOP_GRACE = 1.0
+
+
+def check_politeness_across_stops(sim, wait: float, stops: list[tuple[float, float]]) -> None:
+    """:func:`check_politeness`, for a crawl whose workers were stopped (SIGSTOP) during
+    ``stops`` (``(stopped, continued)``, time.monotonic, the sim's clock).
+
+    A stopped worker cannot close its connections, so the IP's next holder may open
+    one beside it (docs/distributed-design.md, IP leases).  Two connections open to an
+    IP at once are allowed only when the older one is such a connection: opened before
+    a stop, no request on it from the stop on, and closed within :data:`STOP_GRACE` of
+    the worker running again.  Every other overlap fails, as do requests too close.
+    """
+    e2e_politeness(sim, wait, floor=0.95 * wait - SLACK, connections=False)
+    asked: dict[int, list[float]] = {}
+    for r in sim.log.requests:
+        asked.setdefault(r.conn, []).append(r.t)
+    by_ip: dict[str, list] = {}
+    for c in sim.log.connections.values():
+        by_ip.setdefault(c.server_ip, []).append(c)
+    end = time.monotonic()
+
+    def stopped_worker_s(x) -> bool:
+        closed = x.closed if x.closed is not None else end
+        return any(x.opened < s and closed <= e + STOP_GRACE and not any(t >= s for t in asked.get(x.id, ()))
+                   for s, e in stops)
+
+    for ip, conns in by_ip.items():
+        conns.sort(key=lambda c: c.opened)
+        for i, x in enumerate(conns):
+            x_closed = x.closed if x.closed is not None else end
+            for y in conns[i + 1:]:
+                if y.opened >= x_closed - SLACK:
+                    break
+                assert stopped_worker_s(x), (f"two connections open to {ip} at once: {x} and {y}; "
+                                             f"stops {stops}")
+
+
 def robots_repeated(sim) -> list:
     """Hosts whose robots.txt was fetched more than once (those that fail are asked again: left out)."""
     failing = {name for name, h in sim.web.hosts.items() if h.robots.kind in ("error", "timeout")}
