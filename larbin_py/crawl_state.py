@@ -93,6 +93,9 @@ class CrawlState(Protocol):
     #: distributed mode: a worker's death counts a try against the requests it
     #: had running, larbin_py.distributed.inflight): ``start(tag) -> slot``, ``end(slot)``.
     inflight: object
+    #: None, or the fetcher's ``may_send(ip)``, asked before a request goes out on a
+    #: connection just opened (larbin_py.net.http): a worker's IP leases still hold.
+    may_send: object
 
     def frontier_options(self) -> dict: ...
 
@@ -172,6 +175,7 @@ class LocalState:
         self.analysis_queue = "analysis"
         self.first_beside = True  # its snapshot is on the loop, its writes on the writer thread
         self.inflight = None
+        self.may_send = None
         #: A --reload that found a crawl cut before its first checkpoint: the line that says it starts again.
         self.cut_start: str | None = None
         if reload:

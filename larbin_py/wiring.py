@@ -86,15 +86,6 @@ def site_budget(config) -> SiteBudget:
     return SiteBudget(config.max_pages_by_site, config.max_bytes_by_site, limits)
 
 
-def send_gate(gate, clock):
-    """The fetcher's ``may_send`` for a frontier's IP-lease ``gate``: a distributed worker writes a
-    request on a connection just opened only while its leases hold (their ``deadline``, which a
-    stop, a late heartbeat or a lapsed membership passes); None in one process (no leases)."""
-    if not gate.leased:
-        return None
-    return lambda ip: clock() <= gate.deadline
-
-
 def build_fetcher(c, *, clock) -> Fetcher:
     """The fetcher of configuration ``c``: its limits, proxy, TLS policy and auth rules."""
     return Fetcher(
@@ -169,7 +160,7 @@ class Edge:
             warning = self.fetcher.tls.warning() if self.fetcher.tls is not None else None
             if warning is not None:
                 print(f"larbin_py: warning: {warning}", file=self.err)
-        self.fetcher.may_send = send_gate(frontier.ip_leases, loop.time)
+        self.fetcher.may_send = getattr(st, "may_send", None)  # (a worker's IP leases: net.http)
         self.robots = RobotsFetch(frontier, self.fetcher, lookup, now=now, log=getattr(st, "robots_log", None),
                                   on_answer=pages.robots_answered, rejected=rejected,
                                   on_rules=pages.robots_read if c.sitemaps else None,

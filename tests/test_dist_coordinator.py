@@ -135,7 +135,8 @@ async def test_kept_alive_connections_close_when_an_ip_lease_is_refused_or_the_l
     """One connection per IP across workers: a renewal refused (another worker holds the IP
     now) closes this worker's kept-alive connections to it at once, and so does the moment
     its leases are suspended (a worker woken from SIGSTOP past its leases: they may be
-    another's), without waiting for a release that will not come."""
+    another's), without waiting for a release that will not come; and past the leases'
+    deadline the fetcher's gate lets no request out on a new connection."""
     rio, state, engine = await a_worker(tmp_path, redis_server.url)
     coord = state.coordinator
     closed: list[str] = []
@@ -147,6 +148,12 @@ async def test_kept_alive_connections_close_when_an_ip_lease_is_refused_or_the_l
         coord.next_hb = 0.0
         await coord.tick()  # the renewals are granted: nothing closes
         assert closed == []
+        # the fetcher's gate for a request on a new connection: within the leases' deadline only
+        assert state.may_send("10.0.0.1")
+        clock = coord.clock
+        coord.clock = lambda: clock() + 100  # (as for a worker stopped that long)
+        assert not state.may_send("10.0.0.1")
+        coord.clock = clock
         other = await RedisIO(redis_server.url, CRAWL, partitions=4).connect()
         try:
             await rio.ip_release("10.0.0.2", coord.holder, 0)

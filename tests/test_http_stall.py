@@ -26,11 +26,9 @@ import pytest
 
 from larbin_py.demo import crawl_rules
 from larbin_py.engine import Engine
-from larbin_py.frontier.ip_leases import LeasePolicy, OpenGate
 from larbin_py.net.http import Fetcher
 from larbin_py.sim import Sim, SimConfig
 from helpers.crawl import check_conservation, make_config, page_requests
-from larbin_py.wiring import send_gate
 from helpers.http_server import Server, reply
 
 
@@ -258,15 +256,3 @@ async def test_a_kept_alive_connection_is_reused_without_asking_may_send():
     assert first.error is None and again.error is None and again.conn_reused
     assert calls == ["127.0.0.1"]  # asked for the new connection only
 
-
-def test_a_worker_s_send_gate_is_its_leases_deadline_and_one_process_has_none():
-    now = [10.0]
-    assert send_gate(OpenGate(), lambda: now[0]) is None
-    gate = LeasePolicy(wait_duration=0.1)
-    gate.deadline = 12.0  # renewed until then
-    may_send = send_gate(gate, lambda: now[0])
-    assert may_send("10.0.0.1")
-    now[0] = 12.5  # stopped past it (or the heartbeat late): nothing goes out
-    assert not may_send("10.0.0.1")
-    gate.deadline = 20.0  # a renewal
-    assert may_send("10.0.0.1")

@@ -769,6 +769,12 @@ class Coordinator:
                              lambda r: None))
             handlers.append((t.release(p, self.worker, token), lambda r, p=p: self.own.event(p, "released")))
 
+    def may_send(self, ip: str) -> bool:
+        """The fetcher's ``may_send`` (larbin_py.net.http): a request goes out on a connection just
+        opened only while the IP leases hold (their deadline, which a stop, a late heartbeat or a
+        lapsed membership passes; the leases are renewed together)."""
+        return self.clock() <= self.fr.ip_leases.deadline
+
     def _ip_renewed(self, ip: str, r) -> None:
         """A renewal's answer; refused, the lease is another's now: our kept-alive connections to
         the IP close (a request running on it ends as it must: it cannot be called back)."""

@@ -358,6 +358,11 @@ class DistState:
     def wants_writer(self) -> bool:
         return self.records is not None
 
+    @property
+    def may_send(self):
+        """The fetcher's gate for a request on a new connection: the IP leases' deadline."""
+        return self.coordinator.may_send
+
     def record(self, op) -> None:
         """A page's record (larbin_py.recrawl), written with the next durable point."""
         self._record_ops.append(op)

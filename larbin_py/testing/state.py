@@ -28,6 +28,7 @@ class MemoryState:
         self.analysis_queue = "analysis"
         self.first_beside = True
         self.inflight = None
+        self.may_send = None  # (no IP leases: the fetcher asks nothing)
         #: ``(url, outcome, from_request)`` in the order told.
         self.outcomes: list[tuple[str, str, bool]] = []
         #: The crawl log's lines (larbin_py.crawllog), in the order told.
