@@ -162,9 +162,10 @@ def check_politeness_across_stops(sim, wait: float, stops: list[tuple[float, flo
 
     A stopped worker cannot close its connections, so the IP's next holder may open
     one beside it (docs/distributed-design.md, IP leases).  Two connections open to an
-    IP at once are allowed only when the older one is such a connection: opened before
-    a stop, no request on it from the stop on, and closed within :data:`STOP_GRACE` of
-    the worker running again.  Every other overlap fails, as do requests too close.
+    IP at once are allowed only when the older one is such a connection and the newer one
+    came during that stop: the older opened before the stop, no request on it from the
+    stop on, closed within :data:`STOP_GRACE` of the worker running again, and the newer
+    opened after the stop began.  Every other overlap fails, as do requests too close.
     """
     e2e_politeness(sim, wait, floor=0.95 * wait - SLACK, connections=False)
     asked: dict[int, list[float]] = {}
@@ -175,10 +176,10 @@ def check_politeness_across_stops(sim, wait: float, stops: list[tuple[float, flo
         by_ip.setdefault(c.server_ip, []).append(c)
     end = time.monotonic()
 
-    def stopped_worker_s(x) -> bool:
+    def stopped_worker_s(x, y) -> bool:
         closed = x.closed if x.closed is not None else end
-        return any(x.opened < s and closed <= e + STOP_GRACE and not any(t >= s for t in asked.get(x.id, ()))
-                   for s, e in stops)
+        return any(x.opened < s <= y.opened and closed <= e + STOP_GRACE
+                   and not any(t >= s for t in asked.get(x.id, ())) for s, e in stops)
 
     for ip, conns in by_ip.items():
         conns.sort(key=lambda c: c.opened)
@@ -187,7 +188,7 @@ def check_politeness_across_stops(sim, wait: float, stops: list[tuple[float, flo
             for y in conns[i + 1:]:
                 if y.opened >= x_closed - SLACK:
                     break
-                assert stopped_worker_s(x), (f"two connections open to {ip} at once: {x} and {y}; "
+                assert stopped_worker_s(x, y), (f"two connections open to {ip} at once: {x} and {y}; "
                                              f"stops {stops}")
 
 
