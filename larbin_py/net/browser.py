@@ -2,7 +2,8 @@
 
 :class:`Browser` starts Debian's ``chromium`` headless, with a profile of its
 own in ``stateDir/browser`` (wiped at every start: nothing of a previous run
-leaks into the next, and nothing is written outside stateDir), and talks to
+leaks into the next, and nothing is written outside stateDir but a socket
+directory in /tmp that does not outlive the browser, below), and talks to
 it over ``--remote-debugging-pipe`` (see :mod:`larbin_py.net.cdp`).  Why a
 pipe and not a DevTools port on 127.0.0.1: no other local process can drive
 a browser it cannot reach (a port is open to every local user); no port to
@@ -78,11 +79,32 @@ Restarts
 ``connection()`` gives the live connection, starting the browser (again)
 when there is none: a crash is noticed by the pipe's end, counted in
 ``crashes``, and the next page restarts it (``restarts``).
+
+Chromium's directory in /tmp
+----------------------------
+Chromium's ProcessSingleton puts its socket in a directory of its own,
+``/tmp/org.chromium.Chromium.XXXXXX`` (``SingletonSocket`` and
+``SingletonCookie``), and links the profile's ``SingletonSocket`` to it.
+It is in the temp directory, not the profile, because a socket's path has
+a 108-byte limit (Chromium CHECK-fails on a longer one, and stateDir may be
+long): :func:`browser_env` passes no TMPDIR, so :func:`browser_tmpdir` is
+/tmp.  Chromium removes that directory when it exits cleanly, never when it
+is killed; so once the process is reaped (every path: ``close()``, a crash
+or ``kill()`` before a restart, a start that failed), and before the
+profile of a crawler killed with SIGKILL is wiped at the next start,
+:func:`remove_singleton_dir` removes it.  The link is written by the
+browser user (possibly a compromised browser, the crawler possibly root),
+so it is never followed: only a directory of the exact name right in the
+temp directory, a real directory owned by the browser's uid and holding
+nothing but those two entries, is emptied (``dir_fd``-relative, no link
+followed) and removed.  Anything else is left as it is (a debug log line).
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
 import os
 import pwd
 import re
@@ -94,7 +116,10 @@ from dataclasses import dataclass
 from .cdp import BrowserClosed, CDPConnection, CDPError
 
 __all__ = ["Browser", "BrowserUnavailable", "RunAs", "as_user", "browser_env", "find_chromium", "run_as",
-           "sandbox_complaint", "start_failure", "blocking_directory", "INSTALL_HINT", "FLAGS"]
+           "sandbox_complaint", "start_failure", "blocking_directory", "browser_tmpdir", "singleton_dir_name",
+           "remove_singleton_dir", "INSTALL_HINT", "FLAGS"]
+
+log = logging.getLogger(__name__)
 
 INSTALL_HINT = "apt-get install chromium"
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -130,6 +155,11 @@ _FD_SCRIPT = 'exec "$@" 3<&0 4>&1 0</dev/null 1>&2'
 _LOG_PREFIX_RE = re.compile(r"\[[^\]]*:(ERROR|FATAL|WARNING|INFO|VERBOSE\d*):([^\]]*)\]\s*")
 #: What the sandbox's failures say (the namespace one is printed without a prefix).
 _SANDBOX_WORDS_RE = re.compile(r"sandbox|new namespace|user namespace", re.IGNORECASE)
+#: The ProcessSingleton's directory: base::CreateNewTempDirectory, mkdtemp's six characters.
+_SINGLETON_DIR_RE = re.compile(r"org\.chromium\.Chromium\.[A-Za-z0-9]{6}")
+#: The profile's link to the socket, and all Chromium puts in that directory (the socket, the cookie link).
+SINGLETON_SOCKET = "SingletonSocket"
+SINGLETON_ENTRIES = (SINGLETON_SOCKET, "SingletonCookie")
 SANDBOX_FIX = ("allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 and "
                "user.max_user_namespaces > 0; in a container, a seccomp profile that permits them) or "
                "apt-get install chromium-sandbox; 'dynamicSandbox off' runs Chromium without it (not advised)")
@@ -292,6 +322,98 @@ def browser_env(profile: str, environ) -> dict[str, str]:
     return env
 
 
+def browser_tmpdir(env) -> str:
+    """The temp directory Chromium uses under ``env`` (base::GetTempDir: TMPDIR, else /tmp).
+
+    :func:`browser_env` passes no TMPDIR, so it is /tmp: the profile is no
+    place for the singleton's socket, whose path has a 108-byte limit.
+    """
+    return os.path.normpath(env.get("TMPDIR") or "/tmp")
+
+
+def singleton_dir_name(target: str, tmpdir: str) -> str | None:
+    """The name of the singleton directory a profile's ``SingletonSocket`` link names, or None.
+
+    Pure: ``target`` (the link's text) must be exactly
+    ``TMPDIR/org.chromium.Chromium.XXXXXX/SingletonSocket``, XXXXXX six
+    letters or digits, directly in ``tmpdir``; anything else (another
+    folder, ``..``, a relative path, another name) is None.
+    """
+    directory, leaf = os.path.split(target)
+    parent, name = os.path.split(directory)
+    if (leaf != SINGLETON_SOCKET or not os.path.isabs(target) or parent != os.path.normpath(tmpdir)
+            or _SINGLETON_DIR_RE.fullmatch(name) is None):
+        return None
+    return name
+
+
+def remove_singleton_dir(profile: str, uid: int, tmpdir: str) -> bool:
+    """Remove the singleton directory named by ``profile``'s ``SingletonSocket`` link; True if removed.
+
+    Called once the browser is dead (a live one would make a new one).  The
+    link is the browser user's writing, so nothing is followed:
+    :func:`singleton_dir_name` checks its text; the directory is opened
+    relative to ``tmpdir`` with O_NOFOLLOW | O_DIRECTORY (a link or a FIFO
+    fails there, without blocking) and must be owned by ``uid`` (who the
+    browser ran as) and hold nothing but :data:`SINGLETON_ENTRIES`, which
+    are unlinked through that descriptor (unlink never follows a link nor
+    removes a folder); then the name, still that directory, is removed with
+    rmdir, which removes only an empty one.  Limits: a directory of another
+    uid (a previous crawl with another ``dynamicUser``) is left; so is
+    everything unexpected, with a debug log line, never an error: a leftover
+    in /tmp is not worth stopping a crawl for.
+    """
+    try:
+        target = os.readlink(os.path.join(profile, SINGLETON_SOCKET))
+    except OSError:  # no link: no profile, or Chromium did not get that far
+        return False
+    name = singleton_dir_name(target, tmpdir)
+    if name is None:
+        log.debug("Chromium's singleton link %r is not a directory of %s: left", target[:200], tmpdir)
+        return False
+    try:
+        parent = os.open(tmpdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return _empty_and_remove(parent, name, uid, tmpdir)
+    finally:
+        os.close(parent)
+
+
+def _empty_and_remove(parent: int, name: str, uid: int, tmpdir: str) -> bool:
+    where = os.path.join(tmpdir, name)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:  # gone is the usual: Chromium exited cleanly
+            log.debug("Chromium's singleton directory %s: %s: left", where, exc.strerror)
+        return False
+    try:
+        st = os.fstat(fd)
+        entries = os.listdir(fd)
+        if st.st_uid != uid or not set(entries) <= set(SINGLETON_ENTRIES):
+            log.debug("Chromium's singleton directory %s: owner %d (browser %d), entries %s: left",
+                      where, st.st_uid, uid, sorted(entries)[:5])
+            return False
+        for entry in entries:
+            os.unlink(entry, dir_fd=fd)
+    except OSError as exc:
+        log.debug("Chromium's singleton directory %s: %s: left", where, exc.strerror)
+        return False
+    finally:
+        os.close(fd)
+    try:
+        now = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return False
+        os.rmdir(name, dir_fd=parent)
+    except OSError as exc:
+        log.debug("Chromium's singleton directory %s: %s: left", where, exc.strerror)
+        return False
+    return True
+
+
 class Browser:
     """One headless Chromium, (re)started on demand; see the module docstring.
 
@@ -363,8 +485,17 @@ class Browser:
 
     start = connection  # the engine starts it before the crawl so a missing browser fails at once
 
+    def _remove_singleton_dir(self, who: RunAs | None) -> None:
+        """The dead browser's directory in /tmp (module docstring); ``who`` it ran as."""
+        uid = who.uid if who is not None else os.geteuid()
+        remove_singleton_dir(self.profile, uid, browser_tmpdir(browser_env(self.profile, os.environ)))
+
     def _prepare_profile(self, who: RunAs | None) -> None:
-        """A fresh profile directory (0700, the browser user's) holding the crawler's log file."""
+        """A fresh profile directory (0700, the browser user's) holding the crawler's log file.
+
+        A profile left by a crawler killed with SIGKILL names its browser's
+        directory in /tmp: removed first."""
+        self._remove_singleton_dir(who)
         shutil.rmtree(self.profile, ignore_errors=True)
         os.makedirs(os.path.dirname(self.profile) or ".", exist_ok=True)
         os.mkdir(self.profile, 0o700)
@@ -458,7 +589,8 @@ class Browser:
                 pass
 
     async def _reap(self) -> None:
-        """End the process (and its children: it leads its own session) and wait for it."""
+        """End the process (and its children: it leads its own session), wait for it, and remove
+        its directory in /tmp (Chromium leaves it when killed)."""
         proc = self.proc
         if proc is None:
             return
@@ -479,6 +611,7 @@ class Browser:
             except (ProcessLookupError, PermissionError):
                 pass
         self.proc = None
+        self._remove_singleton_dir(self.run_as)
 
     async def close(self) -> None:
         """Close the browser (Browser.close, then the pipe, then a kill) and remove its profile."""
