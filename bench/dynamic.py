@@ -203,7 +203,7 @@ async def transport_rtt(n: int) -> list[dict]:
 
     import websockets
 
-    from larbin_py.net.browser import FLAGS, Browser, as_user, browser_env, run_as
+    from larbin_py.net.browser import FLAGS, Browser, as_user, browser_env, browser_tmpdir, remove_singleton_dir, run_as
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-cdp-") as work:
@@ -253,6 +253,8 @@ async def transport_rtt(n: int) -> list[dict]:
         finally:
             proc.kill()
             await proc.wait()
+            remove_singleton_dir(profile, who.uid if who is not None else os.geteuid(),  # killed: left in /tmp
+                                 browser_tmpdir(browser_env(profile, os.environ)))
             shutil.rmtree(profile, ignore_errors=True)
     return rows
 
