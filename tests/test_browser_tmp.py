@@ -111,8 +111,7 @@ async def test_the_next_start_removes_the_directory_of_a_crawler_killed_with_sig
 
 @pytest.fixture
 def fake(tmp_path):
-    """A stand-in temp directory, a profile whose SingletonSocket link points into it, and
-    the uid the test's files belong to."""
+    """A stand-in temp directory and a profile (its SingletonSocket link made by each test)."""
     tmpdir = tmp_path / "tmp"
     profile = tmp_path / "profile"
     tmpdir.mkdir()
