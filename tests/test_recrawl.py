@@ -8,7 +8,8 @@ ones untouched: their mtimes), and the mirror equals the tree after the
 changes.  The same against nginx with validators off (always 200: the
 digest tells), against the synthetic web (no validator at all), in WARC
 mode (revisit records), with revisitAfter, --reload after a SIGKILL in the
-middle of a recrawl, and after a SIGTERM with stored reads under way.
+middle of a recrawl, after a SIGTERM with stored reads under way, and after
+a graceful stop while most of its URLs wait in the sites' parks.
 """
 
 from __future__ import annotations
@@ -375,6 +376,47 @@ async def test_a_recrawl_stopped_with_reads_in_flight_stops_cleanly_and_reloads(
         assert Counter(e["recrawl"] for e in entries) == {"unchanged": len(fetched)}
 
 
+
+@pytest.mark.async_timeout(240)
+async def test_a_recrawl_stopped_with_urls_parked_beside_full_site_queues_loses_none(tmp_path):
+    """A recrawl queues all its pages at once: with site queues of 3, most of them wait in the
+    sites' parks (Frontier.parked).  The graceful stop (what SIGTERM calls) lands while URLs are
+    parked; the final checkpoint carries them, and --reload ends the recrawl with one verdict
+    a page, none lost and none asked twice after the stop."""
+    web = tree(seed=28, hosts=6, pages=40)
+    async with served(web, web.port) as srv:
+        site = Site(tmp_path, web, srv, wait_duration=0.02, max_urls_by_site=3)
+        await site.crawl()
+        fetched = sorted(site.index())
+        srv.clear()
+        engine = Engine(site.config, recrawl=True)
+        run = asyncio.ensure_future(engine.run())
+        parked_at_stop = 0
+        for _ in range(3000):  # until a third of the pages were asked again, URLs parked
+            parked_at_stop = engine.frontier.parked
+            if len(pages_of(srv.requests())) >= len(fetched) // 3 and parked_at_stop or run.done():
+                break
+            await asyncio.sleep(0.01)
+        assert not run.done() and parked_at_stop > 6 * 3, (parked_at_stop, "the parks were not in use")
+        in_flight = engine.frontier.in_flight
+        engine.request_stop("the test's stop")
+        stopped = await run
+        assert stopped.failed is None
+        asked_before = Counter(r[0] for r in pages_of(srv.requests()))
+        assert sum(asked_before.values()) < len(fetched), "stopped too late to test anything"
+        srv.clear()
+        summary = await Engine(site.config, reload=True).run()
+        assert summary.failed is None
+        asked_after = Counter(r[0] for r in pages_of(srv.requests()))
+        assert sorted(site.index()) == fetched
+        entries = [e for e in read_log(os.path.join(site.config.state_dir, "crawl.log")) if e["recrawl"]]
+        assert Counter(e["url"] for e in entries) == Counter(fetched)  # one verdict each, none twice
+        assert Counter(e["recrawl"] for e in entries) == {"unchanged": len(fetched)}
+        # every page asked again, once: only one in flight at the stop may be asked once more
+        assert set(fetched) <= set(asked_before) | set(asked_after)
+        assert max(asked_before.values()) == 1 and max(asked_after.values()) == 1
+        twice = set(asked_before) & set(asked_after)
+        assert len(twice) <= in_flight, (twice, in_flight)
 @pytest.mark.async_timeout(240)
 async def test_pages_with_no_validator_at_all_are_told_unchanged_by_their_digest(tmp_path):
     """The synthetic web sends neither ETag nor Last-Modified: a recrawl asks each page
