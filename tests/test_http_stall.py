@@ -10,9 +10,11 @@ is not counted a ``timeout``; and they must stay deadlines: a server that
 never answers still times out, even when the loop stalls again and again.
 
 The servers here run in a thread of their own (a blocked loop must not
-block them too); the stall is ``time.sleep`` on the loop.  The last test
-stalls a whole crawl of the synthetic web (which runs on the same loop, so
-every answer comes after the stall) with no retry to hide a loss.
+block them too); the stall is ``time.sleep`` on the loop.  Two tests
+stall a whole crawl of the synthetic web (which runs on the same loop, so
+every answer comes after the stall) with no retry to hide a loss: one in
+the middle of the crawl, one right after the stop was asked (SIGTERM's
+path), followed by --reload.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from larbin_py.demo import crawl_rules
 from larbin_py.engine import Engine
 from larbin_py.net.http import Fetcher
 from larbin_py.sim import Sim, SimConfig
+from larbin_py.sim.faults import Fault
 from helpers.crawl import check_conservation, make_config, page_requests
 from helpers.http_server import Server, reply
 
@@ -217,6 +220,42 @@ async def test_a_crawl_whose_loop_stands_still_mid_crawl_forgets_nothing_for_it(
     assert summary.stalls == 1 and summary.stalled_seconds >= 2.0
     assert "loop stalls     1 (" in summary.format()
 
+
+@pytest.mark.async_timeout(90)
+async def test_a_stall_during_the_stop_ends_the_fetches_in_flight_and_the_reload_asks_the_rest_once(tmp_path):
+    """The stop is asked (what SIGTERM does) with fetches in flight, and the loop then stands
+    still 2.5 s, past every page deadline (1 s) but within the stop's grace.  Every page answers
+    0.15 s after its request (a timer of the sim, on the same loop), so the answers of the fetches
+    in flight come after the stall: they still end with their pages (none forgotten as
+    ``timeout``, none cut by the stop), and --reload asks every page the stopped crawl did not
+    fetch, each once."""
+    late = Fault("latency", 1.0, delay=0.15)
+    async with Sim(SimConfig(seed=4, hosts=30, pages_per_host=(3, 6), dns=True, trap=False, faults=[late])) as sim:
+        config = make_config(tmp_path, sim, timeout_page=1.0, connect_timeout=1.0, retries=0, wait_duration=0.05,
+                             can_reload=True)
+        engine = Engine(config)
+        run = asyncio.create_task(engine.run())
+        deadline = time.monotonic() + 60
+        while not (engine.frontier.fetched >= 10 and engine.frontier.in_flight >= 3):
+            assert time.monotonic() < deadline and not run.done(), "no moment with fetches in flight"
+            await asyncio.sleep(0.001)
+        fetched_at_stop, in_flight = engine.frontier.fetched, engine.frontier.in_flight
+        engine.request_stop("the test's stop")
+        time.sleep(2.5)
+        stopped = await run
+        assert stopped.failed is None and stopped.stalls == 1, (stopped.failed, stopped.stalls)
+        assert not {"timeout", "noConnection"} & set(stopped.forgotten), (in_flight, stopped.forgotten)
+        assert stopped.pages >= fetched_at_stop + in_flight - 1  # the robots.txt ones are no pages
+        before = list(page_requests(sim))
+        sim.log.clear()
+        summary = await Engine(config, reload=True).run()
+        after = list(page_requests(sim))
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+    assert summary.failed is None
+    requests = [r.url for r in before + after]
+    assert set(requests) == truth.must_request, sorted(truth.must_request ^ set(requests))[:10]
+    assert len(requests) == len(set(requests)), "a page asked twice across the stop"
+    assert summary.pages == len(truth.saved)  # the reloaded crawl counts on from the stopped one
 
 @pytest.mark.async_timeout(20)
 async def test_a_request_that_may_no_longer_go_out_is_not_sent_on_its_new_connection():
