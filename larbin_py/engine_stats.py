@@ -256,6 +256,7 @@ class EngineStats:
                 "seen": len(e.seen),
                 "queued_disk": st["queued_disk"],
                 "in_memory": st["in_memory"],
+                "parked": st["parked"],
                 "in_flight": st["in_flight"],
                 "fetched": st["fetched"],
                 "forgotten": st["forgotten"],

@@ -28,6 +28,8 @@ from larbin_py.output.base import INDEX_NAME, parse_index_line
 from larbin_py.sim import SimConfig, SimWeb
 from larbin_py.sim.urls import split_url
 from larbin_py.state import StateError
+from larbin_py.web.metrics import render_metrics
+from larbin_py.web.source import check_snapshot
 
 from helpers.crawl import ROBOTS_PATHS, make_config
 from helpers.nginx import free_port, served
@@ -398,6 +400,10 @@ async def test_a_recrawl_stopped_with_urls_parked_beside_full_site_queues_loses_
                 break
             await asyncio.sleep(0.01)
         assert not run.done() and parked_at_stop > 6 * 3, (parked_at_stop, "the parks were not in use")
+        snap = engine.snapshot()  # what /stats.json and /metrics say of them
+        assert check_snapshot(snap) == [] and snap["urls"]["parked"] == engine.frontier.parked > 0
+        assert snap["urls"]["in_memory"] >= snap["urls"]["parked"]
+        assert f'larbin_urls{{where="parked"}} {snap["urls"]["parked"]}' in render_metrics(snap).splitlines()
         in_flight = engine.frontier.in_flight
         engine.request_stop("the test's stop")
         stopped = await run

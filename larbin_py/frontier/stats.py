@@ -38,6 +38,7 @@ def frontier_stats(fr) -> dict:
         "queued": fr.queued,
         "queued_disk": lanes.on_disk_only,
         "in_memory": fr.urls_in_memory(),
+        "parked": fr.parked,
         "in_flight": fr.in_flight,
         "forgotten": dict(fr.forgotten),
         "retried": dict(fr.retried),

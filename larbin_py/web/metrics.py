@@ -117,7 +117,7 @@ def render_metrics(snapshot: dict) -> str:
         "gauge",
         "URLs waiting or in progress, by where they are.",
         [({"where": key}, urls.get(key))
-         for key in ("queued_disk", "in_memory", "in_flight", "retry_wait")],
+         for key in ("queued_disk", "in_memory", "parked", "in_flight", "retry_wait")],
     )
     forgotten = urls.get("forgotten")
     w.family(
