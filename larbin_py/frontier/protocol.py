@@ -60,6 +60,8 @@ class Scheduler(Protocol):
     requests: int
     fetched: int
     in_flight: int
+    #: URLs waiting in memory beside their site's full FIFO (counted in urls_in_memory()).
+    parked: int
     forgotten: Counter
     retried: Counter
     sites_total: int
@@ -145,9 +147,11 @@ class Scheduler(Protocol):
         """robots.txt was read (or is absent): its ``rules`` apply for ``ttl`` seconds."""
         ...
 
-    def robots_unavailable(self, req: "Request", now: float, reason: str | None = None) -> None:
+    def robots_unavailable(self, req: "Request", now: float, reason: str | None = None, *,
+                           free: bool = False) -> None:
         """robots.txt answered 5xx or could not be reached (``reason``: a transport failure that
-        must name the site's URLs if it persists, e.g. ``tlsError``; None: ``forbiddenRobots``)."""
+        must name the site's URLs if it persists, e.g. ``tlsError``; None: ``forbiddenRobots``;
+        ``free``: nothing reached the server, asked again without counting a failure)."""
         ...
 
     def restore_robots(self, robots_url: str, rules, expiry: float) -> None:
