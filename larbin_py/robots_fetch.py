@@ -25,6 +25,14 @@ The frontier hands the engine a robots.txt request as a site's first request;
   certificate), ``proxyError`` -- is passed on as the reason: should the
   site be given up, its URLs are forgotten under it, never as
   ``forbiddenRobots`` (the site forbade nothing);
+* a request that never reached the server -- a kept-alive connection the
+  server closed as it was reused (``staleConnection``), a connection opened
+  when the IP was no longer ours to ask (``notSent``), a hop the IP's lease
+  no longer allows -- is no failure of the site's: asked again at once,
+  politely, without counting towards the :data:`larbin_py.robots.MAX_ERROR_ATTEMPTS`
+  failures that give the site up (as a page's is retried free).  It
+  cannot spin: a stale connection is closed by the fetcher, and a request
+  not sent waits for the lease that lets it go out;
 * 401: a status like any 4xx (no restriction), whether or not credentials
   were sent (the fetcher's ``authRequired`` keeps its status); a digest
   challenge (``authRetry``) is answered once, by one more request spaced
@@ -42,6 +50,7 @@ from typing import Awaitable, Callable
 
 from . import robots as robots_mod
 from .frontier.scheduler import Request, site_key
+from .outcomes import result_kind
 from .url import normalize
 
 __all__ = ["RobotsFetch"]
@@ -50,6 +59,8 @@ __all__ = ["RobotsFetch"]
 _ANSWERED = frozenset({None, "tooBig", "authRequired", "authRetry"})
 #: Transport failures that name a site's URLs when its robots.txt stays unread.
 _NAMED_FAILURES = frozenset({"tlsError", "proxyError"})
+#: Results whose request never reached the server (larbin_py.outcomes: retried free).
+_NOT_SENT = frozenset({"stale", "notSent"})
 
 
 class RobotsFetch:
@@ -97,9 +108,9 @@ class RobotsFetch:
                 if delay > 0:
                     await self.sleep(delay)
                 if not fr.follow_ups.allowed(req, self.now()):
-                    # The IP's lease lapsed meanwhile (distributed mode): as no answer,
-                    # asked again later, by whoever holds the site then.
-                    fr.robots_unavailable(req, self.now())
+                    # The IP's lease lapsed meanwhile (distributed mode): nothing sent, asked
+                    # again later, by whoever holds the site then; no failure of the site's.
+                    fr.robots_unavailable(req, self.now(), free=True)
                     return
                 fr.follow_ups.started(req, self.now())
             extra = self.headers_for(req.site.host) if self.headers_for is not None else ()
@@ -107,6 +118,9 @@ class RobotsFetch:
                                            **({"extra_headers": extra} if extra else {}))
             if self.on_answer is not None:
                 self.on_answer(req, res, hop)
+            if result_kind(res.error, res.conn_reused, res.bytes_read) in _NOT_SENT:
+                fr.robots_unavailable(req, self.now(), free=True)
+                return
             if res.error == "authRetry" and not challenged:
                 challenged = True
                 hop += 1  # the same URL again, with the challenge answered: a request like a hop

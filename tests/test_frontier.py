@@ -75,8 +75,11 @@ class Sim:
         self.active_per_ip[req.ip] -= 1
         if req.kind == ROBOTS:
             body = self.robots_body.get(req.site.host)
+            self.attempts[req.url] += 1
             if body == "5xx":
                 self.f.robots_unavailable(req, self.now)
+            elif body and body.startswith("unsent:") and self.attempts[req.url] <= int(body[7:]):
+                self.f.robots_unavailable(req, self.now, free=True)  # never reached the server
             else:
                 rules = robots.RobotsTxt.parse(body) if body else robots.RobotsTxt.allow_all()
                 self.f.robots_known(req, rules, robots.CACHE_TTL, self.now)
@@ -343,6 +346,22 @@ def test_robots_unavailable_retries_then_disallows(tmp_path):
     assert len(robots_starts) == robots.MAX_ERROR_ATTEMPTS
     assert sim.fetched == []
     assert f.forgotten["forbiddenRobots"] == 2
+
+
+def test_a_robots_request_that_never_reached_the_server_is_asked_again_without_counting(tmp_path):
+    """Five robots.txt requests in a row that never went out (a stale kept-alive connection, a
+    request no longer allowed out: ``free``) do not give the site up as three failures would:
+    the sixth reads it, and its pages are fetched; each try spaced by the site's delay."""
+    f = make(tmp_path, wait_duration=0.5)
+    f.admission.push("http://flaky.test/1", 3, 2)
+    f.admission.push("http://flaky.test/2", 3, 2)
+    sim = Sim(f, ips={"flaky.test": "10.0.0.8"}, robots_body={"flaky.test": "unsent:5"})
+    sim.run()
+    robots_starts = [t for t, k, _, _ in sim.starts if k == ROBOTS]
+    assert len(robots_starts) == 6 > robots.MAX_ERROR_ATTEMPTS
+    assert all(b - a >= 0.5 for a, b in zip(robots_starts, robots_starts[1:])), robots_starts
+    assert sorted(sim.fetched) == ["http://flaky.test/1", "http://flaky.test/2"]
+    assert not f.forgotten and f.idle()
 
 
 def test_max_requests_caps_concurrency(tmp_path):

@@ -45,8 +45,9 @@ class FakeFrontier:
     def robots_known(self, req, rules, ttl, now):
         self.calls.append(("known", rules))
 
-    def robots_unavailable(self, req, now, reason=None):
-        self.calls.append(("unavailable",) if reason is None else ("unavailable", reason))
+    def robots_unavailable(self, req, now, reason=None, *, free=False):
+        self.calls.append(("unavailable", "free") if free else
+                          ("unavailable",) if reason is None else ("unavailable", reason))
 
 
 class FakeLog:
@@ -64,8 +65,8 @@ def request():
     return SimpleNamespace(url=ROBOTS, ip="10.0.0.1", port=80, site=SimpleNamespace(key="http://a.test:80", ips=("10.0.0.1",)))
 
 
-def answer(url, status=None, *, body=b"", location=None, error=None):
-    return FetchResult(url=url, ip="", status=status, body=body, location=location, error=error)
+def answer(url, status=None, *, body=b"", location=None, error=None, **fields):
+    return FetchResult(url=url, ip="", status=status, body=body, location=location, error=error, **fields)
 
 
 def run(answers, *, dns=None, private_refused=frozenset(), allowed=True):
@@ -141,7 +142,17 @@ def test_a_hop_the_ips_lease_no_longer_allows_is_not_made_and_leaves_robots_unav
     r = run({ROBOTS: answer(ROBOTS, 302, location="/real-robots.txt"),
              target: answer(target, 200, body=b"User-agent: *\nDisallow: /\n")}, allowed=False)
     assert r.fetcher.requests == [(ROBOTS, "10.0.0.1", 80)]
-    assert r.frontier.calls == [("unavailable",)] and r.log.records == []
+    assert r.frontier.calls == [("unavailable", "free")] and r.log.records == []  # no failure of the site's
+
+
+def test_a_request_that_never_reached_the_server_is_no_failure_of_the_site():
+    """A kept-alive connection the server closed as it was reused (a reset before any byte on
+    a reused connection), or a connection opened when the IP was no longer ours: asked again
+    free.  A reset after bytes came, or on a new connection, is the site's failure."""
+    for res in (answer(ROBOTS, error="reset", conn_reused=True), answer(ROBOTS, error="notSent")):
+        assert run({ROBOTS: res}).frontier.calls == [("unavailable", "free")], res
+    for res in (answer(ROBOTS, error="reset", conn_reused=True, bytes_read=12), answer(ROBOTS, error="reset")):
+        assert run({ROBOTS: res}).frontier.calls == [("unavailable",)], res
 
 
 def test_a_cross_host_redirect_resolves_through_the_lookup_method():

@@ -764,15 +764,29 @@ class Frontier:
             site.next_allowed = max(site.next_allowed, req.started + site.crawl_delay)
         self._release(req, now)
 
-    def robots_unavailable(self, req: Request, now: float, reason: str | None = None) -> None:
+    def robots_unavailable(self, req: Request, now: float, reason: str | None = None, *,
+                           free: bool = False) -> None:
         """robots.txt answered 5xx or could not be reached: disallow, retry later.
 
         ``reason``: the transport failure (``tlsError``, ``proxyError``) that
         kept robots.txt unread; when the site is given up, its URLs are
         forgotten under it rather than as ``forbiddenRobots`` (the site
         forbade nothing: it could not be reached as it should).
+
+        ``free``: the request never reached the server (a kept-alive
+        connection it closed as we reused it, a request no longer allowed
+        out): asked again at once, politely, and not counted among the
+        :data:`~larbin_py.robots.MAX_ERROR_ATTEMPTS` failures that give the
+        site up -- the site failed nothing.
         """
         site = req.site
+        if free:
+            site.robots_event("fail")
+            site.retry_at = now
+            self._seq += 1
+            heapq.heappush(self.timers, (now, self._seq, site, "robots"))
+            self._release(req, now)
+            return
         site.robots_failures += 1
         site.robots_reason = reason
         if site.robots_failures >= robots_mod.MAX_ERROR_ATTEMPTS:
