@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 import uvloop
@@ -60,6 +64,18 @@ def require_service(binary: str, hint: str) -> str:
             pytest.fail(f"{binary} not installed in CI ({hint})")
         pytest.skip(f"{binary} not installed ({hint}); CI installs it")
     return path
+
+
+@pytest.fixture
+def work_dir():
+    """A temp directory Chromium's user may pass through (0711, unlike pytest's tmp_path: the
+    browser runs as ``dynamicUser`` when the tests are root; removed after the test)."""
+    path = tempfile.mkdtemp(prefix="larbin-browser-")
+    os.chmod(path, 0o711)
+    try:
+        yield Path(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ import pwd
 import shutil
 import signal
 import stat
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -29,17 +28,6 @@ from larbin_py.net.browser import (Browser, browser_env, browser_tmpdir, remove_
 from conftest import require_service
 
 NAME = "org.chromium.Chromium.AbC123"
-
-
-@pytest.fixture
-def work_dir():
-    """A temp directory Chromium's user may pass through (0711; removed after the test)."""
-    path = tempfile.mkdtemp(prefix="larbin-browser-tmp-")
-    os.chmod(path, 0o711)
-    try:
-        yield Path(path)
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def singleton_dir(browser: Browser) -> str:

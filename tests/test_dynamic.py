@@ -17,9 +17,7 @@ import asyncio
 import os
 import re
 import shutil
-import tempfile
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -31,17 +29,6 @@ from larbin_py.sim import Sim, SimConfig
 from larbin_py.sim.dynamic import DYN_LINKS, JS_HOST
 
 from conftest import require_service
-
-@pytest.fixture
-def work_dir():
-    """A temp directory Chromium's user may pass through (0711; removed after the test)."""
-    path = tempfile.mkdtemp(prefix="larbin-dynamic-")
-    os.chmod(path, 0o711)
-    try:
-        yield Path(path)
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
 
 LINK_RE = re.compile(rb'<a href="(/dyn/[^"]+)"')
 RULES = (("re:.*/scroll\\.html", "scroll"), ("re:.*/call\\.html", "call:loadMore"), (f"http://{JS_HOST}", "none"))
