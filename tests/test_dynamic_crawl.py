@@ -21,7 +21,6 @@ from larbin_py.sim import Sim, SimConfig
 from larbin_py.sim.dynamic import DYN_LINKS, JS_HOST, REFRESH_TARGET, SECRET_LINKS
 
 from conftest import require_service
-from test_dynamic import work_dir  # noqa: F401 -- a fixture: a temp directory Chromium's user can reach
 from helpers.crawl import ROBOTS_PATHS, SLACK, check_conservation, make_config
 
 pytestmark = pytest.mark.slow
