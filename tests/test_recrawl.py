@@ -378,7 +378,6 @@ async def test_a_recrawl_stopped_with_reads_in_flight_stops_cleanly_and_reloads(
         assert Counter(e["recrawl"] for e in entries) == {"unchanged": len(fetched)}
 
 
-
 @pytest.mark.async_timeout(240)
 async def test_a_recrawl_stopped_with_urls_parked_beside_full_site_queues_loses_none(tmp_path):
     """A recrawl queues all its pages at once: with site queues of 3, most of them wait in the
@@ -423,6 +422,8 @@ async def test_a_recrawl_stopped_with_urls_parked_beside_full_site_queues_loses_
         assert max(asked_before.values()) == 1 and max(asked_after.values()) == 1
         twice = set(asked_before) & set(asked_after)
         assert len(twice) <= in_flight, (twice, in_flight)
+
+
 @pytest.mark.async_timeout(240)
 async def test_pages_with_no_validator_at_all_are_told_unchanged_by_their_digest(tmp_path):
     """The synthetic web sends neither ETag nor Last-Modified: a recrawl asks each page
