@@ -431,6 +431,42 @@ def test_chromiums_sandbox_messages_are_recognized():
                                                        who=None, sandbox=False, profile="/x/browser")
 
 
+def test_a_profile_out_of_reach_is_named_before_chromiums_words_for_it(work_dir):
+    """Chromium 150 ends a start with an unreachable profile as a container's forbidden sandbox
+    does (the zygote's failed check): the directory is named, not the sandbox."""
+    from larbin_py.net.browser import RunAs, start_failure
+
+    chromium_150 = (
+        "chrome_crashpad_handler: --database is required\n"
+        "[16051:16051:1128/154952.575692:ERROR:third_party/crashpad/crashpad/util/file/filesystem_posix.cc:63]"
+        " mkdir : No such file or directory (2)\n"
+        "[16051:16051:1128/154952.613570:FATAL:content/browser/zygote_host/zygote_host_impl_linux.cc:207] "
+        "Check failed: . : No such file or directory (2)")
+    docker = ("Failed to move to new namespace: PID namespaces supported, Network namespace supported, but "
+              "failed: errno = Operation not permitted\n"
+              "[1868:1868:0311/120334.394798:FATAL:zygote_host_impl_linux.cc(206)] Check failed: . : "
+              "Operation not permitted (1)")
+    other = RunAs("other", os.geteuid() + 1, os.getegid() + 1)  # owns nothing here
+    private = work_dir / "private"
+    private.mkdir(mode=0o700)
+    shut_out = str(private / "state" / "browser")
+    line = start_failure(chromium_150, path="/usr/bin/chromium", detail="exited", who=other, sandbox=True,
+                         profile=shut_out)
+    assert line.startswith(f"dynamicUser other cannot reach Chromium's profile {shut_out}: it may not enter "
+                           f"{private} (drwx------ ") and "sandbox" not in line
+    # a profile within reach: the same failed check is the sandbox's, as in a container
+    reachable = str(work_dir / "state" / "browser")
+    assert start_failure(chromium_150.rsplit("\n", 1)[1], path="/usr/bin/chromium", detail="exited",
+                         who=other, sandbox=True, profile=reachable).startswith(
+        "Chromium's sandbox cannot start as other (Check failed: . : No such file or directory (2))")
+    assert start_failure(docker, path="/usr/bin/chromium", detail="exited", who=other, sandbox=True,
+                         profile=reachable).startswith("Chromium's sandbox cannot start as other (Failed to move")
+    # setpriv's own failure comes first: Chromium never ran
+    line = start_failure("setpriv: setresuid failed: Operation not permitted\n" + docker, path="/usr/bin/chromium",
+                         detail="exited", who=other, sandbox=True, profile=shut_out)
+    assert line.startswith("cannot run Chromium as dynamicUser other (setpriv: setresuid failed")
+
+
 #: Runs its arguments in a user namespace where no further user namespace can be made (its
 #: user.max_user_namespaces is 0): Chromium's sandbox then cannot start, as in a container that
 #: forbids it.  As root the namespace maps every uid to itself (Chromium still runs as nobody).

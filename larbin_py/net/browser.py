@@ -46,14 +46,17 @@ Start failures are one line each (:class:`BrowserUnavailable`, the crawler
 exits 2), told apart from Chromium's log and exit (:func:`start_failure`):
 the browser exiting before it answers is noticed at once (its exit is
 awaited beside its first answer), so nothing waits for ``start_timeout``.
+In this order (what the crawler can check itself first: Chromium's log for
+an unreachable profile differs from one build to the next, and some end it
+with the zygote's failed check, as a forbidden sandbox does):
 
+* root without the capability to change user (setpriv fails) -> run the
+  crawler as an unprivileged user;
+* ``dynamicUser`` cannot reach the profile (a parent directory it may not
+  enter, such as /root) -> the directory named;
 * the sandbox cannot start ("No usable sandbox!", "Failed to move to new
   namespace": user namespaces off or forbidden by a container's seccomp
   profile) -> the fixes, and ``dynamicSandbox off`` as the last resort;
-* ``dynamicUser`` cannot reach the profile (a parent directory it may not
-  enter, such as /root) -> the directory named;
-* root without the capability to change user (setpriv fails) -> run the
-  crawler as an unprivileged user;
 * Chromium missing or broken -> the ``apt-get`` hint.
 
 The network
@@ -253,11 +256,16 @@ def _describe(directory: str) -> str:
 
 
 def start_failure(log: str, *, path: str, detail: str, who: RunAs | None, sandbox: bool, profile: str) -> str:
-    """The one line that says why Chromium did not start and what fixes it."""
-    complaint = sandbox_complaint(log) if sandbox else None
+    """The one line that says why Chromium did not start and what fixes it.
+
+    The causes the crawler can check itself come first (``setpriv`` failed,
+    a directory ``dynamicUser`` may not enter), then Chromium's own words: a
+    profile it cannot reach makes some builds abort in the zygote's start
+    (Chromium 150: ``FATAL:...zygote_host_impl_linux.cc`` ``Check failed: . :
+    No such file or directory``), the line a container's forbidden
+    namespaces end with too, and the sandbox must not be blamed for it.
+    """
     user = f" as {who.name}" if who is not None else ""
-    if complaint is not None:
-        return f"Chromium's sandbox cannot start{user} ({complaint}): {SANDBOX_FIX}"
     switch = next((ln.strip() for ln in log.splitlines() if ln.startswith("setpriv:")), None)
     if who is not None and switch is not None:
         return (f"cannot run Chromium as dynamicUser {who.name} ({switch}): the crawler is root without "
@@ -269,6 +277,9 @@ def start_failure(log: str, *, path: str, detail: str, who: RunAs | None, sandbo
             return (f"dynamicUser {who.name} cannot reach Chromium's profile {profile}: it may not enter "
                     f"{blocked} ({_describe(blocked)}); put stateDir where that user can pass (every parent "
                     f"directory searchable, o+x), or set dynamicUser to a user who can")
+    complaint = sandbox_complaint(log) if sandbox else None
+    if complaint is not None:
+        return f"Chromium's sandbox cannot start{user} ({complaint}): {SANDBOX_FIX}"
     lines = [ln.strip() for ln in log.splitlines() if ln.strip() and "dbus" not in ln]
     tail = f": {lines[-1][:200]}" if lines else ""
     return f"{path} did not start{user} ({detail}){tail} -- is it a working Chromium? {INSTALL_HINT}"
