@@ -395,6 +395,14 @@ def test_dynamic_user_and_sandbox_keys_and_who_runs_chromium():
             run_as(user, 0)
 
 
+#: Chromium's start in a container whose seccomp profile forbids the namespaces (Docker's
+#: default), as users report it.
+DOCKER_SANDBOX_LOG = ("Failed to move to new namespace: PID namespaces supported, Network namespace supported, "
+                      "but failed: errno = Operation not permitted\n"
+                      "[1868:1868:0311/120334.394798:FATAL:zygote_host_impl_linux.cc(206)] Check failed: . : "
+                      "Operation not permitted (1)")
+
+
 def test_chromiums_sandbox_messages_are_recognized():
     from larbin_py.net.browser import sandbox_complaint, start_failure
 
@@ -403,11 +411,6 @@ def test_chromiums_sandbox_messages_are_recognized():
               " No usable sandbox! If this is a Debian system, please install the chromium-sandbox package to "
               "solve this problem. If you want to live dangerously and need an immediate workaround, you can "
               "try using --no-sandbox.")
-    # a container whose seccomp profile forbids the namespaces (Docker's default), as users report it
-    docker = ("Failed to move to new namespace: PID namespaces supported, Network namespace supported, but "
-              "failed: errno = Operation not permitted\n"
-              "[1868:1868:0311/120334.394798:FATAL:zygote_host_impl_linux.cc(206)] Check failed: . : "
-              "Operation not permitted (1)")
     dbus = ("[8359:8394:1127/124532.263296:ERROR:dbus/bus.cc:405] Failed to connect to the bus: Failed to "
             "connect to socket /run/dbus/system_bus_socket: No such file or directory")
     # a profile nobody may enter: the browser aborts, its zygote complains after it (not the sandbox)
@@ -419,9 +422,10 @@ def test_chromiums_sandbox_messages_are_recognized():
                  "[1:1:0100/000000.779503:ERROR:content/zygote/zygote_main_linux.cc:197] Failed sending zygote "
                  "boot message: Broken pipe (32)")
     assert sandbox_complaint(dbus + "\n" + debian) == "No usable sandbox!"
-    assert sandbox_complaint(docker) == ("Failed to move to new namespace: PID namespaces supported, Network "
-                                         "namespace supported, but failed: errno = Operation not permitted")
-    assert sandbox_complaint(docker.split("\n")[1]) == "Check failed: . : Operation not permitted (1)"
+    assert sandbox_complaint(DOCKER_SANDBOX_LOG) == (
+        "Failed to move to new namespace: PID namespaces supported, Network namespace supported, but failed: "
+        "errno = Operation not permitted")
+    assert sandbox_complaint(DOCKER_SANDBOX_LOG.split("\n")[1]) == "Check failed: . : Operation not permitted (1)"
     assert sandbox_complaint(dbus) is None and sandbox_complaint(singleton) is None
     line = start_failure(debian, path="/usr/bin/chromium", detail="exited", who=None, sandbox=True,
                          profile="/x/browser")
@@ -442,10 +446,6 @@ def test_a_profile_out_of_reach_is_named_before_chromiums_words_for_it(work_dir)
         " mkdir : No such file or directory (2)\n"
         "[16051:16051:1128/154952.613570:FATAL:content/browser/zygote_host/zygote_host_impl_linux.cc:207] "
         "Check failed: . : No such file or directory (2)")
-    docker = ("Failed to move to new namespace: PID namespaces supported, Network namespace supported, but "
-              "failed: errno = Operation not permitted\n"
-              "[1868:1868:0311/120334.394798:FATAL:zygote_host_impl_linux.cc(206)] Check failed: . : "
-              "Operation not permitted (1)")
     other = RunAs("other", os.geteuid() + 1, os.getegid() + 1)  # owns nothing here
     private = work_dir / "private"
     private.mkdir(mode=0o700)
@@ -459,11 +459,11 @@ def test_a_profile_out_of_reach_is_named_before_chromiums_words_for_it(work_dir)
     assert start_failure(chromium_150.rsplit("\n", 1)[1], path="/usr/bin/chromium", detail="exited",
                          who=other, sandbox=True, profile=reachable).startswith(
         "Chromium's sandbox cannot start as other (Check failed: . : No such file or directory (2))")
-    assert start_failure(docker, path="/usr/bin/chromium", detail="exited", who=other, sandbox=True,
+    assert start_failure(DOCKER_SANDBOX_LOG, path="/usr/bin/chromium", detail="exited", who=other, sandbox=True,
                          profile=reachable).startswith("Chromium's sandbox cannot start as other (Failed to move")
     # setpriv's own failure comes first: Chromium never ran
-    line = start_failure("setpriv: setresuid failed: Operation not permitted\n" + docker, path="/usr/bin/chromium",
-                         detail="exited", who=other, sandbox=True, profile=shut_out)
+    line = start_failure("setpriv: setresuid failed: Operation not permitted\n" + DOCKER_SANDBOX_LOG,
+                         path="/usr/bin/chromium", detail="exited", who=other, sandbox=True, profile=shut_out)
     assert line.startswith("cannot run Chromium as dynamicUser other (setpriv: setresuid failed")
 
 
