@@ -1,13 +1,16 @@
 """Link extraction speed on the sim's pages: larbin_py.parse against alternatives.
 
-    python bench/parse.py [--quick] [--pages N]
+    python bench/parse.py [--quick] [--pages N] [--docs]
 
 Pages come from the sim (10-60 KB, 30-150 links, its usual mix of link
-forms, charsets and malformed HTML).  Approaches, run turn by turn over the
+forms, charsets and malformed HTML; ``--docs``: the documentation-like
+pages of bench/speed.py).  Approaches, run turn by turn over the
 same pages (A, B, C, D, A, B, C, D...):
 
 * ``larbin_py``: :func:`larbin_py.parse.extract` (lxml HTMLParser tree,
   ``iter`` over the link tags, URL normalization included);
+* ``larbin_py, tree kept``: the same with ``keep_root`` (the tree a user
+  analyzer is given: its table of ids built too);
 * ``lxml.html iterlinks``: ``lxml.html.document_fromstring`` +
   ``iterlinks()`` + the same normalization (lxml's own link walker);
 * ``lxml tree only``: the parse alone, no link work (the floor);
@@ -32,11 +35,17 @@ from larbin_py.sim.web import SimConfig, SimWeb
 from larbin_py.url import normalize
 
 
-def pages(n: int) -> list[tuple[bytes, str, str | None]]:
-    """``(body, url, charset)`` of ``n`` sim pages, the charset as the fetcher parses it."""
+def pages(n: int, docs: bool = False) -> list[tuple[bytes, str, str | None]]:
+    """``(body, url, charset)`` of ``n`` sim pages, the charset as the fetcher parses it;
+    ``docs``: documentation-like ones (as bench/speed.py's)."""
     hosts = max(1, n // 50)
-    web = SimWeb.generate(SimConfig(seed=5, hosts=hosts, pages_per_host=(50, 50), body_size=(10_000, 60_000),
-                                    links_per_page=(30, 150), extras=False, trap=False), 8080)
+    if docs:
+        cfg = SimConfig(seed=5, hosts=hosts, pages_per_host=(50, 50), body_size=(40_000, 100_000),
+                        links_per_page=(100, 300), max_layer=6, doc_pages=True, extras=False, trap=False)
+    else:
+        cfg = SimConfig(seed=5, hosts=hosts, pages_per_host=(50, 50), body_size=(10_000, 60_000),
+                        links_per_page=(30, 150), extras=False, trap=False)
+    web = SimWeb.generate(cfg, 8080)
     out = []
     for host in web.hosts.values():
         for pq, res in host.resources.items():
@@ -47,6 +56,10 @@ def pages(n: int) -> list[tuple[bytes, str, str | None]]:
 
 def ours(body, url, charset):
     return len(extract(body, url, charset).links)
+
+
+def ours_kept(body, url, charset):
+    return len(extract(body, url, charset, keep_root=True).links)
 
 
 def lxml_iterlinks(body, url, charset):
@@ -64,7 +77,7 @@ def lxml_iterlinks(body, url, charset):
 def lxml_tree_only(body, url, charset):
     from lxml import etree
 
-    etree.fromstring(body, _str_parser())
+    etree.fromstring(body, _str_parser(ids=False))
     return 0
 
 
@@ -87,8 +100,8 @@ def stdlib(body, url, charset):
     return len(found)
 
 
-APPROACHES = [("larbin_py", ours), ("lxml.html iterlinks", lxml_iterlinks), ("lxml tree only", lxml_tree_only),
-              ("html.parser", stdlib)]
+APPROACHES = [("larbin_py", ours), ("larbin_py, tree kept", ours_kept), ("lxml.html iterlinks", lxml_iterlinks),
+              ("lxml tree only", lxml_tree_only), ("html.parser", stdlib)]
 
 
 def main() -> None:
@@ -96,10 +109,12 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="100 pages, one round")
     ap.add_argument("--pages", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--docs", action="store_true", help="documentation-like pages (40-100 KB, 100-300 links "
+                    "in nested lists, ids on their sections: bench/speed.py's)")
     args = ap.parse_args()
     if args.quick:
         args.pages, args.rounds = 100, 1
-    sample = pages(args.pages)
+    sample = pages(args.pages, args.docs)
     size = sum(len(b) for b, _u, _c in sample) / len(sample)
     times = {name: [] for name, _f in APPROACHES}
     links = {}
@@ -117,7 +132,8 @@ def main() -> None:
         rows.append([name, us, len(sample) / best, links[name]])
     print(table(f"link extraction: {len(sample)} sim pages, {size / 1024:.1f} KB average (best of {args.rounds})",
                 ["approach", "µs/page", "pages/s", "links"], rows))
-    report("parse", {"approaches": figures, "pages": len(sample), "avg_bytes": size, "quick": args.quick})
+    report("parse", {"approaches": figures, "pages": len(sample), "avg_bytes": size, "quick": args.quick,
+                     "docs": args.docs})
 
 
 if __name__ == "__main__":

@@ -181,7 +181,7 @@ def floor_costs(web: SimWeb, port: int, work: str) -> dict:
     """
     from larbin_py.parse import _byte_parser
 
-    parser = _byte_parser("utf-8")
+    parser = _byte_parser("utf-8", ids=False)  # as the crawl's links are parsed
     cpu = {"fetch": 0.0, "parse": 0.0, "write": 0.0}
     pages = 0
     for host in web.hosts.values():

@@ -131,16 +131,17 @@ def _decode(body: bytes, charset: str) -> str:
 #: lxml.etree, imported at the first parse: a crawler whose analysis processes parse
 #: every page starts without it (larbin_py.lazyimport).
 etree = LazyModule("lxml.etree", globals(), "etree")
-_STR_PARSER = None
+_STR_PARSERS: dict[bool, object] = {}
 
 
-def _str_parser():
-    """The HTML parser of decoded text (made at its first use)."""
-    global _STR_PARSER
-    if _STR_PARSER is None:
-        _STR_PARSER = etree.HTMLParser(recover=True, no_network=True, remove_comments=True, remove_pis=True,
-                                       huge_tree=True, default_doctype=False)
-    return _STR_PARSER
+def _str_parser(ids: bool = True):
+    """The HTML parser of decoded text (made at its first use); ``ids``: see :func:`_byte_parser`."""
+    parser = _STR_PARSERS.get(ids)
+    if parser is None:
+        parser = _STR_PARSERS[ids] = etree.HTMLParser(
+            recover=True, no_network=True, remove_comments=True, remove_pis=True, huge_tree=True,
+            default_doctype=False, collect_ids=ids)
+    return parser
 
 
 # XML-invalid characters that lxml refuses in a str: NUL and the C0 controls but
@@ -159,13 +160,13 @@ _RAW_LINK = re.compile(
 _XML_DECL = re.compile(r"\A\s*<\?xml\b[^>]*\?>")
 
 
-def _parse_tree(text: str):
+def _parse_tree(text: str, ids: bool = True):
     """The document tree, and whether libxml2 gave up part of it (too deep)."""
     if _BAD_XML.search(text):
         text = _BAD_XML.sub(" ", text)
     if text.lstrip()[:5].lower() == "<?xml":
         text = _XML_DECL.sub("", text, count=1)
-    parser = _str_parser()
+    parser = _str_parser(ids)
     root = etree.fromstring(text, parser)
     truncated = any(e.type_name == "ERR_RESOURCE_LIMIT" for e in parser.error_log)
     return root, text, truncated
@@ -188,27 +189,34 @@ def _raw_links(text: str) -> list[str]:
 
 # libxml2's names for the codecs detect_charset returns, where they differ.
 _LIBXML_NAMES = {"cp1252": "windows-1252", "utf_8": "utf-8", "iso8859-1": "iso-8859-1"}
-_BYTE_PARSERS: dict[str, object] = {}
+_BYTE_PARSERS: dict[tuple[str, bool], object] = {}
 
 
-def _byte_parser(charset: str):
-    """An HTML parser reading bytes in ``charset`` (libxml2 decodes: no str copy)."""
-    parser = _BYTE_PARSERS.get(charset)
+def _byte_parser(charset: str, ids: bool = True):
+    """An HTML parser reading bytes in ``charset`` (libxml2 decodes: no str copy).
+
+    ``ids``: libxml2 keeps a table of the ``id`` attributes (what XPath's
+    ``id()`` reads in a tree a user analyzer is given).  Links alone never
+    read it: without, a documentation page (a hundred ids, each entered and
+    freed) costs 4-14 % less to parse and walk (``bench/parse.py --docs``),
+    and a page that repeats an id fills no error log with it.
+    """
+    parser = _BYTE_PARSERS.get((charset, ids))
     if parser is None:
         parser = etree.HTMLParser(encoding=_LIBXML_NAMES.get(charset, charset), recover=True,
                                   no_network=True, remove_comments=True, remove_pis=True, huge_tree=True,
-                                  default_doctype=False)
-        _BYTE_PARSERS[charset] = parser
+                                  default_doctype=False, collect_ids=ids)
+        _BYTE_PARSERS[(charset, ids)] = parser
     return parser
 
 
-def _parse_bytes(body: bytes, charset: str):
+def _parse_bytes(body: bytes, charset: str, ids: bool = True):
     """Parse ``body`` as bytes when libxml2 knows the charset; None to use the str path."""
     if charset not in ("utf-8", "cp1252", "utf_8"):
         return None
     if body[:3] == codecs.BOM_UTF8:
         body = body[3:]
-    parser = _byte_parser(charset)
+    parser = _byte_parser(charset, ids)
     root = etree.fromstring(body, parser)
     truncated = any(e.type_name == "ERR_RESOURCE_LIMIT" for e in parser.error_log)
     return root, truncated
@@ -222,19 +230,20 @@ def extract(body: bytes, url: str, charset: str | None = None, *, get_images: bo
     parsed it (``FetchResult.charset``), or None.  Never raises: a failure
     leaves the Page without links and with ``error`` set, the only place it is
     reported (the caller counts it).  ``keep_root``: the tree stays in
-    ``Page.root`` (the analysis processes share it between analyzers).
+    ``Page.root`` (the analysis processes share it between analyzers), with
+    its table of ids (:func:`_byte_parser`); without, none is built.
     """
     page = Page(base=url)
     try:
         page.charset = detect_charset(body, charset)
         if not body.strip():
             return page
-        parsed = _parse_bytes(body, page.charset)
+        parsed = _parse_bytes(body, page.charset, keep_root)
         if parsed is not None:
             root, truncated = parsed
             text = _decode(body, page.charset) if truncated else ""
         else:
-            root, text, truncated = _parse_tree(_decode(body, page.charset))
+            root, text, truncated = _parse_tree(_decode(body, page.charset), keep_root)
         if root is None:
             return page
         if keep_root:

@@ -363,3 +363,19 @@ def test_an_answer_carries_which_links_the_page_embeds():
     assert got["links"] == result["links"] and set(got["embeds"]) == {"http://a.test/i.png", "http://a.test/f.html"}
     (plain,) = parse_answer(format_answer(7, [dict(result, embeds=[])]), ["links"])
     assert plain["links"] == result["links"] and plain["embeds"] == [] and plain["nofollow"] == 2
+
+
+def test_a_page_with_the_links_analyzer_alone_keeps_no_tree():
+    from larbin_py.analysis.analyzer_process import wants_tree
+
+    specs = {"links": AnalyzerSpec("links", "links"), "m": AnalyzerSpec("m", "meta")}
+    assert not wants_tree(["links"], specs)
+    assert wants_tree(["links", "m"], specs) and wants_tree(["m"], specs)
+    assert wants_tree(["unknown"], specs)  # not known here: kept, as before
+    body = b'<html><body><p id="x"><a href="/y">y</a></p></body></html>'
+    page = PageView("http://a/p", 200, "text/html", "utf-8", body, 0)
+    page.keep_tree = False
+    assert page.extracted().links == ["http://a/y"] and page.extracted().root is None
+    shared = PageView("http://a/p", 200, "text/html", "utf-8", body, 0)  # the default: kept, ids and all
+    assert shared.extracted().links == ["http://a/y"]
+    assert shared.tree is shared.extracted().root and [e.tag for e in shared.tree.xpath("id('x')")] == ["p"]

@@ -184,3 +184,19 @@ def test_invalid_utf8_and_nul_do_not_hide_later_links():
     assert links(body) == ["http://a.test/dir/a", "http://a.test/dir/b", "http://a.test/dir/c"]
     cp = '<a href="caf\u00e9">y</a> \u20ac'.encode("cp1252")
     assert links(cp, ctype="text/html; charset=windows-1252") == ["http://a.test/dir/caf%C3%A9"]
+
+
+IDS_PAGE = ('<html><body><div id="intro"><a href="/a">a</a></div><div id="intro"><a href="/b">b</a></div>'
+            '<p id="end"><a href="c">c</a></p></body></html>')
+
+
+@pytest.mark.parametrize("ctype", ["text/html; charset=utf-8", "text/html; charset=iso-8859-2"])
+def test_a_kept_tree_has_its_ids_and_the_links_are_the_same_without_one(ctype):
+    # utf-8: libxml2 reads the bytes; iso-8859-2: the text is decoded first (the str parser)
+    body = IDS_PAGE.encode("utf-8")
+    kept = extract(body, URL, charset_of(ctype), keep_root=True)
+    plain = extract(body, URL, charset_of(ctype))
+    assert plain.root is None
+    assert plain.links == kept.links == ["http://a.test/a", "http://a.test/b", "http://a.test/dir/c"]
+    # XPath's id() reads the table of ids: an analyzer given the tree finds the element
+    assert [el.tag for el in kept.root.xpath("id('end')")] == ["p"]

@@ -138,6 +138,12 @@ class _Spool:
         return data
 
 
+def wants_tree(names: list[str], specs: dict) -> bool:
+    """Does an analyzer of ``names`` besides ``links`` run on the page (and may read its
+    tree)?  The links alone, a crawl's default, parse without keeping one (PageView.keep_tree)."""
+    return any(getattr(specs.get(name), "kind", None) != "links" for name in names)
+
+
 def handle(line: str, specs: dict, opts: dict, spool: _Spool) -> bytes:
     """One page's line: every analyzer run on one PageView; its answer line."""
     try:
@@ -152,6 +158,7 @@ def handle(line: str, specs: dict, opts: dict, spool: _Spool) -> bytes:
         page = PageView(msg["u"], msg["s"], msg["c"], msg["h"], body, msg["d"], msg["saved"], headers)
     except Exception as exc:  # every analyzer of the page fails alike
         return format_answer(msg["ids"][0], [exc] * len(msg["names"]))
+    page.keep_tree = wants_tree(msg["names"], specs)
     for name in msg["names"]:
         try:
             results.append(run(specs[name], page, opts, deadline))

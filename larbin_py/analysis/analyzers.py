@@ -134,11 +134,13 @@ class PageView:
     still be in the writer thread's queue when the analyzer runs: read
     ``body``), and ``tree``, the page's lxml tree, built on first use and
     shared with the page's other analyzers (the ``links`` analyzer's parse:
-    the page is parsed once).
+    the page is parsed once).  ``keep_tree`` False (the analysis process
+    sets it when ``links`` is the page's only analyzer): the links' parse
+    drops its tree and builds no table of ids (larbin_py.parse).
     """
 
     __slots__ = ("url", "status", "headers", "content_type", "charset", "body", "depth", "saved", "_tree",
-                 "_extracted", "opts")
+                 "_extracted", "opts", "keep_tree")
 
     def __init__(self, url, status, content_type, charset, body, depth, saved=None, headers=()) -> None:
         self.url, self.status, self.content_type, self.charset = url, status, content_type, charset
@@ -146,6 +148,7 @@ class PageView:
         self.headers = list(headers)
         self._tree = None
         self._extracted = None
+        self.keep_tree = True
         #: The analyzers' options (``max_url_size``, ``get_images``): :func:`run` sets them.
         self.opts: dict = {}
 
@@ -165,7 +168,8 @@ class PageView:
 
             self._extracted = parse_mod.extract(self.body, self.url, self.charset,
                                                 get_images=opts.get("get_images", False),
-                                                max_url_size=opts.get("max_url_size", 512), keep_root=True)
+                                                max_url_size=opts.get("max_url_size", 512),
+                                                keep_root=self.keep_tree)
         return self._extracted
 
     @property
