@@ -77,6 +77,22 @@ def check_conservation(engine, summary):
     assert summary.queued == 0 and summary.in_flight == 0
 
 
+def _around(log, gap, span: float = 2.0, most: int = 16) -> str:
+    """The requests to the IP of a politeness ``gap`` (``(label, key, a, b)``) ``span`` seconds
+    either side, and the connections they came on: what a rare failure leaves to read."""
+    _label, _key, a, b = gap
+    reqs = sorted((r for r in log.requests if r.server_ip == a.server_ip and a.t - span <= r.t <= b.t + span),
+                  key=lambda r: r.t)
+    at = next((i for i, r in enumerate(reqs) if r is a), 0)
+    reqs = reqs[max(0, at - most // 2):at + most // 2]
+    conns = {r.conn for r in reqs}
+    lines = [f"  t {r.t:.3f} {r.t - a.t:+.3f} conn {r.conn} port {r.client_port} {r.host}{r.target} -> {r.status}"
+             f"{' fault ' + r.fault if r.fault else ''} late {r.late:.3f}" for r in reqs]
+    opened = [f"  conn {c.id} port {c.client_port} opened {c.opened:.3f} closed "
+              f"{'-' if c.closed is None else f'{c.closed:.3f}'}" for c in log.connections.values() if c.id in conns]
+    return f"\nrequests to {a.server_ip} around the first gap:\n" + "\n".join(lines + opened)
+
+
 def check_politeness(sim: Sim, wait: float, floor: float | None = None, *, connections: bool = True):
     """Requests to one host or one IP at least ``floor`` (default ``wait - SLACK``)
     apart; one connection per IP at a time (unless ``connections`` is False).  A
@@ -88,7 +104,7 @@ def check_politeness(sim: Sim, wait: float, floor: float | None = None, *, conne
     assert not close, "asked too often: " + "; ".join(
         f"{label} {key}: {b.t - a.t:.3f} s between " + " and ".join(
             f"[t {r.t:.3f} conn {r.conn} port {r.client_port} {r.target} late {r.late:.3f}]" for r in (a, b))
-        for label, key, a, b in close[:3])
+        for label, key, a, b in close[:3]) + _around(log, close[0])
     if not connections:
         return
     for ip, spans in log.spans_by_ip().items():
