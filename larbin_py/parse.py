@@ -134,13 +134,18 @@ etree = LazyModule("lxml.etree", globals(), "etree")
 _STR_PARSERS: dict[bool, object] = {}
 
 
+def _html_parser(ids: bool, **encoding):
+    """lxml's HTML parser as every page is read: recovering, never reaching the network, comments
+    and processing instructions dropped, no depth cap but libxml2's own; ``ids``: see :func:`_byte_parser`."""
+    return etree.HTMLParser(recover=True, no_network=True, remove_comments=True, remove_pis=True, huge_tree=True,
+                            default_doctype=False, collect_ids=ids, **encoding)
+
+
 def _str_parser(ids: bool = True):
     """The HTML parser of decoded text (made at its first use); ``ids``: see :func:`_byte_parser`."""
     parser = _STR_PARSERS.get(ids)
     if parser is None:
-        parser = _STR_PARSERS[ids] = etree.HTMLParser(
-            recover=True, no_network=True, remove_comments=True, remove_pis=True, huge_tree=True,
-            default_doctype=False, collect_ids=ids)
+        parser = _STR_PARSERS[ids] = _html_parser(ids)
     return parser
 
 
@@ -198,15 +203,12 @@ def _byte_parser(charset: str, ids: bool = True):
     ``ids``: libxml2 keeps a table of the ``id`` attributes (what XPath's
     ``id()`` reads in a tree a user analyzer is given).  Links alone never
     read it: without, a documentation page (a hundred ids, each entered and
-    freed) costs 4-14 % less to parse and walk (``bench/parse.py --docs``),
+    freed) costs 3-10 % less to parse and walk (``bench/parse.py --docs``),
     and a page that repeats an id fills no error log with it.
     """
     parser = _BYTE_PARSERS.get((charset, ids))
     if parser is None:
-        parser = etree.HTMLParser(encoding=_LIBXML_NAMES.get(charset, charset), recover=True,
-                                  no_network=True, remove_comments=True, remove_pis=True, huge_tree=True,
-                                  default_doctype=False, collect_ids=ids)
-        _BYTE_PARSERS[(charset, ids)] = parser
+        parser = _BYTE_PARSERS[(charset, ids)] = _html_parser(ids, encoding=_LIBXML_NAMES.get(charset, charset))
     return parser
 
 
