@@ -63,6 +63,36 @@ def test_last_modified_is_read_as_email_utils_reads_it_whatever_the_value():
     assert last_modified_of([(b"last-modified", b"Sun, 06 Nov 1994 08:49:37 GMT")]) == 784111777  # RFC 9110's example
 
 
+def test_an_unchanged_page_keeps_the_validators_a_full_read_of_its_answer_would_give():
+    """revalidated() (the 304's shortcut: the bytes sent back recognized as they are) against
+    what etag_of and last_modified_of say of the whole answer, on answers that send back
+    what was asked, send other values, hostile ones, none, or a name twice."""
+    import random
+
+    from larbin_py.recrawl import etag_of, http_date, last_modified_of, revalidated
+
+    rnd = random.Random(37)
+    etags = ['"v1"', 'W/"v1"', '"v2"', "", ' "v1" ', '"a\r\nX: 1"', "v1", '"' + "x" * 300 + '"']
+    dates = [0, 784111777, 1700000000, 253402300799, -1, None]
+    for _ in range(2000):
+        etag = rnd.choice(['"v1"', 'W/"v1"', ""])
+        date = rnd.choice([0, 784111777, 1700000000, 253402300799, 253402300800, -1, None])
+        headers = [(b"content-length", b"0")]
+        for _ in range(rnd.randrange(4)):
+            if rnd.random() < 0.5:
+                headers.append((b"etag", rnd.choice(etags + [etag]).encode("latin-1")))
+            else:
+                value = rnd.choice(dates + [date])
+                raw = rnd.choice([b"garbage", b"Sun, 06 Nov 1994 08:49:37 +0200", b"  Sun, 06 Nov 1994 08:49:37 GMT"]
+                                 if value is None else [http_date(value)])
+                headers.append((b"last-modified", raw))
+        rnd.shuffle(headers)
+        want = (etag_of(headers) or etag, last_modified_of(headers) or date)
+        assert revalidated(headers, etag, date) == want, (headers, etag, date)
+    assert revalidated([(b"etag", b'"v1"'), (b"last-modified", http_date(7))], '"v1"', 7) == ('"v1"', 7)
+    assert revalidated([(b"etag", b'"v2"'), (b"last-modified", http_date(9))], '"v1"', 7) == ('"v2"', 9)
+
+
 def test_a_hostile_etag_is_never_kept_to_be_sent_back():
     assert clean_etag(' "abc" ') == '"abc"' and clean_etag('W/"x"') == 'W/"x"'
     for bad in ('"a\r\nX-Injected: 1"', '"a b"', "abc", '"' + "x" * 300 + '"', '"caf\u00e9"', '"a"b"', ""):
