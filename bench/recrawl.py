@@ -52,13 +52,17 @@ from larbin_py.config import format_config, parse_config_text
 from throughput import bench_web, run_child, served
 
 
+#: cpuAffinity of every crawl (``--cpu-affinity``).
+CPU_AFFINITY = "off"
+
+
 def crawl(web, dns_port: int, work: str, *extra: str) -> dict:
     """One crawl (``extra``: ``--recrawl``) of ``web`` in ``work``: its figures from wait4 and its summary."""
     config = parse_config_text("", require_start_urls=False).replace(
         start_urls=tuple(web.seeds), dns_servers=(("127.0.0.1", dns_port),), save_dir=os.path.join(work, "save"),
         private_networks="allow", state_dir=os.path.join(work, "state"), http_port=0, output_mode="mirror",
         wait_duration=0.0, depth_in_site=web.max_depth(True) + 1, depth_by_site=True, get_cgi=True,
-        pages_connexions=100, timeout_page=30.0, forbidden_extensions=())
+        pages_connexions=100, timeout_page=30.0, forbidden_extensions=(), cpu_affinity=CPU_AFFINITY)
     conf = os.path.join(work, "larbin.conf")
     with open(conf, "w") as f:
         f.write(format_config(config))
@@ -159,7 +163,7 @@ async def main_async(args) -> None:
               f"{ratios['cpu']:.3f}x{' (median)' if rounds > 1 else ''} (aim <= 0.25: {verdict}), "
               f"bytes read {ratios['bytes']:.4f}x, wall {ratios['wall']:.3f}x; the bare client's CPU "
               f"{ratios['floor_cpu']:.3f}x" + (f"; every round's CPU ratio: {each}" if rounds > 1 else ""))
-    report("recrawl", {"webs": results, "quick": args.quick, "rounds": rounds})
+    report("recrawl", {"webs": results, "quick": args.quick, "rounds": rounds, "cpu_affinity": CPU_AFFINITY})
 
 
 #: Each web's hosts and pages a host by default.
@@ -176,7 +180,11 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3,
                    help="first crawl and recrawl pairs of each web; the verdict is their median ratio "
                         "(default 3; --quick: 1)")
+    p.add_argument("--cpu-affinity", choices=("off", "auto"), default="off",
+                   help="cpuAffinity of every crawl, first and recrawl (default off)")
     args = p.parse_args()
+    global CPU_AFFINITY
+    CPU_AFFINITY = args.cpu_affinity
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     compiled(None)  # bytecode first: no crawl's figures carry the compile

@@ -88,6 +88,10 @@ def requests_logged(log: str, start: int) -> list[tuple[float, str]]:
     return out
 
 
+#: cpuAffinity of this tree's crawls (``--cpu-affinity``; a baseline's keep their default).
+CPU_AFFINITY = "off"
+
+
 def crawl(web: SimWeb, dns_port: int, work: str, workers: int, log: str, source: str | None,
           profile: str | None = None) -> dict:
     config = parse_config_text("", require_start_urls=False).replace(
@@ -95,7 +99,7 @@ def crawl(web: SimWeb, dns_port: int, work: str, workers: int, log: str, source:
         private_networks="allow", state_dir=os.path.join(work, "state"), http_port=0, output_mode="mirror",
         wait_duration=0.0, depth_in_site=web.max_depth(True) + 1, depth_by_site=True, get_cgi=True,
         no_external_links=True, pages_connexions=100, timeout_page=30.0, forbidden_extensions=(),
-        analysis_workers=workers)
+        analysis_workers=workers, cpu_affinity=CPU_AFFINITY if source is None else "off")
     conf = os.path.join(work, "larbin.conf")
     with open(conf, "w") as f:
         f.write(changed_keys(config))
@@ -212,7 +216,12 @@ def main() -> None:
                     "processes), its samples to FILE as collapsed stacks (pip install py-spy)")
     ap.add_argument("--profile-workers", type=int, default=1, help="analysisWorkers of the profiled crawl")
     ap.add_argument("--profile-base", action="store_true", help="profile the baseline tree instead")
+    ap.add_argument("--cpu-affinity", choices=("off", "auto"), default="off",
+                    help="cpuAffinity of this tree's crawls; a baseline's keep off (--baseline . --cpu-affinity auto: "
+                         "an A/B of the key)")
     args = ap.parse_args()
+    global CPU_AFFINITY
+    CPU_AFFINITY = args.cpu_affinity
     compiled(None, args.baseline)  # bytecode first: no crawl's figures carry the compile
     if NGINX is None:
         sys.exit("bench: nginx is needed (apt-get install nginx-light)")
@@ -291,8 +300,9 @@ def main() -> None:
           f"on {os.cpu_count()} cores (other work on the machine takes cores from the crawls: wall ratios suffer)")
     report("speed", {"crawls": figures, "aims": aims, "import_ms": imports, "hosts": args.hosts, "pages": args.pages,
                      "rounds": args.rounds, "html_pages": len(html), "median_kb": sizes[len(sizes) // 2] / 1000,
-                     "median_links": links[len(links) // 2], "baseline": args.baseline, "loadavg_start": load0,
-                     "loadavg_end": load1, "quick": args.quick})
+                     "median_links": links[len(links) // 2], "baseline": args.baseline,
+                     "cpu_affinity": args.cpu_affinity, "loadavg_start": load0, "loadavg_end": load1,
+                     "quick": args.quick})
 
 
 if __name__ == "__main__":

@@ -219,7 +219,10 @@ def _reader_thread():
     if _READER is None:
         from concurrent.futures import ThreadPoolExecutor
 
-        _READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="larbin-sitemaps")
+        from .core_pin import release_thread  # every core of the process, not a pinned loop's one
+
+        _READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="larbin-sitemaps",
+                                     initializer=release_thread)
     return _READER
 
 

@@ -120,6 +120,7 @@ class Edge:
         self.robots: RobotsFetch | None = None
         self.browser = None  # a larbin_py.net.browser.Browser
         self.dynamic = None
+        self.pin = None  # cpuAffinity auto: a larbin_py.core_pin.CorePin
 
     async def start_browser(self) -> None:
         """dynamicPages: Chromium starts before the crawl (missing or broken, a sandbox that cannot
@@ -174,6 +175,8 @@ class Edge:
                 self.output = ThreadedOutput(self.output, self.writer, loop)
         st.open(loop, self.writer, self.output, frontier=frontier, on_durable=on_room,
                 on_error=failures.on_io_error)
+        if c.cpu_affinity == "auto":
+            self.pin_threads(loop)
         if self.browser is not None:
             from .net.dynamic import build_dynamic
 
@@ -185,6 +188,21 @@ class Edge:
             committer = getattr(st, "committer", None)
             if committer is not None:  # a checkpoint (and syncCommits) fsyncs the analysis queue too
                 committer.sync_also = analysis.queue.sync_paths
+
+    def pin_threads(self, loop) -> None:
+        """cpuAffinity auto: the loop's thread and the writer thread on one core (larbin_py.core_pin),
+        said in one line; without a writer thread (nothing goes to disk) there is no pair to keep."""
+        from .core_pin import CorePin
+
+        if self.writer is None:
+            print("larbin_py: cpuAffinity auto: not pinned: no writer thread (nothing goes to disk)",
+                  file=self.err)
+            return
+        pin = CorePin(err=self.err)
+        if pin.start(loop, self.writer.native_id):
+            self.pin = pin
+            print(f"larbin_py: cpuAffinity auto: the event loop and the writer thread on core {pin.cpu}",
+                  file=self.err)
 
     def full(self) -> bool:
         """The writer thread's queue is full (the engine starts no request until it has room)."""
@@ -202,6 +220,9 @@ class Edge:
             failures.note(f"output failed: {exc}")
         if self.writer is not None:
             await self.writer.aclose()
+        if self.pin is not None:
+            self.pin.stop()
+            self.pin = None
 
     async def close_network(self) -> None:
         """The renderer (and its browser), the fetcher's connections, the resolver."""

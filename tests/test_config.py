@@ -126,6 +126,7 @@ NON_DEFAULTS = {
     "tls_ca_mode": "only",
     "tls_verify": ("staging.example", "::1"),
     "ip_version": "6",
+    "cpu_affinity": "auto",
     "ipv6_prefix": 56,
     "happy_eyeballs_delay": 0.3,
     "http_version": "auto",

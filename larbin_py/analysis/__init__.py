@@ -12,7 +12,7 @@ with backoff, then marked failed and raised as an alert (:mod:`.alerts`).
 See docs/analysis.md.
 
 May import the configuration, the parser and the policy modules (``parse``,
-``logline``, ``loopclock``, ``owner_only``, ``statelock``) and the outputs'
+``logline``, ``loopclock``, ``owner_only``, ``statelock``, ``core_pin``) and the outputs'
 index format; never the engine, the frontier, the network, the web server,
 the distributed mode or the synthetic web (tests/test_imports.py).
 """

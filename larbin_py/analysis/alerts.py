@@ -19,6 +19,7 @@ import json
 import os
 import time
 
+from ..core_pin import spawning
 from ..owner_only import opener
 
 __all__ = ["ALERTS_LOG", "Alerts"]
@@ -88,9 +89,10 @@ class Alerts:
         env = dict(os.environ, LARBIN_ALERT=data.decode())
         self.command_runs += 1
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *self.argv(alert), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE, env=env)
+            with spawning():  # the process's cores, not the pinned loop's one (cpuAffinity)
+                proc = await asyncio.create_subprocess_exec(
+                    *self.argv(alert), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.PIPE, env=env)
         except OSError as exc:
             self._command_failed(f"cannot run alertCommand: {exc}")
             return

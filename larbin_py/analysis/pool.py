@@ -30,6 +30,7 @@ import os
 import signal
 import sys
 
+from ..core_pin import spawning
 from ..loopclock import clock_step
 from .command import kill_with_groups
 
@@ -214,9 +215,10 @@ class WorkerPool:
     async def _spawn(self) -> _Proc:
         loop = asyncio.get_running_loop()
         self.started += 1
-        _t, proc = await loop.subprocess_exec(lambda: _Proc(self), self.python, "-m", "larbin_py.analysis.analyzer_process",
-                                              stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                                              stderr=None)
+        with spawning():  # every core for it, when the loop is pinned to one (cpuAffinity)
+            _t, proc = await loop.subprocess_exec(lambda: _Proc(self), self.python, "-m",
+                                                  "larbin_py.analysis.analyzer_process", stdin=asyncio.subprocess.PIPE,
+                                                  stdout=asyncio.subprocess.PIPE, stderr=None)
         try:
             proc.stdin.write(self.setup_line)
             await asyncio.wait_for(asyncio.shield(proc.ready), START_TIMEOUT)

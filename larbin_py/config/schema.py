@@ -535,6 +535,12 @@ class Config:
         Switch("dynamicSandbox"), True,
         doc="Chromium's sandbox; off runs it with --no-sandbox (a warning at start)")
 
+    # The process's cores
+    cpu_affinity: str = setting(
+        Choice("cpuAffinity", ("off", "auto")), "off",
+        doc="auto keeps the event loop and its writer thread on one core while no other program wants it "
+            "(less CPU); off: the kernel places them")
+
     # The analysis stage
     analysis_workers: int = setting(
         Int("analysisWorkers", 0, 256), factory=default_analysis_workers,

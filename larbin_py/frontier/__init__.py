@@ -16,7 +16,7 @@ the seams the engine and the distributed mode plug into.  Sans-I/O but for
 the stores' files: time comes in as ``now`` or an injected clock.
 
 May import the policy modules (``url``, ``robots``, ``rules``, ``throttle``,
-``transitions``, ``logline``, ``owner_only``, ``malloc_tuning``) and the edge's
+``transitions``, ``logline``, ``owner_only``, ``malloc_tuning``, ``core_pin``) and the edge's
 result types for annotations only (in :mod:`.interfaces`); never the engine,
 the network, the outputs, the web server, the analysis stage, the
 distributed mode or the synthetic web (tests/test_imports.py checks it).

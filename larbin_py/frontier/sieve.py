@@ -62,6 +62,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Sequence
 
 from .. import malloc_tuning
+from ..core_pin import release_thread
 from ..lazyimport import LazyModule
 from ..owner_only import opener
 
@@ -271,7 +272,9 @@ class Sieve:
         self._durable = None  # log index up to which a merge may go (None: no log, all)
         self._log = None
         self._buf = bytearray()
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="larbin-sieve") if background else None
+        # (its thread takes every core of the process, not a pinned loop's one: larbin_py.core_pin)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="larbin-sieve",
+                                        initializer=release_thread) if background else None
         self._merging: Future | None = None
         self._merging_chunks = 0
         self.merges = 0

@@ -11,7 +11,7 @@ HTTP authentication (:mod:`.auth`), bandwidth (:mod:`.bandwidth`), cookies
 (a result with a reason), never exceptions into the engine.
 
 May import the policy modules (``url``, ``transitions``, ``loopclock``, ``lazyimport``,
-``owner_only``) and the frontier's small helpers (``site_key``); never the
+``owner_only``, ``core_pin``) and the frontier's small helpers (``site_key``); never the
 engine, the outputs, the web server, the analysis stage, the distributed
 mode or the synthetic web (tests/test_imports.py checks it).
 """

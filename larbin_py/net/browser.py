@@ -116,6 +116,7 @@ import signal
 import stat
 from dataclasses import dataclass
 
+from ..core_pin import spawning
 from .cdp import BrowserClosed, CDPConnection, CDPError
 
 __all__ = ["Browser", "BrowserUnavailable", "RunAs", "as_user", "browser_env", "find_chromium", "run_as",
@@ -557,10 +558,11 @@ class Browser:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         try:
-            self.proc = await asyncio.create_subprocess_exec(
-                "/bin/sh", "-c", _FD_SCRIPT, "sh", *command, *args,
-                stdin=to_child_r, stdout=from_child_w, stderr=self._log_fd, start_new_session=True,
-                env=browser_env(self.profile, os.environ))
+            with spawning():  # every core for Chromium, when the loop is pinned to one (cpuAffinity)
+                self.proc = await asyncio.create_subprocess_exec(
+                    "/bin/sh", "-c", _FD_SCRIPT, "sh", *command, *args,
+                    stdin=to_child_r, stdout=from_child_w, stderr=self._log_fd, start_new_session=True,
+                    env=browser_env(self.profile, os.environ))
         except OSError as exc:
             for fd in (to_child_r, to_child_w, from_child_r, from_child_w):
                 os.close(fd)

@@ -75,6 +75,11 @@ class WriterThread:
 
     # -- the loop's side ---------------------------------------------------
     @property
+    def native_id(self) -> int:
+        """The writer thread's id in the kernel (larbin_py.core_pin pins it)."""
+        return self._thread.native_id
+
+    @property
     def backlog(self) -> int:
         """Jobs handed over and not finished."""
         return self._submitted - self._finished

@@ -1,0 +1,242 @@
+"""cpuAffinity auto: the loop and the writer thread on one core (larbin_py.core_policy, larbin_py.core_pin).
+
+The policy's table without a clock; then the real calls: a pinned pair whose
+core another program takes is freed and pinned again after its rest, what
+the loop starts (processes, pool threads) keeps every core, and a real crawl
+with the key on: its loop and writer on one core, its analysis process on all
+of them, the web covered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from larbin_py.config import format_config
+from larbin_py.core_pin import CorePin, available, release_thread, spawning
+from larbin_py.core_policy import CORE_TRANSITIONS, FREE, PIN, CorePolicy
+from larbin_py.demo import crawl_rules
+from larbin_py.sim import Sim
+
+from helpers.crawl import make_config
+from helpers.distributed import requested_urls, sim_config, wait_for
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CPUS = frozenset(os.sched_getaffinity(0))
+
+
+# ---------------------------------------------------------------- the policy
+
+
+def test_the_policy_frees_a_busy_pair_rests_it_doubling_and_calms_down():
+    p = CorePolicy(window=2.0, busy=0.35, rest=10.0, max_rest=40.0, calm=60.0)
+    p.start(0.0, 5.0)
+    assert p.observe(1.0, 5.9) is None  # half a window: not judged yet
+    assert p.observe(2.0, 5.6) is None and p.state == "pinned"  # waited 0.6 s of 2: 30 %
+    assert p.observe(4.0, 6.4) == FREE and p.state == "free"  # 0.8 s of 2: 40 %
+    assert p.releases == 1 and p.free_until == 14.0 and p.next_rest == 20.0
+    assert p.observe(13.9, 9.0) is None and p.state == "free"  # resting, whatever the delay
+    assert p.observe(14.0, 9.0) == PIN and p.state == "pinned"
+    assert p.observe(16.0, 10.0) == FREE and p.free_until == 36.0  # 50 %: freed again, rest doubled
+    assert p.observe(36.0, 10.0) == PIN
+    assert p.observe(38.0, 11.0) == FREE and p.free_until == 78.0 and p.next_rest == 40.0  # at most max_rest
+    assert p.observe(78.0, 11.0) == PIN
+    for t in range(80, 140, 2):  # a minute pinned, calm: the rest back at its start
+        assert p.observe(float(t), 11.0) is None
+    assert p.observe(140.0, 11.1) is None and p.next_rest == 10.0 and p.releases == 3
+
+
+def test_the_policy_judges_a_window_from_its_start_and_never_a_negative_delay():
+    p = CorePolicy(window=1.0, busy=0.5)
+    p.start(10.0, 2.0)
+    assert p.observe(10.5, 3.0) is None  # 1 s waited in half a window: not judged before its end
+    assert p.observe(11.0, 2.4) is None and p.last_share == pytest.approx(0.4)
+    assert p.observe(12.0, 1.0) is None and p.last_share == 0.0  # a counter that went back (a new thread)
+
+
+def test_the_policy_changes_state_only_by_its_table():
+    assert set(CORE_TRANSITIONS.values()) == {"pinned", "free"}
+    assert {s for s, _e in CORE_TRANSITIONS} == {"pinned", "free"}
+    assert CORE_TRANSITIONS[("pinned", "busy")] == "free" and CORE_TRANSITIONS[("free", "rested")] == "pinned"
+
+
+# ---------------------------------------------------------------- the edge, with real calls
+
+
+def _mask(tid: int, pid: int | None = None) -> frozenset[int]:
+    return frozenset(os.sched_getaffinity(tid)) if pid is None else _task_mask(pid, tid)
+
+
+def _task_mask(pid: int, tid: int) -> frozenset[int]:
+    with open(f"/proc/{pid}/task/{tid}/status") as f:
+        for line in f:
+            if line.startswith("Cpus_allowed_list:"):
+                return _cpu_list(line.split(":", 1)[1].strip())
+    raise AssertionError(f"no Cpus_allowed_list for {pid}/{tid}")
+
+
+def _cpu_list(text: str) -> frozenset[int]:
+    cpus = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return frozenset(cpus)
+
+
+class _Writer:
+    """A thread standing in for the writer (pinned and freed by its kernel id)."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.stop.wait, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def _one_cpu_machine(pin: CorePin, err: io.StringIO, writer_tid: int) -> bool:
+    """On a machine (or a CPU set) of one CPU there is nothing to pin: said, and False."""
+    if len(CPUS) > 1:
+        return False
+    assert pin.start(asyncio.get_running_loop(), writer_tid) is False
+    assert "not pinned: the process may use one CPU only" in err.getvalue()
+    return True
+
+
+async def test_a_pinned_pair_whose_core_another_program_takes_is_freed_then_pinned_again():
+    assert available() is None  # Linux with schedstat: what CI runs on
+    err, writer = io.StringIO(), _Writer()
+    me = threading.get_native_id()
+    pin = CorePin(CorePolicy(window=0.3, busy=0.35, rest=0.6, max_rest=0.6), err=err)
+    hog = None
+    try:
+        if _one_cpu_machine(pin, err, writer.thread.native_id):
+            return
+        assert pin.start(asyncio.get_running_loop(), writer.thread.native_id)
+        core = pin.cpu
+        assert _mask(me) == _mask(writer.thread.native_id) == {core}
+        # another program wants that core all the time, and the loop has work: it waits for it
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        os.sched_setaffinity(hog.pid, {core})
+
+        async def busy_until_freed():
+            end = time.monotonic() + 0.02
+            while time.monotonic() < end:  # the loop's own work, 20 ms a turn
+                pass
+            return pin.cpu is None
+
+        await wait_for(busy_until_freed, 20, "the pair was never freed from a taken core", step=0)
+        assert _mask(me) == _mask(writer.thread.native_id) == CPUS
+        assert f"core {core} is shared (the loop waited for it" in err.getvalue()
+        assert pin.stats()["releases"] == 1
+        hog.kill()
+        hog.wait()
+        hog = None
+        # after its rest the pair is pinned again, to the core the loop is on then
+        await wait_for(lambda: pin.cpu is not None, 20, "the pair was not pinned again after its rest")
+        assert _mask(me) == _mask(writer.thread.native_id) == {pin.cpu}
+    finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
+        pin.stop()
+        os.sched_setaffinity(0, CPUS)  # (this test's thread is pytest's: never left pinned)
+        writer.close()
+    assert _mask(me) == CPUS and pin.stats()["cpu"] is None
+
+
+async def test_what_a_pinned_loop_starts_keeps_every_core():
+    """A process started from the loop (the analysis processes, Chromium, an alert
+    command) takes the thread's CPU set, and so does a thread: spawning() and
+    release_thread() give them the process's set back."""
+    err, writer = io.StringIO(), _Writer()
+    me = threading.get_native_id()
+    pin = CorePin(err=err)
+    show = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"]
+    try:
+        if _one_cpu_machine(pin, err, writer.thread.native_id):
+            return
+        assert pin.start(asyncio.get_running_loop(), writer.thread.native_id)
+        core = pin.cpu
+        proc = await asyncio.create_subprocess_exec(*show, stdout=subprocess.PIPE)
+        pinned_child = (await proc.communicate())[0].decode()
+        with spawning():
+            proc = await asyncio.create_subprocess_exec(*show, stdout=subprocess.PIPE)
+        free_child = (await proc.communicate())[0].decode()
+        assert pinned_child.strip() == str([core]) and free_child.strip() == str(sorted(CPUS))
+        assert _mask(me) == {core}  # pinned again once started
+        with ThreadPoolExecutor(1) as plain, ThreadPoolExecutor(1, initializer=release_thread) as pool:
+            assert plain.submit(os.sched_getaffinity, 0).result() == {core}
+            assert pool.submit(os.sched_getaffinity, 0).result() == CPUS
+    finally:
+        pin.stop()
+        os.sched_setaffinity(0, CPUS)
+        writer.close()
+    assert _mask(me) == CPUS
+    with spawning():  # nothing pinned: nothing done
+        assert _mask(me) == CPUS
+
+
+@pytest.mark.async_timeout(120)
+async def test_a_crawl_with_cpu_affinity_auto_pins_its_loop_and_writer_and_nothing_else(tmp_path):
+    """A real crawl (mirror output, one analysis process): while it runs, its loop's thread
+    and one other thread (the writer) are on one core and its analysis process on every
+    core of the set it was started with; the web is covered as without the key."""
+    async with Sim(sim_config(seed=41, hosts=4, pages_per_host=(15, 20), hosts_per_ip=1, robots_mix={"absent": 1.0},
+                              p_nonhtml=0.05)) as sim:
+        config = make_config(tmp_path, sim, output_mode="mirror", wait_duration=0.05, analysis_workers=1,
+                             cpu_affinity="auto")
+        conf = tmp_path / "larbin.conf"
+        conf.write_text(format_config(config))
+        errf = open(tmp_path / "crawler.err", "wb")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "larbin_py", "-c", str(conf), cwd=str(tmp_path),
+            env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.DEVNULL, stderr=errf)
+        errf.close()
+        seen = {}
+        try:
+            def observe():
+                """The crawler's threads' masks and its analysis process's, once all there."""
+                try:
+                    tids = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task")]
+                    masks = {tid: _task_mask(proc.pid, tid) for tid in tids}
+                    kids = set()
+                    for tid in tids:
+                        with open(f"/proc/{proc.pid}/task/{tid}/children") as f:
+                            kids.update(int(k) for k in f.read().split())
+                    kid_masks = {kid: _task_mask(kid, kid) for kid in kids}
+                except (FileNotFoundError, ProcessLookupError):
+                    return False
+                loop_mask = masks.get(proc.pid)
+                if not kid_masks or loop_mask is None or (len(CPUS) > 1 and len(loop_mask) != 1):
+                    return False
+                seen.update(loop=loop_mask, threads=masks, kids=kid_masks)
+                return True
+
+            await wait_for(observe, 60, "the crawler never ran pinned beside its analysis process", step=0.01)
+            assert await asyncio.wait_for(proc.wait(), 90) == 0, (tmp_path / "crawler.err").read_text()[-3000:]
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        err = (tmp_path / "crawler.err").read_text()
+        if len(CPUS) > 1:
+            (core,) = seen["loop"]
+            assert f"cpuAffinity auto: the event loop and the writer thread on core {core}" in err, err
+            pinned = [tid for tid, m in seen["threads"].items() if m == {core}]
+            assert proc.pid in pinned and len(pinned) >= 2, seen  # the loop and the writer
+            assert all(m == CPUS for m in seen["kids"].values()), seen  # the analysis process: every core
+        else:
+            assert "not pinned: the process may use one CPU only" in err, err
+        truth = sim.truth(crawl_rules(config, sim.seeds))
+        assert set(requested_urls(sim)) == truth.must_request
