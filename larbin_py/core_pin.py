@@ -159,6 +159,7 @@ class CorePin:
         _process_cpus = self.cpus
         _loop_pin = [self._tids[0], None, 0]
         if not self._pin():
+            _loop_pin = _process_cpus = None
             return False
         self.policy.start(loop.time(), run_delay())
         self._timer = loop.call_later(self.policy.window, self._check)
@@ -214,7 +215,8 @@ class CorePin:
             self._timer = self._loop.call_later(self.policy.window, self._check)
 
     def stop(self) -> None:
-        """Unpin both threads (the crawl's end); the process's set back."""
+        """Unpin both threads (the crawl's end, while the writer thread still runs: a thread id
+        is used again once its thread has ended); the process's set back."""
         global _process_cpus, _loop_pin
         if self._timer is not None:
             self._timer.cancel()

@@ -218,11 +218,11 @@ class Edge:
                 self.output.close()
         except OutputError as exc:
             failures.note(f"output failed: {exc}")
-        if self.writer is not None:
-            await self.writer.aclose()
-        if self.pin is not None:
+        if self.pin is not None:  # freed while the writer still runs: its thread id is not reused yet
             self.pin.stop()
             self.pin = None
+        if self.writer is not None:
+            await self.writer.aclose()
 
     async def close_network(self) -> None:
         """The renderer (and its browser), the fetcher's connections, the resolver."""
