@@ -240,3 +240,47 @@ async def test_a_crawl_with_cpu_affinity_auto_pins_its_loop_and_writer_and_nothi
             assert "not pinned: the process may use one CPU only" in err, err
         truth = sim.truth(crawl_rules(config, sim.seeds))
         assert set(requested_urls(sim)) == truth.must_request
+
+
+async def test_a_refused_pin_or_an_unreadable_run_delay_leaves_the_threads_free_said_once(monkeypatch):
+    """sched_setaffinity refused (a cpuset changed under the crawl) and schedstat unreadable
+    later: one line each, the threads on every core, nothing pinned again."""
+    import larbin_py.core_pin as core_pin
+
+    err, writer = io.StringIO(), _Writer()
+    me = threading.get_native_id()
+    real = os.sched_setaffinity
+
+    def refuse_one_core(tid, cpus):
+        if len(cpus) == 1:
+            raise OSError(22, "Invalid argument")
+        real(tid, cpus)
+
+    try:
+        pin = CorePin(err=err)
+        if _one_cpu_machine(pin, err, writer.thread.native_id):
+            return
+        monkeypatch.setattr(core_pin.os, "sched_setaffinity", refuse_one_core)
+        assert pin.start(asyncio.get_running_loop(), writer.thread.native_id) is False
+        assert "sched_setaffinity refused core" in err.getvalue() and err.getvalue().count("\n") == 1
+        assert core_pin._loop_pin is None and core_pin._process_cpus is None  # nothing left active
+        assert _mask(me) == _mask(writer.thread.native_id) == CPUS
+        monkeypatch.setattr(core_pin.os, "sched_setaffinity", real)
+
+        err2 = io.StringIO()
+        pin = CorePin(CorePolicy(window=0.05), err=err2)
+        assert pin.start(asyncio.get_running_loop(), writer.thread.native_id)
+
+        def unreadable():
+            raise OSError(2, "No such file or directory")
+
+        monkeypatch.setattr(core_pin, "run_delay", unreadable)
+        await wait_for(lambda: pin.cpu is None, 10, "the pair stayed pinned without its run delay")
+        assert "the loop's run delay is unreadable" in err2.getvalue()
+        assert _mask(me) == _mask(writer.thread.native_id) == CPUS
+        assert pin._timer is None  # no more looks: it stays free
+    finally:
+        monkeypatch.setattr(core_pin.os, "sched_setaffinity", real)
+        pin.stop()
+        os.sched_setaffinity(0, CPUS)
+        writer.close()
