@@ -3,10 +3,11 @@
 The loop thread and the writer thread hand the GIL to each other thousands
 of times a second (every disk call of the writer lets the loop run, and
 back).  On two cores each hand-over wakes a thread on the other core:
-measured on 2026-11-28 (docs/benchmarks.md), the writer woke 10,200 times in
-a recrawl of 5,260 requests, against 3,100 with both threads kept on one
-core, and the crawl took 15-20 % more CPU.  So with ``cpuAffinity auto``
-both threads are pinned to the core the loop runs on at the start
+measured on 2026-11-28 (docs/benchmarks.md), the writer was scheduled
+10,200 times in a recrawl of 5,260 requests, against 3,100 with both
+threads kept on one core, and the recrawl took a fifth to a third more
+CPU.  So with ``cpuAffinity auto`` both threads are pinned to the core the
+loop runs on at the start
 (larbin_py.core_pin does it; the analysis processes, Chromium and the
 process's other threads keep every core).
 
