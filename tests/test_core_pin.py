@@ -284,3 +284,29 @@ async def test_a_refused_pin_or_an_unreadable_run_delay_leaves_the_threads_free_
         pin.stop()
         os.sched_setaffinity(0, CPUS)
         writer.close()
+
+
+async def test_a_pin_stopped_while_the_loop_starts_a_process_leaves_the_loop_free():
+    """The crawl's end racing a start from the loop (an analysis process replaced as the
+    crawl stops): the start's end must not pin again a loop whose pin has stopped."""
+    err, writer = io.StringIO(), _Writer()
+    me = threading.get_native_id()
+    pin = CorePin(err=err)
+    try:
+        if _one_cpu_machine(pin, err, writer.thread.native_id):
+            return
+        assert pin.start(asyncio.get_running_loop(), writer.thread.native_id)
+        core = pin.cpu
+        with spawning():
+            assert _mask(me) == CPUS  # the process's set for the start
+            with spawning():  # a second start meanwhile: still the process's set
+                assert _mask(me) == CPUS
+            assert _mask(me) == CPUS  # the first still under way
+            pin.stop()
+        assert _mask(me) == CPUS and pin.cpu is None  # not pinned again after the stop
+        assert pin.start(asyncio.get_running_loop(), writer.thread.native_id)  # a new crawl may pin again
+        assert _mask(me) == {pin.cpu} and core in CPUS
+    finally:
+        pin.stop()
+        os.sched_setaffinity(0, CPUS)
+        writer.close()
