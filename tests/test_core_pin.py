@@ -310,3 +310,50 @@ async def test_a_pin_stopped_while_the_loop_starts_a_process_leaves_the_loop_fre
         pin.stop()
         os.sched_setaffinity(0, CPUS)
         writer.close()
+
+
+#: Modules that start processes but never on a pinned loop, and why.
+NEVER_PINNED = {
+    "larbin_py/distributed/launcher.py": "the launcher starts workers and crawls nothing itself",
+    "larbin_py/distributed/zygote.py": "the launcher's zygote forks workers",
+    "larbin_py/distributed/redis_server.py": "a Redis started by the launcher or the tests",
+    "larbin_py/analysis/command.py": "exec analyzers run in the analysis processes, which keep every core",
+}
+#: The calls that start a process, by the name they are called on.
+_STARTS = {"asyncio": {"create_subprocess_exec", "create_subprocess_shell"},
+           "loop": {"subprocess_exec", "subprocess_shell"},
+           "subprocess": {"Popen", "run", "call", "check_call", "check_output"},
+           "os": {"fork", "forkpty", "posix_spawn", "posix_spawnp", "system", "popen"}}
+
+
+def test_every_process_started_in_the_crawl_process_is_started_inside_spawning():
+    """A start added later without spawning() would give its child the pinned loop's one core:
+    every call that starts a process in larbin_py is inside ``with spawning():`` unless its
+    module never runs on a pinned loop (NEVER_PINNED, each with its reason)."""
+    import ast
+
+    starts, outside = [], []
+    for folder, _dirs, files in os.walk(os.path.join(ROOT, "larbin_py")):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, ROOT)
+            tree = ast.parse(open(path).read())
+
+            def visit(node, inside: bool) -> None:
+                if isinstance(node, (ast.With, ast.AsyncWith)) and any(
+                        isinstance(item.context_expr, ast.Call) and getattr(item.context_expr.func, "id", "")
+                        == "spawning" for item in node.items):
+                    inside = True
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                        node.func.attr in _STARTS.get(getattr(node.func.value, "id", ""), ()):
+                    starts.append(f"{rel}:{node.lineno}")
+                    if not inside and rel not in NEVER_PINNED:
+                        outside.append(f"{rel}:{node.lineno}")
+                for child in ast.iter_child_nodes(node):
+                    visit(child, inside)
+
+            visit(tree, False)
+    assert len(starts) >= 7, starts  # the finder still finds the starts it is meant to
+    assert outside == [], outside
