@@ -127,15 +127,14 @@ class CorePin:
     """The loop thread and the writer thread on one core while it is theirs (see the module docstring).
 
     ``policy``: a :class:`~larbin_py.core_policy.CorePolicy`; ``err``: where the
-    one-line reports go.  ``cpu`` is the core the pair is on (None: free),
-    ``note`` why nothing is pinned when that is so.
+    one-line reports go.  ``cpu`` is the core the pair is on (None: free); the
+    releases are counted in ``policy.releases``.
     """
 
     def __init__(self, policy: CorePolicy | None = None, *, err=None) -> None:
         self.policy = policy or CorePolicy()
         self.err = err if err is not None else sys.stderr
         self.cpu: int | None = None
-        self.note: str | None = None
         self.cpus: frozenset[int] = frozenset()
         self._tids: tuple[int, ...] = ()
         self._loop = None
@@ -151,7 +150,6 @@ class CorePin:
             if len(self.cpus) < 2:
                 why = "the process may use one CPU only"
         if why is not None:
-            self.note = why
             print(f"larbin_py: cpuAffinity auto: not pinned: {why}", file=self.err)
             return False
         self._loop = loop
@@ -186,7 +184,6 @@ class CorePin:
     def _fail(self, why: str) -> bool:
         self._free()
         self._broken = True
-        self.note = why
         print(f"larbin_py: cpuAffinity auto: {why}: the loop and the writer run unpinned from now on",
               file=self.err)
         return False
@@ -226,7 +223,3 @@ class CorePin:
         self._loop = None
         _loop_pin = None
         _process_cpus = None
-
-    def stats(self) -> dict:
-        """``cpu`` (None: free), ``releases`` (freed because the core was taken), ``note``."""
-        return {"cpu": self.cpu, "releases": self.policy.releases, "note": self.note}

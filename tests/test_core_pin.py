@@ -138,7 +138,7 @@ async def test_a_pinned_pair_whose_core_another_program_takes_is_freed_then_pinn
         await wait_for(busy_until_freed, 20, "the pair was never freed from a taken core", step=0)
         assert _mask(me) == _mask(writer.thread.native_id) == CPUS
         assert f"core {core} is shared (the loop waited for it" in err.getvalue()
-        assert pin.stats()["releases"] == 1
+        assert pin.policy.releases == 1
         hog.kill()
         hog.wait()
         hog = None
@@ -152,7 +152,7 @@ async def test_a_pinned_pair_whose_core_another_program_takes_is_freed_then_pinn
         pin.stop()
         os.sched_setaffinity(0, CPUS)  # (this test's thread is pytest's: never left pinned)
         writer.close()
-    assert _mask(me) == CPUS and pin.stats()["cpu"] is None
+    assert _mask(me) == CPUS and pin.cpu is None
 
 
 async def test_what_a_pinned_loop_starts_keeps_every_core():
