@@ -71,8 +71,8 @@ def test_the_policy_changes_state_only_by_its_table():
 # ---------------------------------------------------------------- the edge, with real calls
 
 
-def _mask(tid: int, pid: int | None = None) -> frozenset[int]:
-    return frozenset(os.sched_getaffinity(tid)) if pid is None else _task_mask(pid, tid)
+def _mask(tid: int) -> frozenset[int]:
+    return frozenset(os.sched_getaffinity(tid))
 
 
 def _task_mask(pid: int, tid: int) -> frozenset[int]:
@@ -91,42 +91,65 @@ def _cpu_list(text: str) -> frozenset[int]:
     return frozenset(cpus)
 
 
-class _Writer:
-    """A thread standing in for the writer (pinned and freed by its kernel id)."""
+class _Pair:
+    """This thread (pytest's, standing in for the loop), a thread standing in for the writer,
+    and the pins a test makes on them (:func:`pair` undoes them all)."""
 
     def __init__(self) -> None:
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.stop.wait, daemon=True)
-        self.thread.start()
+        self.me = threading.get_native_id()
+        self._stop = threading.Event()
+        self.writer = threading.Thread(target=self._stop.wait, daemon=True)
+        self.writer.start()
+        self.tid = self.writer.native_id
+        self.pins: list[CorePin] = []
+
+    def pin(self, policy: CorePolicy | None = None) -> CorePin:
+        pin = CorePin(policy, err=io.StringIO())
+        self.pins.append(pin)
+        return pin
+
+    def start(self, pin: CorePin) -> bool:
+        return pin.start(asyncio.get_running_loop(), self.tid)
+
+    def masks(self) -> tuple[frozenset[int], frozenset[int]]:
+        return _mask(self.me), _mask(self.tid)
+
+    def one_cpu(self, pin: CorePin) -> bool:
+        """On a machine (or a CPU set) of one CPU there is nothing to pin: said, and True."""
+        if len(CPUS) > 1:
+            return False
+        assert self.start(pin) is False
+        assert "not pinned: the process may use one CPU only" in pin.err.getvalue()
+        return True
 
     def close(self) -> None:
-        self.stop.set()
-        self.thread.join()
+        for pin in self.pins:
+            pin.stop()
+        os.sched_setaffinity(0, CPUS)  # (this thread is pytest's: never left pinned)
+        self._stop.set()
+        self.writer.join()
 
 
-def _one_cpu_machine(pin: CorePin, err: io.StringIO, writer_tid: int) -> bool:
-    """On a machine (or a CPU set) of one CPU there is nothing to pin: said, and False."""
-    if len(CPUS) > 1:
-        return False
-    assert pin.start(asyncio.get_running_loop(), writer_tid) is False
-    assert "not pinned: the process may use one CPU only" in err.getvalue()
-    return True
-
-
-async def test_a_pinned_pair_whose_core_another_program_takes_is_freed_then_pinned_again():
-    assert available() is None  # Linux with schedstat: what CI runs on
-    err, writer = io.StringIO(), _Writer()
-    me = threading.get_native_id()
-    pin = CorePin(CorePolicy(window=0.3, busy=0.35, rest=0.6, max_rest=0.6), err=err)
-    hog = None
+@pytest.fixture
+def pair():
+    p = _Pair()
     try:
-        if _one_cpu_machine(pin, err, writer.thread.native_id):
-            return
-        assert pin.start(asyncio.get_running_loop(), writer.thread.native_id)
-        core = pin.cpu
-        assert _mask(me) == _mask(writer.thread.native_id) == {core}
-        # another program wants that core all the time, and the loop has work: it waits for it
-        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        yield p
+    finally:
+        p.close()
+
+
+async def test_a_pinned_pair_whose_core_another_program_takes_is_freed_then_pinned_again(pair):
+    assert available() is None  # Linux with schedstat: what CI runs on
+    pin = pair.pin(CorePolicy(window=0.3, busy=0.35, rest=0.6, max_rest=0.6))
+    if pair.one_cpu(pin):
+        return
+    assert pair.start(pin)
+    core = pin.cpu
+    assert pair.masks() == ({core}, {core})
+    # another program wants that core all the time, and the loop has work: it waits for it
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
         os.sched_setaffinity(hog.pid, {core})
 
         async def busy_until_freed():
@@ -136,55 +159,43 @@ async def test_a_pinned_pair_whose_core_another_program_takes_is_freed_then_pinn
             return pin.cpu is None
 
         await wait_for(busy_until_freed, 20, "the pair was never freed from a taken core", step=0)
-        assert _mask(me) == _mask(writer.thread.native_id) == CPUS
-        assert f"core {core} is shared (the loop waited for it" in err.getvalue()
-        assert pin.policy.releases == 1
+    finally:
         hog.kill()
         hog.wait()
-        hog = None
-        # after its rest the pair is pinned again, to the core the loop is on then
-        await wait_for(lambda: pin.cpu is not None, 20, "the pair was not pinned again after its rest")
-        assert _mask(me) == _mask(writer.thread.native_id) == {pin.cpu}
-    finally:
-        if hog is not None:
-            hog.kill()
-            hog.wait()
-        pin.stop()
-        os.sched_setaffinity(0, CPUS)  # (this test's thread is pytest's: never left pinned)
-        writer.close()
-    assert _mask(me) == CPUS and pin.cpu is None
+    assert pair.masks() == (CPUS, CPUS)
+    assert f"core {core} is shared (the loop waited for it" in pin.err.getvalue()
+    assert pin.policy.releases == 1
+    # after its rest the pair is pinned again, to the core the loop is on then
+    await wait_for(lambda: pin.cpu is not None, 20, "the pair was not pinned again after its rest")
+    assert pair.masks() == ({pin.cpu}, {pin.cpu})
+    pin.stop()
+    assert pair.masks() == (CPUS, CPUS) and pin.cpu is None
 
 
-async def test_what_a_pinned_loop_starts_keeps_every_core():
+async def test_what_a_pinned_loop_starts_keeps_every_core(pair):
     """A process started from the loop (the analysis processes, Chromium, an alert
     command) takes the thread's CPU set, and so does a thread: spawning() and
     release_thread() give them the process's set back."""
-    err, writer = io.StringIO(), _Writer()
-    me = threading.get_native_id()
-    pin = CorePin(err=err)
+    pin = pair.pin()
     show = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"]
-    try:
-        if _one_cpu_machine(pin, err, writer.thread.native_id):
-            return
-        assert pin.start(asyncio.get_running_loop(), writer.thread.native_id)
-        core = pin.cpu
+    if pair.one_cpu(pin):
+        return
+    assert pair.start(pin)
+    core = pin.cpu
+    proc = await asyncio.create_subprocess_exec(*show, stdout=subprocess.PIPE)
+    pinned_child = (await proc.communicate())[0].decode()
+    with spawning():
         proc = await asyncio.create_subprocess_exec(*show, stdout=subprocess.PIPE)
-        pinned_child = (await proc.communicate())[0].decode()
-        with spawning():
-            proc = await asyncio.create_subprocess_exec(*show, stdout=subprocess.PIPE)
-        free_child = (await proc.communicate())[0].decode()
-        assert pinned_child.strip() == str([core]) and free_child.strip() == str(sorted(CPUS))
-        assert _mask(me) == {core}  # pinned again once started
-        with ThreadPoolExecutor(1) as plain, ThreadPoolExecutor(1, initializer=release_thread) as pool:
-            assert plain.submit(os.sched_getaffinity, 0).result() == {core}
-            assert pool.submit(os.sched_getaffinity, 0).result() == CPUS
-    finally:
-        pin.stop()
-        os.sched_setaffinity(0, CPUS)
-        writer.close()
-    assert _mask(me) == CPUS
+    free_child = (await proc.communicate())[0].decode()
+    assert pinned_child.strip() == str([core]) and free_child.strip() == str(sorted(CPUS))
+    assert _mask(pair.me) == {core}  # pinned again once started
+    with ThreadPoolExecutor(1) as plain, ThreadPoolExecutor(1, initializer=release_thread) as pool:
+        assert plain.submit(os.sched_getaffinity, 0).result() == {core}
+        assert pool.submit(os.sched_getaffinity, 0).result() == CPUS
+    pin.stop()
+    assert _mask(pair.me) == CPUS
     with spawning():  # nothing pinned: nothing done
-        assert _mask(me) == CPUS
+        assert _mask(pair.me) == CPUS
 
 
 @pytest.mark.async_timeout(120)
@@ -242,13 +253,11 @@ async def test_a_crawl_with_cpu_affinity_auto_pins_its_loop_and_writer_and_nothi
         assert set(requested_urls(sim)) == truth.must_request
 
 
-async def test_a_refused_pin_or_an_unreadable_run_delay_leaves_the_threads_free_said_once(monkeypatch):
+async def test_a_refused_pin_or_an_unreadable_run_delay_leaves_the_threads_free_said_once(pair, monkeypatch):
     """sched_setaffinity refused (a cpuset changed under the crawl) and schedstat unreadable
     later: one line each, the threads on every core, nothing pinned again."""
     import larbin_py.core_pin as core_pin
 
-    err, writer = io.StringIO(), _Writer()
-    me = threading.get_native_id()
     real = os.sched_setaffinity
 
     def refuse_one_core(tid, cpus):
@@ -256,60 +265,47 @@ async def test_a_refused_pin_or_an_unreadable_run_delay_leaves_the_threads_free_
             raise OSError(22, "Invalid argument")
         real(tid, cpus)
 
-    try:
-        pin = CorePin(err=err)
-        if _one_cpu_machine(pin, err, writer.thread.native_id):
-            return
-        monkeypatch.setattr(core_pin.os, "sched_setaffinity", refuse_one_core)
-        assert pin.start(asyncio.get_running_loop(), writer.thread.native_id) is False
-        assert "sched_setaffinity refused core" in err.getvalue() and err.getvalue().count("\n") == 1
-        assert core_pin._loop_pin is None and core_pin._process_cpus is None  # nothing left active
-        assert _mask(me) == _mask(writer.thread.native_id) == CPUS
-        monkeypatch.setattr(core_pin.os, "sched_setaffinity", real)
+    pin = pair.pin()
+    if pair.one_cpu(pin):
+        return
+    monkeypatch.setattr(core_pin.os, "sched_setaffinity", refuse_one_core)
+    assert pair.start(pin) is False
+    said = pin.err.getvalue()
+    assert "sched_setaffinity refused core" in said and said.count("\n") == 1
+    assert core_pin._loop_pin is None and core_pin._process_cpus is None  # nothing left active
+    assert pair.masks() == (CPUS, CPUS)
+    monkeypatch.setattr(core_pin.os, "sched_setaffinity", real)
 
-        err2 = io.StringIO()
-        pin = CorePin(CorePolicy(window=0.05), err=err2)
-        assert pin.start(asyncio.get_running_loop(), writer.thread.native_id)
+    pin = pair.pin(CorePolicy(window=0.05))
+    assert pair.start(pin)
 
-        def unreadable():
-            raise OSError(2, "No such file or directory")
+    def unreadable():
+        raise OSError(2, "No such file or directory")
 
-        monkeypatch.setattr(core_pin, "run_delay", unreadable)
-        await wait_for(lambda: pin.cpu is None, 10, "the pair stayed pinned without its run delay")
-        assert "the loop's run delay is unreadable" in err2.getvalue()
-        assert _mask(me) == _mask(writer.thread.native_id) == CPUS
-        assert pin._timer is None  # no more looks: it stays free
-    finally:
-        monkeypatch.setattr(core_pin.os, "sched_setaffinity", real)
-        pin.stop()
-        os.sched_setaffinity(0, CPUS)
-        writer.close()
+    monkeypatch.setattr(core_pin, "run_delay", unreadable)
+    await wait_for(lambda: pin.cpu is None, 10, "the pair stayed pinned without its run delay")
+    assert "the loop's run delay is unreadable" in pin.err.getvalue()
+    assert pair.masks() == (CPUS, CPUS)
+    assert pin._timer is None  # no more looks: it stays free
 
 
-async def test_a_pin_stopped_while_the_loop_starts_a_process_leaves_the_loop_free():
+async def test_a_pin_stopped_while_the_loop_starts_a_process_leaves_the_loop_free(pair):
     """The crawl's end racing a start from the loop (an analysis process replaced as the
     crawl stops): the start's end must not pin again a loop whose pin has stopped."""
-    err, writer = io.StringIO(), _Writer()
-    me = threading.get_native_id()
-    pin = CorePin(err=err)
-    try:
-        if _one_cpu_machine(pin, err, writer.thread.native_id):
-            return
-        assert pin.start(asyncio.get_running_loop(), writer.thread.native_id)
-        core = pin.cpu
-        with spawning():
-            assert _mask(me) == CPUS  # the process's set for the start
-            with spawning():  # a second start meanwhile: still the process's set
-                assert _mask(me) == CPUS
-            assert _mask(me) == CPUS  # the first still under way
-            pin.stop()
-        assert _mask(me) == CPUS and pin.cpu is None  # not pinned again after the stop
-        assert pin.start(asyncio.get_running_loop(), writer.thread.native_id)  # a new crawl may pin again
-        assert _mask(me) == {pin.cpu} and core in CPUS
-    finally:
+    pin = pair.pin()
+    if pair.one_cpu(pin):
+        return
+    assert pair.start(pin)
+    with spawning():
+        assert _mask(pair.me) == CPUS  # the process's set for the start
+        with spawning():  # a second start meanwhile: still the process's set
+            assert _mask(pair.me) == CPUS
+        assert _mask(pair.me) == CPUS  # the first still under way
         pin.stop()
-        os.sched_setaffinity(0, CPUS)
-        writer.close()
+    assert _mask(pair.me) == CPUS and pin.cpu is None  # not pinned again after the stop
+    again = pair.pin()
+    assert pair.start(again)  # a new crawl may pin again
+    assert pair.masks() == ({again.cpu}, {again.cpu})
 
 
 #: Modules that start processes but never on a pinned loop, and why.
